@@ -1,0 +1,1 @@
+"""hack/rtj_local"""

@@ -1,0 +1,1 @@
+"""trainer-image/rtj_trainer"""
