@@ -1,0 +1,1 @@
+"""The ResilientTrainingJob API: pydantic models, the one source of the CRD."""

@@ -1,0 +1,366 @@
+"""ResilientTrainingJob spec and status as pydantic models.
+
+These models are the one source of truth: `python -m rtj.api.crdgen` turns them into the CRD
+(descriptions become `kubectl explain` docs; `json_schema_extra` carries CEL rules), and the
+operator parses every object it reads through them. Wire names are camelCase (aliases).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from rtj.contract import DEFAULT_DO_NOT_RESTART_EXIT_CODES, PodState
+
+Quantity = Annotated[
+    str,
+    Field(pattern=r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$", max_length=32),
+]
+DnsLabel = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+
+
+class ApiModel(BaseModel):
+    """Wire-format base: camelCase names, unknown fields rejected (the CRD rejects them too)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+def cel(*rules: tuple[str, str]) -> dict[str, Any]:
+    """`json_schema_extra` for CEL rules given as (rule, message) pairs."""
+    return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
+
+
+# ---------------------------------------------------------------------------------------------
+# spec
+# ---------------------------------------------------------------------------------------------
+class EnvVar(ApiModel):
+    name: str = Field(
+        description="Environment variable name.", pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", max_length=256
+    )
+    value: str = Field("", description="Value of the variable.", max_length=32768)
+
+
+class Toleration(ApiModel):
+    key: str = Field("", description="Taint key the toleration applies to; empty matches all keys.")
+    operator: str = Field("Equal", description="Equal or Exists.", pattern=r"^(Equal|Exists)$")
+    value: str = Field("", description="Taint value the toleration matches (operator Equal).")
+    effect: str = Field(
+        "", description="NoSchedule, PreferNoSchedule or NoExecute; empty matches all effects.",
+        pattern=r"^(|NoSchedule|PreferNoSchedule|NoExecute)$",
+    )
+    toleration_seconds: int | None = Field(
+        None, description="For NoExecute: how long the pod stays bound after the taint appears.", ge=0
+    )
+
+
+class Placement(ApiModel):
+    """Where the pods run: one pod per node of an H100 node group."""
+
+    instance_type: str = Field(
+        "p5.48xlarge",
+        description="EC2 instance type of the node group (matched against node.kubernetes.io/instance-type).",
+        min_length=1, max_length=63,
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Extra node labels the pods require (e.g. a node group or zone)."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        description="Extra tolerations; the nvidia.com/gpu NoSchedule toleration is always added.",
+        max_length=32,
+    )
+    affinity: dict[str, Any] | None = Field(
+        None,
+        description="A core/v1 Affinity merged into the pods' (node and pod affinity); the operator "
+        "always adds anti-affinity so that no two pods of the job share a node.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+class Resources(ApiModel):
+    """Per-pod resources beyond the GPUs."""
+
+    efa_per_node: int = Field(
+        32, description="vpc.amazonaws.com/efa devices per pod (32 on p5.48xlarge; 0 disables EFA).", ge=0, le=32
+    )
+    cpu: Quantity | None = Field(None, description="CPU request and limit per pod (e.g. \"180\").")
+    memory: Quantity | None = Field(None, description="Memory request and limit per pod (e.g. \"1800Gi\").")
+    shared_memory_size: Quantity = Field(
+        "64Gi", description="Size limit of the memory-backed /dev/shm volume (NCCL and data loaders need it)."
+    )
+
+
+class PvcSource(ApiModel):
+    claim_name: DnsLabel = Field(description="Name of an existing PersistentVolumeClaim in the job's namespace.")
+
+
+class FsxSource(ApiModel):
+    """An existing FSx for Lustre file system, mounted through a static PV/PVC on fsx.csi.aws.com."""
+
+    file_system_id: str = Field(
+        description="FSx file system id, e.g. fs-0123456789abcdef0.", pattern=r"^fs-[0-9a-f]{8,17}$"
+    )
+    dns_name: str = Field(
+        description="DNS name of the file system, e.g. fs-0123….fsx.us-east-1.amazonaws.com.",
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253,
+    )
+    mount_name: str = Field(
+        description="Lustre mount name of the file system (from `aws fsx describe-file-systems`).",
+        pattern=r"^[a-z0-9]{1,16}$",
+    )
+    storage_capacity: Quantity = Field("1200Gi", description="Capacity recorded on the static PV.")
+
+
+class Checkpoint(ApiModel):
+    """Where and how often checkpoints are written. Exactly one of pvc or fsx."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            ("has(self.pvc) != has(self.fsx)", "exactly one of checkpoint.pvc or checkpoint.fsx must be set"),
+        )
+    )
+
+    pvc: PvcSource | None = Field(None, description="Use an existing PVC for checkpoints.")
+    fsx: FsxSource | None = Field(None, description="Use an FSx for Lustre file system for checkpoints.")
+    mount_path: str = Field(
+        "/checkpoints", description="Where the checkpoint volume is mounted in every pod.",
+        pattern=r"^/[^:]*$", max_length=1024,
+    )
+    interval_steps: int = Field(
+        100, description="Save a checkpoint every this many training steps.", ge=1, le=10_000_000
+    )
+    keep: int = Field(2, description="How many committed checkpoints to keep.", ge=1, le=100)
+
+
+class InProcessRestart(ApiModel):
+    """NVRx in-process restart: a rank's exception or hang is recovered inside the running processes."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            ("self.hardTimeoutSeconds > self.softTimeoutSeconds",
+             "inProcessRestart.hardTimeoutSeconds must be greater than softTimeoutSeconds"),
+        )
+    )
+
+    enabled: bool = Field(True, description="Wrap the training function in NVRx inprocess.Wrapper.")
+    soft_timeout_seconds: int = Field(
+        60, description="A rank silent this long is considered hung and asked to restart in-process.", ge=1, le=86400
+    )
+    hard_timeout_seconds: int = Field(
+        90, description="A hung rank still silent this long is killed; the launcher takes over.", ge=2, le=86400
+    )
+    max_restarts: int = Field(
+        10, description="In-process restarts allowed per launcher cycle before escalating.", ge=0, le=10000
+    )
+
+
+class FaultTolerance(ApiModel):
+    """The escalation ladder: each level has a budget."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            ("self.heartbeatTimeoutSeconds > self.heartbeatIntervalSeconds",
+             "faultTolerance.heartbeatTimeoutSeconds must be greater than heartbeatIntervalSeconds"),
+            ("self.startupTimeoutSeconds >= self.heartbeatTimeoutSeconds",
+             "faultTolerance.startupTimeoutSeconds must be at least heartbeatTimeoutSeconds"),
+        )
+    )
+
+    heartbeat_interval_seconds: int = Field(
+        10, description="How often each pod renews its heartbeat Lease.", ge=1, le=300
+    )
+    heartbeat_timeout_seconds: int = Field(
+        60, description="A running pod whose heartbeat is older than this is a hard fault and is replaced.",
+        ge=2, le=3600,
+    )
+    startup_timeout_seconds: int = Field(
+        600, description="How long a new pod may take to send its first heartbeat.", ge=2, le=86400
+    )
+    rank_hang_timeout_seconds: int = Field(
+        300, description="NVRx rank heartbeat timeout: a rank silent this long is restarted by ft_launcher.",
+        ge=1, le=86400,
+    )
+    in_process_restart: InProcessRestart = Field(
+        default_factory=InProcessRestart, description="Level 1: in-process restart."
+    )
+    max_in_job_restarts: int = Field(
+        3, description="Level 2: ft_launcher in-job restarts per pod before the pod fails.", ge=0, le=1000
+    )
+    max_pod_reschedules: int = Field(
+        4, description="Level 3: pod replacements allowed for the whole job before it fails.", ge=0, le=1000
+    )
+    max_no_progress_cycles: int = Field(
+        3, description="Restart cycles without a new checkpoint before NVRx stops (exit 93).", ge=1, le=1000
+    )
+    quarantine_faulty_nodes: bool = Field(
+        True, description="Taint a node after a hard fault there and keep replacements off it."
+    )
+    do_not_restart_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
+        default_factory=lambda: list(DEFAULT_DO_NOT_RESTART_EXIT_CODES),
+        description="Pod exit codes that mean the job must fail rather than restart (NVRx uses 93).",
+        max_length=32,
+    )
+
+
+class PodTemplateOverrides(ApiModel):
+    """Escape hatch for what the API does not cover. Applied to every pod of the job."""
+
+    service_account_name: DnsLabel | None = Field(
+        None, description="ServiceAccount of the trainer pods (it must be allowed to update Leases)."
+    )
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
+    priority_class_name: str | None = Field(None, description="PriorityClass of the pods.", max_length=253)
+    volumes: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Extra core/v1 Volumes (hostPath is refused unless the operator allows it).",
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        max_length=64,
+    )
+    volume_mounts: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Extra core/v1 VolumeMounts of the trainer container.",
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        max_length=64,
+    )
+
+
+class JobSpec(ApiModel):
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            ("self.image == oldSelf.image", "image is immutable; create a new job to change it"),
+            ("self.nodes == oldSelf.nodes", "nodes is immutable; create a new job to change it"),
+            ("!has(self.procsPerNode) || self.procsPerNode <= self.gpusPerNode || self.gpusPerNode == 0",
+             "procsPerNode must not exceed gpusPerNode"),
+        )
+    )
+
+    image: str = Field(description="Trainer image (with NVRx and the rtj-trainer entrypoint).", min_length=1,
+                       max_length=512)
+    command: list[Annotated[str, Field(max_length=4096)]] = Field(
+        description="The training script to run per rank, e.g. [python, train.py]. ft_launcher runs it.",
+        min_length=1, max_length=64,
+    )
+    args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list, description="Arguments of the training script.", max_length=256
+    )
+    env: list[EnvVar] = Field(default_factory=list, description="Environment of the trainer.", max_length=256)
+    nodes: int = Field(description="Number of nodes, one pod per node.", ge=1, le=10000)
+    gpus_per_node: int = Field(8, description="GPUs per pod (nvidia.com/gpu); 8 on p5.48xlarge.", ge=0, le=8)
+    procs_per_node: int | None = Field(
+        None, description="Training processes (ranks) per pod; defaults to gpusPerNode (1 when it is 0).",
+        ge=1, le=64,
+    )
+    placement: Placement = Field(default_factory=Placement, description="Node-group placement.")
+    resources: Resources = Field(default_factory=Resources, description="Per-pod resources.")
+    checkpoint: Checkpoint = Field(description="Checkpoint volume and cadence.")
+    fault_tolerance: FaultTolerance = Field(
+        default_factory=FaultTolerance, description="Heartbeats, hang detection and the escalation budgets."
+    )
+    hot_spares: int = Field(
+        0, description="Extra pods started ahead of time that take a failed pod's place.", ge=0, le=64
+    )
+    suspend: bool = Field(
+        False, description="Remove the pods but keep status and checkpoints; set back to false to resume."
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        None, description="Delete the job this long after it Succeeded or Failed.", ge=0
+    )
+    pod_template: PodTemplateOverrides = Field(
+        default_factory=PodTemplateOverrides, description="Extra pod settings (escape hatch)."
+    )
+
+    @property
+    def procs(self) -> int:
+        return self.procs_per_node or max(self.gpus_per_node, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# status
+# ---------------------------------------------------------------------------------------------
+class ConditionType(StrEnum):
+    RUNNING = "Running"
+    RECOVERING = "Recovering"
+    DEGRADED = "Degraded"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class Condition(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: str = Field(description="Condition type, e.g. Running, Recovering, Succeeded, Failed.")
+    status: str = Field(description="True, False or Unknown.", pattern=r"^(True|False|Unknown)$")
+    reason: str = Field("", description="CamelCase reason of the last transition.")
+    message: str = Field("", description="Human-readable details.")
+    last_transition_time: datetime | None = Field(None, description="When status last changed.")
+    observed_generation: int | None = Field(None, description="The spec generation this was computed from.")
+
+
+class RestartCounts(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    in_process: int = Field(0, description="Level 1: in-process restarts observed (sum over pods).")
+    in_job: int = Field(0, description="Level 2: ft_launcher in-job restarts observed (sum over pods).")
+    pod_reschedules: int = Field(0, description="Level 3: pods replaced (derived from pod attempts).")
+
+
+class CheckpointStatus(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    step: int = Field(description="Training step of the last committed checkpoint.")
+    time: datetime = Field(description="When it was committed.")
+
+
+class NodeSlotStatus(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    slot: int = Field(description="Node slot (0 .. nodes-1).")
+    pod: str = Field("", description="Pod currently in the slot.")
+    node: str = Field("", description="Node the pod runs on.")
+    attempt: int = Field(0, description="Attempt number of the pod in this slot.")
+    state: str = Field("", description="Pod state from its heartbeat (or Pending/Missing).")
+    last_heartbeat_time: datetime | None = Field(None, description="Last heartbeat renewal seen.")
+
+
+class JobStatus(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    observed_generation: int | None = Field(None, description="Generation of the spec last acted on.")
+    conditions: list[Condition] = Field(default_factory=list, description="Current conditions.",
+                                        json_schema_extra={"x-kubernetes-list-type": "map",
+                                                           "x-kubernetes-list-map-keys": ["type"]})
+    state: str = Field("", description="One-word summary for kubectl get (derived from conditions).")
+    reason: str = Field("", description="Reason of the summary state.")
+    nodes_desired: int = Field(0, description="Nodes the job wants.")
+    nodes_ready: int = Field(0, description="Pods running and heartbeating.")
+    restarts: RestartCounts = Field(default_factory=RestartCounts, description="Restarts per ladder level.")
+    last_checkpoint: CheckpointStatus | None = Field(None, description="Last committed checkpoint of the job.")
+    node_slots: list[NodeSlotStatus] = Field(default_factory=list, description="Per-node details.")
+    quarantined_nodes: list[str] = Field(default_factory=list, description="Nodes this job quarantined.")
+    start_time: datetime | None = Field(None, description="When the job first ran.")
+    completion_time: datetime | None = Field(None, description="When it Succeeded or Failed.")
+
+
+class ResilientTrainingJob(ApiModel):
+    """A PyTorch training job kept alive through faults by NVRx and the operator's escalation ladder."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: str = Field(description="API version.")
+    kind: str = Field(description="Kind.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
+    spec: JobSpec = Field(description="What to run and how to keep it alive.")
+    status: JobStatus = Field(default_factory=JobStatus, description="What the operator observed.")
+
+
+__all__ = [
+    "Checkpoint", "CheckpointStatus", "Condition", "ConditionType", "EnvVar", "FaultTolerance", "FsxSource",
+    "InProcessRestart", "JobSpec", "JobStatus", "NodeSlotStatus", "Placement", "PodState", "PodTemplateOverrides",
+    "PvcSource", "ResilientTrainingJob", "Resources", "RestartCounts", "Toleration",
+]

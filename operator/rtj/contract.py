@@ -1,0 +1,198 @@
+"""The operator <-> trainer contract, written once and imported by both sides.
+
+Every item says who writes it and who reads it. Only the standard library and pydantic are
+imported here, so the trainer image can import this module without kopf, and the operator
+without torch.
+
+Channels:
+- Pod labels and annotations: written by the operator's pod builder, read by the operator's
+  index (and by users with `kubectl get pods -l ...`).
+- The `RTJ_TRAINER_CONFIG` environment variable: a `TrainerConfig` as JSON, written by the
+  operator's pod builder, read by the trainer entrypoint. Downward-API variables carry the pod's
+  identity.
+- The heartbeat Lease (`coordination.k8s.io/v1`, one per pod, named like the pod, owned by the
+  pod so garbage collection removes it): written by the trainer's heartbeat agent, read by the
+  operator. `spec.renewTime` is the heartbeat; the `HEARTBEAT_ANNOTATION` holds a `Heartbeat`.
+- The pod's exit code: written by the trainer entrypoint, read by the operator's ladder.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+API_GROUP = "training.resilient.dev"
+API_VERSION = "v1alpha1"
+KIND = "ResilientTrainingJob"
+PLURAL = "resilienttrainingjobs"
+SINGULAR = "resilienttrainingjob"
+SHORT_NAME = "rtj"
+
+# --- Labels (writer: operator pod/service builders; reader: operator index, users) ---------------
+LABEL_JOB = f"{API_GROUP}/job-name"
+#: Node slot of a worker pod: "0".."nodes-1". Spares carry no slot until promoted.
+LABEL_SLOT = f"{API_GROUP}/node-slot"
+#: Attempt number of the pod in its slot; the pod name encodes it too, and restart counts are
+#: derived from it, so a crash between two API calls cannot double-count.
+LABEL_ATTEMPT = f"{API_GROUP}/attempt"
+LABEL_ROLE = f"{API_GROUP}/role"
+ROLE_WORKER = "worker"
+ROLE_SPARE = "spare"
+ROLE_RENDEZVOUS = "rendezvous"
+
+# --- Node quarantine (writer: operator; reader: scheduler via the pods' anti-affinity, users) -----
+#: Taint key put on a node the operator quarantined after a hard fault; value is the job name.
+QUARANTINE_TAINT_KEY = f"{API_GROUP}/quarantined"
+
+# --- Environment (writer: operator pod builder; reader: trainer entrypoint) ------------------------
+ENV_TRAINER_CONFIG = "RTJ_TRAINER_CONFIG"
+ENV_POD_NAME = "RTJ_POD_NAME"  # downward API: metadata.name
+ENV_POD_UID = "RTJ_POD_UID"  # downward API: metadata.uid (owner reference of the Lease)
+ENV_NAMESPACE = "RTJ_NAMESPACE"  # downward API: metadata.namespace
+ENV_NODE_NAME = "RTJ_NODE_NAME"  # downward API: spec.nodeName
+ENV_POD_IP = "RTJ_POD_IP"  # downward API: status.podIP
+#: Where ranks write their status files for the heartbeat agent (written by the entrypoint for
+#: its ranks; read by rtj_trainer's rank reporter). A pod-local directory.
+ENV_STATUS_DIR = "RTJ_STATUS_DIR"
+
+# --- Heartbeat Lease (writer: trainer heartbeat agent; reader: operator) ---------------------------
+HEARTBEAT_ANNOTATION = f"{API_GROUP}/heartbeat"
+#: Upper bound on counters and steps accepted from a Lease; larger values are malformed.
+MAX_COUNTER = 2**53
+
+
+# --- Exit codes (writer: trainer entrypoint; reader: operator ladder) ------------------------------
+class ExitCode:
+    SUCCEEDED = 0
+    #: The launcher's in-job restart budget is spent: the pod is a hard fault, replace it.
+    LAUNCHER_BUDGET_EXHAUSTED = 70
+    #: The trainer config was invalid: retrying cannot help.
+    CONFIG_ERROR = 78
+    #: NVRx's "do not restart" (no progress across restart cycles).
+    DO_NOT_RESTART = 93
+    #: Stopped by SIGTERM (deletion, suspend) after a graceful stop.
+    TERMINATED = 143
+
+
+DEFAULT_DO_NOT_RESTART_EXIT_CODES = (ExitCode.DO_NOT_RESTART, ExitCode.CONFIG_ERROR)
+
+
+class PodState(StrEnum):
+    """What a pod reports it is doing (Heartbeat.state)."""
+
+    STARTING = "Starting"
+    TRAINING = "Training"
+    IN_PROCESS_RESTARTING = "InProcessRestarting"
+    IN_JOB_RESTARTING = "InJobRestarting"
+    CHECKPOINTING = "Checkpointing"
+    FINISHED = "Finished"
+
+
+class FaultSeverity(StrEnum):
+    #: Recovered below the pod level (in-process or in-job restart); informational.
+    SOFT = "Soft"
+    #: The pod knows it cannot recover (e.g. a GPU/EFA error): the operator replaces it.
+    HARD = "Hard"
+
+
+Counter = Annotated[int, Field(ge=0, le=MAX_COUNTER)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+
+class Fault(_Model):
+    """A fault the pod classified itself."""
+
+    severity: FaultSeverity
+    reason: str = Field(max_length=128, description="CamelCase reason, e.g. RankException, GpuXid.")
+    message: str = Field(default="", max_length=1024)
+    time: datetime
+
+
+class CheckpointRef(_Model):
+    """The last committed checkpoint the pod knows of (committed = complete and atomic)."""
+
+    step: Counter
+    time: datetime
+
+
+class Heartbeat(_Model):
+    """The JSON held in the Lease's HEARTBEAT_ANNOTATION."""
+
+    state: PodState
+    in_process_restarts: Counter = Field(0, alias="inProcessRestarts")
+    in_job_restarts: Counter = Field(0, alias="inJobRestarts")
+    step: Counter = 0
+    checkpoint: CheckpointRef | None = None
+    #: Checkpoints skipped or coalesced because the previous save was still draining.
+    checkpoints_skipped: Counter = Field(0, alias="checkpointsSkipped")
+    fault: Fault | None = None
+
+    def to_annotation(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+
+def parse_heartbeat(annotations: dict[str, Any] | None) -> Heartbeat | None:
+    """The Heartbeat in a Lease's annotations, or None when absent or malformed.
+
+    Malformed content is never an error for the reader: a Lease is written by the workload, and
+    bad content must neither crash the operator nor trigger a reschedule on its own.
+    """
+    raw = (annotations or {}).get(HEARTBEAT_ANNOTATION)
+    if not isinstance(raw, str) or len(raw) > 16384:
+        return None
+    try:
+        return Heartbeat.model_validate_json(raw)
+    except (ValidationError, ValueError):
+        return None
+
+
+class InProcessConfig(_Model):
+    enabled: bool = True
+    soft_timeout_seconds: float = Field(60, alias="softTimeoutSeconds")
+    hard_timeout_seconds: float = Field(90, alias="hardTimeoutSeconds")
+    max_restarts: int = Field(10, alias="maxRestarts")
+
+
+class TrainerConfig(_Model):
+    """What the trainer entrypoint needs, as the operator computed it from the job spec."""
+
+    job_name: str = Field(alias="jobName")
+    command: list[str]
+    args: list[str] = []
+    nnodes: int
+    nproc_per_node: int = Field(alias="nprocPerNode")
+    #: host:port of the job's rendezvous (a Service in front of the rendezvous pod).
+    rdzv_endpoint: str = Field(alias="rdzvEndpoint")
+    rdzv_id: str = Field(alias="rdzvId")
+    max_in_job_restarts: int = Field(alias="maxInJobRestarts")
+    heartbeat_interval_seconds: float = Field(alias="heartbeatIntervalSeconds")
+    #: NVRx rank heartbeat timeouts (hang detection below the pod level).
+    rank_heartbeat_timeout_seconds: float = Field(alias="rankHeartbeatTimeoutSeconds")
+    rank_initial_timeout_seconds: float = Field(alias="rankInitialTimeoutSeconds")
+    in_process: InProcessConfig = Field(alias="inProcess")
+    checkpoint_dir: str = Field(alias="checkpointDir")
+    checkpoint_interval_steps: int = Field(alias="checkpointIntervalSteps")
+    checkpoints_to_keep: int = Field(2, alias="checkpointsToKeep")
+    max_no_progress_cycles: int = Field(3, alias="maxNoProgressCycles")
+    do_not_restart_exit_codes: list[int] = Field(
+        list(DEFAULT_DO_NOT_RESTART_EXIT_CODES), alias="doNotRestartExitCodes"
+    )
+
+    def to_env(self) -> str:
+        return self.model_dump_json(by_alias=True)
+
+    @classmethod
+    def from_env(cls, value: str) -> TrainerConfig:
+        return cls.model_validate(json.loads(value))
+
+
+def lease_name(pod_name: str) -> str:
+    """The heartbeat Lease of a pod has the pod's name."""
+    return pod_name
