@@ -1,0 +1,160 @@
+"""How a rank tells the pod's heartbeat agent what it is doing, at no measurable cost.
+
+Each rank owns one small JSON file, `<RTJ_STATUS_DIR>/rank-<LOCAL_RANK>.json`, rewritten
+atomically (temporary file + os.replace) so the agent never reads half a file. `step()` is called
+every training step: it only compares two numbers and writes when ~0.5 s have passed since the
+last write; everything else (state changes, checkpoints, faults) is written at once.
+
+    reporter = RankReporter.from_env()
+    reporter.state(PodState.TRAINING)
+    for step in ...:
+        ...
+        reporter.step(step)
+    reporter.checkpoint_committed(step, datetime.now(UTC))
+
+Without RTJ_STATUS_DIR (a script run outside the trainer runtime) every method is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from rtj.contract import ENV_STATUS_DIR, FaultSeverity, PodState
+
+from .runtime_env import ENV_PROGRESS_FILE
+
+#: Minimum seconds between two writes caused by step() alone.
+STEP_WRITE_INTERVAL_SECONDS = 0.5
+RANK_FILE_PREFIX = "rank-"
+RANK_FILE_SUFFIX = ".json"
+
+
+def rank_file_name(local_rank: int) -> str:
+    return f"{RANK_FILE_PREFIX}{local_rank}{RANK_FILE_SUFFIX}"
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def write_json_atomic(path: str, payload: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+class RankReporter:
+    """Writes this rank's status file. Not thread-safe by design: call it from the training loop."""
+
+    def __init__(
+        self,
+        status_dir: str | None,
+        *,
+        rank: int = 0,
+        local_rank: int = 0,
+        in_job_restarts: int = 0,
+        progress_file: str | None = None,
+        write_interval: float = STEP_WRITE_INTERVAL_SECONDS,
+    ) -> None:
+        self._path = os.path.join(status_dir, rank_file_name(local_rank)) if status_dir else None
+        self._progress_file = progress_file
+        self._interval = write_interval
+        self._last_write = 0.0
+        self._doc: dict[str, Any] = {
+            "rank": rank,
+            "localRank": local_rank,
+            "pid": os.getpid(),
+            "state": PodState.STARTING.value,
+            "step": None,
+            "inProcessRestarts": 0,
+            "inJobRestarts": in_job_restarts,
+            "checkpoint": None,
+            "checkpointsSkipped": 0,
+            "fault": None,
+            "updated": None,
+        }
+        if self._path:
+            os.makedirs(status_dir, exist_ok=True)  # type: ignore[arg-type]
+            self._write()
+
+    @classmethod
+    def from_env(cls) -> RankReporter:
+        env = os.environ
+        return cls(
+            env.get(ENV_STATUS_DIR) or None,
+            rank=int(env.get("RANK", "0")),
+            local_rank=int(env.get("LOCAL_RANK", "0")),
+            in_job_restarts=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+            progress_file=env.get(ENV_PROGRESS_FILE) or None,
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self._path is not None
+
+    # --- the hot path -----------------------------------------------------------------------
+    def step(self, n: int) -> None:
+        """Record the current training step; writes at most every `write_interval` seconds."""
+        self._doc["step"] = n
+        if self._path is None:
+            return
+        now = time.monotonic()
+        if now - self._last_write >= self._interval:
+            self._write(now)
+
+    # --- events (written at once) -----------------------------------------------------------
+    def state(self, state: PodState) -> None:
+        if self._doc["state"] != state.value:
+            self._doc["state"] = state.value
+            self._write()
+
+    def checkpoint_committed(self, step: int, when: datetime | None = None) -> None:
+        """A checkpoint of `step` is complete and atomic on storage (call it on every rank)."""
+        when = when or datetime.now(UTC)
+        self._doc["checkpoint"] = {"step": int(step), "time": when.isoformat()}
+        self._write()
+        # The no-progress file: one writer per pod (local rank 0) suffices; it holds the newest
+        # committed step so a restart cycle without a newer checkpoint counts as no progress.
+        if self._progress_file and self._doc["localRank"] == 0:
+            tmp = f"{self._progress_file}.tmp.{os.getpid()}"
+            with open(tmp, "w") as f:
+                f.write(f"{int(step)}\n")
+            os.replace(tmp, self._progress_file)
+
+    def checkpoint_skipped(self) -> None:
+        self._doc["checkpointsSkipped"] += 1
+        self._write()
+
+    def in_process_restart(self, count: int) -> None:
+        """The in-process wrapper re-entered the train function for the `count`-th time."""
+        self._doc["inProcessRestarts"] = int(count)
+        self._doc["state"] = PodState.IN_PROCESS_RESTARTING.value
+        self._write()
+
+    def fault(self, severity: FaultSeverity, reason: str, message: str = "") -> None:
+        self._doc["fault"] = {
+            "severity": FaultSeverity(severity).value,
+            "reason": reason[:128],
+            "message": message[:1024],
+            "time": _now_iso(),
+        }
+        self._write()
+
+    def finished(self) -> None:
+        self.state(PodState.FINISHED)
+
+    def _write(self, now: float | None = None) -> None:
+        if self._path is None:
+            return
+        self._last_write = time.monotonic() if now is None else now
+        self._doc["updated"] = _now_iso()
+        try:
+            write_json_atomic(self._path, self._doc)
+        except OSError:
+            # Reporting must never break training; the agent sees a stale file instead.
+            pass

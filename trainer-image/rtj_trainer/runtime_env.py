@@ -1,0 +1,136 @@
+"""The environment the entrypoint gives each rank, and how a training script reads it.
+
+The entrypoint (`rtj-trainer launch`) turns the operator's `TrainerConfig` into the variables
+below (`rank_env_vars`); ft_launcher passes them through to every rank, adding the torch elastic
+ones (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, ...).
+A training script reads everything with one call::
+
+    from rtj_trainer.runtime_env import RankEnv
+    env = RankEnv.from_env()
+    env.checkpoint_dir, env.checkpoint_interval_steps, env.rank, env.in_process.soft_timeout_seconds
+
+Only the standard library and the contract are imported, so this is cheap to import in a rank.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rtj.contract import ENV_STATUS_DIR, TrainerConfig
+
+ENV_JOB_NAME = "RTJ_JOB_NAME"
+ENV_CHECKPOINT_DIR = "RTJ_CHECKPOINT_DIR"
+ENV_CHECKPOINT_INTERVAL_STEPS = "RTJ_CHECKPOINT_INTERVAL_STEPS"
+ENV_CHECKPOINTS_TO_KEEP = "RTJ_CHECKPOINTS_TO_KEEP"
+#: The file holding the step of the last committed checkpoint; ft_launcher (0.7) reads it to stop
+#: restarting when no progress is made (exit 93), the 0.4.1 emulation in the entrypoint too.
+ENV_PROGRESS_FILE = "RTJ_PROGRESS_FILE"
+ENV_INPROCESS_ENABLED = "RTJ_INPROCESS_ENABLED"
+ENV_INPROCESS_SOFT_TIMEOUT = "RTJ_INPROCESS_SOFT_TIMEOUT_SECONDS"
+ENV_INPROCESS_HARD_TIMEOUT = "RTJ_INPROCESS_HARD_TIMEOUT_SECONDS"
+ENV_INPROCESS_MAX_RESTARTS = "RTJ_INPROCESS_MAX_RESTARTS"
+#: "gloo" or "nccl"; "auto" (default) picks nccl when CUDA is available.
+ENV_DIST_BACKEND = "RTJ_DIST_BACKEND"
+#: Seconds for collective timeouts (process group); must stay well under the in-process hard timeout.
+ENV_COLLECTIVE_TIMEOUT = "RTJ_COLLECTIVE_TIMEOUT_SECONDS"
+
+
+@dataclass(frozen=True)
+class InProcessSettings:
+    enabled: bool
+    soft_timeout_seconds: float
+    hard_timeout_seconds: float
+    max_restarts: int
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """Everything a rank needs to know about itself and the job, read from the environment."""
+
+    job_name: str
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    #: In-job (launcher) restart count: torch elastic's TORCHELASTIC_RESTART_COUNT.
+    restart_count: int
+    status_dir: str | None
+    checkpoint_dir: str
+    checkpoint_interval_steps: int
+    checkpoints_to_keep: int
+    progress_file: str | None
+    in_process: InProcessSettings
+    dist_backend: str
+    collective_timeout_seconds: float
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RankEnv:
+        env = os.environ if environ is None else environ
+
+        def _int(name: str, default: int) -> int:
+            raw = env.get(name, "")
+            return int(raw) if raw.strip() else default
+
+        def _float(name: str, default: float) -> float:
+            raw = env.get(name, "")
+            return float(raw) if raw.strip() else default
+
+        hard_timeout = _float(ENV_INPROCESS_HARD_TIMEOUT, 90.0)
+        return cls(
+            job_name=env.get(ENV_JOB_NAME, "local"),
+            rank=_int("RANK", 0),
+            local_rank=_int("LOCAL_RANK", 0),
+            world_size=_int("WORLD_SIZE", 1),
+            local_world_size=_int("LOCAL_WORLD_SIZE", 1),
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=_int("MASTER_PORT", 29500),
+            restart_count=_int("TORCHELASTIC_RESTART_COUNT", 0),
+            status_dir=env.get(ENV_STATUS_DIR) or None,
+            checkpoint_dir=env.get(ENV_CHECKPOINT_DIR, "./checkpoints"),
+            checkpoint_interval_steps=_int(ENV_CHECKPOINT_INTERVAL_STEPS, 100),
+            checkpoints_to_keep=_int(ENV_CHECKPOINTS_TO_KEEP, 2),
+            progress_file=env.get(ENV_PROGRESS_FILE) or None,
+            in_process=InProcessSettings(
+                enabled=env.get(ENV_INPROCESS_ENABLED, "1").lower() in ("1", "true", "yes"),
+                soft_timeout_seconds=_float(ENV_INPROCESS_SOFT_TIMEOUT, 60.0),
+                hard_timeout_seconds=hard_timeout,
+                max_restarts=_int(ENV_INPROCESS_MAX_RESTARTS, 10),
+            ),
+            dist_backend=_resolve_backend(env.get(ENV_DIST_BACKEND, "auto")),
+            # Default: a third of the hard timeout, so a broken collective fails (and the wrapper
+            # restarts in-process) long before the hard timeout kills the rank.
+            collective_timeout_seconds=_float(ENV_COLLECTIVE_TIMEOUT, max(1.0, hard_timeout / 3)),
+        )
+
+
+def _resolve_backend(value: str) -> str:
+    value = value.strip().lower() or "auto"
+    if value != "auto":
+        return value
+    try:
+        import torch
+
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    except ImportError:
+        return "gloo"
+
+
+def rank_env_vars(cfg: TrainerConfig, *, status_dir: str, progress_file: str) -> dict[str, str]:
+    """The variables the entrypoint sets for its ranks (ft_launcher passes them through)."""
+    ip = cfg.in_process
+    return {
+        ENV_JOB_NAME: cfg.job_name,
+        ENV_STATUS_DIR: status_dir,
+        ENV_CHECKPOINT_DIR: cfg.checkpoint_dir,
+        ENV_CHECKPOINT_INTERVAL_STEPS: str(cfg.checkpoint_interval_steps),
+        ENV_CHECKPOINTS_TO_KEEP: str(cfg.checkpoints_to_keep),
+        ENV_PROGRESS_FILE: progress_file,
+        ENV_INPROCESS_ENABLED: "1" if ip.enabled else "0",
+        ENV_INPROCESS_SOFT_TIMEOUT: repr(float(ip.soft_timeout_seconds)),
+        ENV_INPROCESS_HARD_TIMEOUT: repr(float(ip.hard_timeout_seconds)),
+        ENV_INPROCESS_MAX_RESTARTS: str(ip.max_restarts),
+    }
