@@ -17,6 +17,7 @@ Without RTJ_STATUS_DIR (a script run outside the trainer runtime) every method i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -153,8 +154,6 @@ class RankReporter:
             return
         self._last_write = time.monotonic() if now is None else now
         self._doc["updated"] = _now_iso()
-        try:
+        # Reporting must never break training; the agent sees a stale file instead.
+        with contextlib.suppress(OSError):
             write_json_atomic(self._path, self._doc)
-        except OSError:
-            # Reporting must never break training; the agent sees a stale file instead.
-            pass
