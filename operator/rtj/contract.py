@@ -61,6 +61,16 @@ ENV_STATUS_DIR = "RTJ_STATUS_DIR"
 
 # --- Heartbeat Lease (writer: trainer heartbeat agent; reader: operator) ---------------------------
 HEARTBEAT_ANNOTATION = f"{API_GROUP}/heartbeat"
+#: Labels the heartbeat agent MUST put on its Lease (writer: trainer heartbeat agent, copying the
+#: values from its TrainerConfig/pod; reader: the operator's watch, which selects Leases by
+#: LABEL_JOB so it never watches the cluster's other Leases, e.g. kubelet node leases).
+LEASE_LABELS = (LABEL_JOB,)
+#: Hot-spare promotion signal, on a spare pod's Lease (writer: operator; reader: the spare's
+#: heartbeat agent, on its next renewal). Value: the node slot ("0".."nodes-1") the spare takes
+#: over. A standby trainer (TrainerConfig.standby) starts ft_launcher and joins the rendezvous
+#: only once this annotation is present; the agent must preserve it when renewing the Lease
+#: (update with a merge patch or copy unknown annotations back).
+ASSIGNED_SLOT_ANNOTATION = f"{API_GROUP}/assigned-slot"
 #: Upper bound on counters and steps accepted from a Lease; larger values are malformed.
 MAX_COUNTER = 2**53
 
@@ -90,6 +100,8 @@ class PodState(StrEnum):
     IN_JOB_RESTARTING = "InJobRestarting"
     CHECKPOINTING = "Checkpointing"
     FINISHED = "Finished"
+    #: A hot spare started ahead of need, heartbeating, not in the rendezvous (TrainerConfig.standby).
+    STANDBY = "Standby"
 
 
 class FaultSeverity(StrEnum):
@@ -184,6 +196,9 @@ class TrainerConfig(_Model):
     do_not_restart_exit_codes: list[int] = Field(
         list(DEFAULT_DO_NOT_RESTART_EXIT_CODES), alias="doNotRestartExitCodes"
     )
+    #: Hot spare (writer: operator pod builder; reader: trainer entrypoint): heartbeat in state
+    #: STANDBY and wait for ASSIGNED_SLOT_ANNOTATION on the own Lease before launching.
+    standby: bool = False
 
     def to_env(self) -> str:
         return self.model_dump_json(by_alias=True)

@@ -326,6 +326,30 @@ class NodeSlotStatus(ApiModel):
     attempt: int = Field(0, description="Attempt number of the pod in this slot.")
     state: str = Field("", description="Pod state from its heartbeat (or Pending/Missing).")
     last_heartbeat_time: datetime | None = Field(None, description="Last heartbeat renewal seen.")
+    in_process_restarts: int = Field(
+        0, description="In-process restarts the slot's current pod reported (last seen; the operator's "
+        "bookkeeping for counting deltas exactly once)."
+    )
+    in_job_restarts: int = Field(
+        0, description="In-job restarts the slot's current pod reported (last seen)."
+    )
+    last_fault_reason: str = Field("", description="Reason of the last fault seen in this slot.")
+    recovering_since: datetime | None = Field(
+        None, description="When the slot's ongoing recovery was detected; cleared once back to Training."
+    )
+    recovering_level: str = Field(
+        "", description="Ladder level of the ongoing recovery (InProcess, InJob, Pod)."
+    )
+
+
+class SpareStatus(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    index: int = Field(description="Hot spare index (0 .. hotSpares-1).")
+    pod: str = Field("", description="Spare pod currently standing by.")
+    node: str = Field("", description="Node the spare runs on.")
+    attempt: int = Field(0, description="Attempt number of the spare pod (the name encodes it).")
+    state: str = Field("", description="Standby when ready to take over a slot.")
 
 
 class JobStatus(ApiModel):
@@ -343,6 +367,12 @@ class JobStatus(ApiModel):
     last_checkpoint: CheckpointStatus | None = Field(None, description="Last committed checkpoint of the job.")
     node_slots: list[NodeSlotStatus] = Field(default_factory=list, description="Per-node details.")
     quarantined_nodes: list[str] = Field(default_factory=list, description="Nodes this job quarantined.")
+    spares: list[SpareStatus] = Field(default_factory=list, description="Hot spares standing by.")
+    lost_seconds: float = Field(
+        0, description="Wall time during which some slot was recovering (summed when recoveries end); "
+        "goodput = 1 - lostSeconds / (now - startTime)."
+    )
+    degraded_since: datetime | None = Field(None, description="When the ongoing recovery of some slot began.")
     start_time: datetime | None = Field(None, description="When the job first ran.")
     completion_time: datetime | None = Field(None, description="When it Succeeded or Failed.")
 
@@ -362,5 +392,5 @@ class ResilientTrainingJob(ApiModel):
 __all__ = [
     "Checkpoint", "CheckpointStatus", "Condition", "ConditionType", "EnvVar", "FaultTolerance", "FsxSource",
     "InProcessRestart", "JobSpec", "JobStatus", "NodeSlotStatus", "Placement", "PodState", "PodTemplateOverrides",
-    "PvcSource", "ResilientTrainingJob", "Resources", "RestartCounts", "Toleration",
+    "PvcSource", "ResilientTrainingJob", "Resources", "RestartCounts", "SpareStatus", "Toleration",
 ]
