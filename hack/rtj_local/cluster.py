@@ -1,0 +1,517 @@
+"""A real, local Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and KWOK (fake nodes), each a background process of ours.
+
+    python -m rtj_local.cluster up [--nodes N] [--fresh]   # start (or reuse a healthy one)
+    python -m rtj_local.cluster status | env | down
+    python -m rtj_local.cluster stop|start|logs COMPONENT   # e.g. stop kube-apiserver (outage tests)
+
+Everything lives under the run dir (default <repo>/.run/cluster, or $RTJ_RUN_DIR): kubeconfig (admin,
+system:masters), env (shell exports), logs/<component>.log, pids/<component>.pid, pki/, etcd/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rtj_local import nodes as nodes_mod
+from rtj_local.kubeconfig import build_kubeconfig, write_kubeconfig
+from rtj_local.pki import make_pki
+from rtj_local.procs import log_tail, read_pidfile, spawn, stop
+from rtj_local.versions import BUILD_SCRIPT, REPO_ROOT, bin_path, kwok_stages_path, missing_binaries, versions
+from rtj_local.wait import WaitTimeout, wait_for
+
+# Start order; stopped in reverse.
+COMPONENTS: tuple[str, ...] = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"  # KWOK hands out pod IPs from here
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+ADMIN_USER = "rtj-admin"
+
+
+class ClusterError(RuntimeError):
+    """A component failed to start or become healthy; the message carries its log tail."""
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    # How long the node lifecycle controller waits for a node's Lease/heartbeat before marking it
+    # NotReady (upstream default 50s). Shortened so outage tests run quickly.
+    node_monitor_grace_period: str = "20s"
+    node_monitor_period: str = "2s"
+    # KWOK renews each fake node's Lease every quarter of this (upstream default 40s).
+    node_lease_duration_seconds: int = 20
+    start_timeout: float = 120.0
+
+
+def default_run_dir() -> Path:
+    return Path(os.environ.get("RTJ_RUN_DIR", REPO_ROOT / ".run" / "cluster"))
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    """Handle on the cluster in `run_dir`. Cheap to construct; `up()` starts it, `down()` stops it.
+    Any process can operate on a cluster another process started (state is on disk)."""
+
+    def __init__(self, run_dir: Path | None = None, options: ClusterOptions | None = None) -> None:
+        self.run_dir = (run_dir or default_run_dir()).resolve()
+        self.options = options or ClusterOptions()
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ---- paths and state -------------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        """Admin kubeconfig (token of a system:masters user)."""
+        return self.run_dir / "kubeconfig"
+
+    @property
+    def env_file(self) -> Path:
+        return self.run_dir / "env"
+
+    @property
+    def pki(self) -> Path:
+        return self.run_dir / "pki"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.pki / "ca.crt"
+
+    def log_file(self, component: str) -> Path:
+        return self.run_dir / "logs" / f"{component}.log"
+
+    def _pidfile(self, component: str) -> Path:
+        return self.run_dir / "pids" / f"{component}.pid"
+
+    def _state(self) -> dict:
+        try:
+            return json.loads((self.run_dir / "state.json").read_text())
+        except FileNotFoundError:
+            raise ClusterError(f"no cluster state in {self.run_dir}: run `up` first") from None
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return self._state()["ports"]
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['kube-apiserver']}"
+
+    @property
+    def admin_token(self) -> str:
+        return self._state()["tokens"][ADMIN_USER]
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        """Serialises up/down between processes (e.g. two pytest sessions)."""
+        self.run_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir.parent / f".{self.run_dir.name}.lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+    def up(self, nodes: int = 4, fresh: bool = False) -> LocalCluster:
+        """Starts the cluster with `nodes` fake p5 nodes, or reuses a healthy one (unless `fresh`)."""
+        with self._lock():
+            if not fresh and self.is_healthy():
+                return self
+            self._down_locked()
+            self._ensure_binaries()
+            t0 = time.monotonic()
+            try:
+                self._prepare_run_dir()
+                for component in COMPONENTS:
+                    self._spawn(component)
+                    if component in ("etcd", "kube-apiserver"):  # the rest start in parallel
+                        self._wait_healthy(component)
+                for component in COMPONENTS[2:]:
+                    self._wait_healthy(component)
+                self._wait_default_service_account()
+                if nodes:
+                    self.create_nodes(nodes_mod.p5_nodes(nodes))
+            except BaseException:
+                self._down_locked()
+                raise
+            self._write_env_file()
+            state = self._state()
+            state["started_seconds"] = round(time.monotonic() - t0, 1)
+            (self.run_dir / "state.json").write_text(json.dumps(state, indent=2))
+        return self
+
+    def down(self) -> None:
+        """Stops every component (SIGTERM, then SIGKILL) and leaves the run dir (logs) in place."""
+        with self._lock():
+            self._down_locked()
+
+    def _down_locked(self) -> None:
+        for component in reversed(COMPONENTS):
+            stop(self._pidfile(component), children=self._children)
+
+    def stop_component(self, component: str, grace: float = 10.0) -> None:
+        """Stops one component, e.g. "kube-apiserver" or "etcd" for outage tests; state is kept."""
+        self._check_component(component)
+        stop(self._pidfile(component), grace=grace, children=self._children)
+
+    def start_component(self, component: str, wait: bool = True) -> None:
+        """(Re)starts one component with the same ports, certificates and data; waits until healthy."""
+        self._check_component(component)
+        if self.running(component):
+            return
+        self._spawn(component)
+        if wait:
+            self._wait_healthy(component)
+
+    def running(self, component: str) -> bool:
+        return read_pidfile(self._pidfile(component)) is not None
+
+    def healthy(self, component: str) -> bool:
+        return self.running(component) and self._probe(component)
+
+    def status(self) -> dict[str, bool]:
+        """Component -> healthy."""
+        if not (self.run_dir / "state.json").exists():
+            return dict.fromkeys(COMPONENTS, False)
+        return {c: self.healthy(c) for c in COMPONENTS}
+
+    def is_healthy(self) -> bool:
+        return all(self.status().values())
+
+    def logs(self, component: str, lines: int = 50) -> str:
+        return log_tail(self.log_file(component), lines)
+
+    @staticmethod
+    def _check_component(component: str) -> None:
+        if component not in COMPONENTS:
+            raise ValueError(f"unknown component {component!r}; one of {', '.join(COMPONENTS)}")
+
+    def _ensure_binaries(self) -> None:
+        if missing_binaries():
+            subprocess.run(["bash", str(BUILD_SCRIPT)], check=True)
+            if missing := missing_binaries():
+                raise ClusterError(f"{BUILD_SCRIPT} did not produce: {', '.join(missing)}")
+
+    def _prepare_run_dir(self) -> None:
+        if self.run_dir.exists():
+            shutil.rmtree(self.run_dir)
+        for sub in ("logs", "pids", "etcd", "kubeconfigs"):
+            (self.run_dir / sub).mkdir(parents=True)
+        make_pki(self.pki)
+        ports = {c: _free_port() for c in COMPONENTS}
+        ports["etcd-peer"] = _free_port()
+        tokens = {
+            ADMIN_USER: secrets.token_hex(16),
+            "system:kube-controller-manager": secrets.token_hex(16),
+            "system:kube-scheduler": secrets.token_hex(16),
+            "kwok": secrets.token_hex(16),
+        }
+        # token,user,uid,"groups". KWOK acts for many nodes (status, leases, pods): system:masters.
+        groups = {ADMIN_USER: "system:masters", "kwok": "system:masters"}
+        (self.pki / "tokens.csv").write_text(
+            "".join(f'{tok},{user},{user},"{groups.get(user, "")}"\n' for user, tok in tokens.items())
+        )
+        (self.pki / "tokens.csv").chmod(0o600)
+        state = {"ports": ports, "tokens": tokens, "versions": versions()}
+        (self.run_dir / "state.json").write_text(json.dumps(state, indent=2))
+        write_kubeconfig(self.kubeconfig, self._kubeconfig_dict(tokens[ADMIN_USER], ADMIN_USER))
+        for user in ("system:kube-controller-manager", "system:kube-scheduler", "kwok"):
+            write_kubeconfig(self._component_kubeconfig(user), self._kubeconfig_dict(tokens[user], user))
+
+    def _component_kubeconfig(self, user: str) -> Path:
+        return self.run_dir / "kubeconfigs" / f"{user.removeprefix('system:')}.kubeconfig"
+
+    def _kubeconfig_dict(self, token: str, user: str, namespace: str | None = None) -> dict:
+        return build_kubeconfig(self.server, self.ca_file.read_bytes(), token, user, namespace)
+
+    # ---- processes --------------------------------------------------------------------------------
+    def _argv(self, component: str) -> list[str]:
+        p, pki, opts = self.ports, self.pki, self.options
+        b = str(bin_path(component))
+        loop = "127.0.0.1"
+        if component == "etcd":
+            peer = f"http://{loop}:{p['etcd-peer']}"
+            client = f"http://{loop}:{p['etcd']}"
+            return [
+                b,
+                "--name=rtj",
+                f"--data-dir={self.run_dir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=rtj={peer}",
+                "--initial-cluster-state=new",
+                # A throwaway test store: skip fsync (much faster on slow disks).
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ]
+        if component == "kube-apiserver":
+            return [
+                b,
+                f"--etcd-servers=http://{loop}:{p['etcd']}",
+                f"--bind-address={loop}",
+                f"--advertise-address={loop}",
+                f"--secure-port={p[component]}",
+                f"--cert-dir={pki / 'apiserver-certs'}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--token-auth-file={pki / 'tokens.csv'}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                f"--service-account-issuer={SA_ISSUER}",
+                f"--api-audiences={SA_ISSUER}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",
+                "--profiling=false",
+                # Default admission plugins (ServiceAccount, DefaultTolerationSeconds, ResourceQuota,
+                # PodSecurity, TaintNodesByCondition, webhooks, ...) plus NodeRestriction.
+                "--enable-admission-plugins=NodeRestriction",
+            ]
+        if component == "kube-controller-manager":
+            kc = self._component_kubeconfig("system:kube-controller-manager")
+            return [
+                b,
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                f"--bind-address={loop}",
+                f"--secure-port={p[component]}",
+                f"--cert-dir={pki / 'kcm-certs'}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+                f"--cluster-signing-key-file={pki / 'ca.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allocate-node-cidrs=false",
+                "--cluster-name=rtj-local",
+                "--controllers=*",
+                f"--node-monitor-grace-period={opts.node_monitor_grace_period}",
+                f"--node-monitor-period={opts.node_monitor_period}",
+                "--profiling=false",
+            ]
+        if component == "kube-scheduler":
+            kc = self._component_kubeconfig("system:kube-scheduler")
+            return [
+                b,
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                f"--bind-address={loop}",
+                f"--secure-port={p[component]}",
+                f"--cert-dir={pki / 'scheduler-certs'}",
+                "--leader-elect=false",
+                "--profiling=false",
+            ]
+        if component == "kwok":
+            selector = f"{nodes_mod.KWOK_ANNOTATION_KEY}={nodes_mod.KWOK_ANNOTATION_VALUE}"
+            return [
+                b,
+                f"--kubeconfig={self._component_kubeconfig('kwok')}",
+                f"--config={kwok_stages_path()}",
+                # Only nodes carrying the annotation: nodes of the local node agent are left alone.
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={selector}",
+                f"--server-address={loop}:{p[component]}",
+                f"--cidr={POD_CIDR}",
+                f"--node-ip={loop}",
+                f"--node-lease-duration-seconds={opts.node_lease_duration_seconds}",
+            ]
+        raise ValueError(component)
+
+    def _spawn(self, component: str) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env["HOME"] = str(self.run_dir)  # kwok reads ~/.kwok; keep components off the user's home
+        proc = spawn(self._argv(component), self.log_file(component), self._pidfile(component), env=env)
+        self._children[proc.pid] = proc
+
+    def _probe(self, component: str) -> bool:
+        p = self.ports[component]
+        if component == "etcd":
+            url, ctx, token = f"http://127.0.0.1:{p}/health", None, None
+        elif component == "kube-apiserver":
+            url, token = f"https://127.0.0.1:{p}/readyz", self.admin_token
+            ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        elif component == "kwok":
+            url, ctx, token = f"http://127.0.0.1:{p}/healthz", None, None
+        else:  # controller-manager and scheduler serve /healthz with a self-signed cert of their own
+            url, token = f"https://127.0.0.1:{p}/healthz", None
+            ctx = ssl._create_unverified_context()
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(req, timeout=2, context=ctx) as resp:
+                body = resp.read()
+        except (urllib.error.URLError, OSError):
+            return False
+        return b'"health":"true"' in body if component == "etcd" else True
+
+    def _wait_healthy(self, component: str) -> None:
+        def check() -> bool:
+            if not self.running(component):
+                raise ClusterError(self._failure(component, "exited"))
+            return self._probe(component)
+
+        try:
+            wait_for(check, self.options.start_timeout, 0.2, f"{component} to become healthy")
+        except WaitTimeout:
+            raise ClusterError(self._failure(component, "did not become healthy")) from None
+
+    def _failure(self, component: str, what: str) -> str:
+        log = self.log_file(component)
+        return f"{component} {what}; last lines of {log}:\n{log_tail(log, 40)}"
+
+    def _wait_default_service_account(self) -> None:
+        # Pods cannot be created in a namespace before its "default" ServiceAccount exists: a cheap
+        # end-to-end check that the controller-manager works.
+        wait_for(
+            lambda: (
+                self.kubectl("get", "serviceaccount/default", "-n", "default", check=False).returncode == 0
+            ),
+            60,
+            0.3,
+            "ServiceAccount default/default (created by kube-controller-manager)",
+        )
+
+    # ---- client helpers ---------------------------------------------------------------------------
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs the cached kubectl against this cluster as admin."""
+        proc = subprocess.run(
+            [str(bin_path("kubectl")), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
+        return proc
+
+    def apply(self, objects: Sequence[dict]) -> None:
+        items = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
+        self.kubectl("apply", "-f", "-", input=json.dumps(items))
+
+    def create_nodes(self, node_objects: Sequence[dict], ready_timeout: float = 60) -> list[str]:
+        """Creates nodes (e.g. from `nodes.p5_nodes(n)`) and, for KWOK-managed ones, waits until Ready."""
+        self.apply(node_objects)
+        names = [n["metadata"]["name"] for n in node_objects]
+        kwok = [
+            n["metadata"]["name"]
+            for n in node_objects
+            if n["metadata"].get("annotations", {}).get(nodes_mod.KWOK_ANNOTATION_KEY)
+            == nodes_mod.KWOK_ANNOTATION_VALUE
+        ]
+        if kwok:
+            self.kubectl(
+                "wait",
+                "--for=condition=Ready",
+                f"--timeout={int(ready_timeout)}s",
+                *[f"node/{n}" for n in kwok],
+                timeout=ready_timeout + 10,
+            )
+        return names
+
+    def token_kubeconfig(
+        self, token: str, path: Path, user: str = "user", namespace: str | None = None
+    ) -> Path:
+        """Writes a kubeconfig for this cluster authenticating with `token`."""
+        return write_kubeconfig(path, self._kubeconfig_dict(token, user, namespace))
+
+    def service_account_kubeconfig(
+        self, namespace: str, service_account: str, path: Path | None = None, duration: str = "24h"
+    ) -> Path:
+        """Kubeconfig acting as a ServiceAccount (token from the TokenRequest API, like a pod's)."""
+        token = self.kubectl("create", "token", service_account, "-n", namespace, f"--duration={duration}")
+        path = path or self.run_dir / "kubeconfigs" / f"sa-{namespace}-{service_account}.kubeconfig"
+        return self.token_kubeconfig(token.stdout.strip(), path, f"{namespace}:{service_account}", namespace)
+
+    def env(self) -> dict[str, str]:
+        bin_dir = REPO_ROOT / ".run" / "bin"
+        return {
+            "KUBECONFIG": str(self.kubeconfig),
+            "RTJ_KUBECONFIG": str(self.kubeconfig),
+            "RTJ_RUN_DIR": str(self.run_dir),
+            "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+        }
+
+    def _write_env_file(self) -> None:
+        bin_dir = REPO_ROOT / ".run" / "bin"
+        lines = [f"export {k}={v}" for k, v in self.env().items() if k != "PATH"]
+        lines.append(f'export PATH="{bin_dir}:$PATH"')
+        self.env_file.write_text("\n".join(lines) + "\n")
+
+
+# ---- CLI ------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rtj_local.cluster", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", type=Path, default=None, help="default: .run/cluster or $RTJ_RUN_DIR")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the cluster, or reuse a healthy one")
+    up.add_argument("--nodes", type=int, default=4, help="fake p5.48xlarge nodes managed by KWOK")
+    up.add_argument("--fresh", action="store_true", help="stop and wipe any existing cluster first")
+    sub.add_parser("down", help="stop every component")
+    sub.add_parser("status", help="component health; exit 1 unless all are healthy")
+    sub.add_parser("env", help='print shell exports: eval "$(python -m rtj_local.cluster env)"')
+    for name in ("stop", "start", "logs"):
+        p = sub.add_parser(name, help=f"{name} one component")
+        p.add_argument("component", choices=COMPONENTS)
+    args = parser.parse_args(argv)
+    cluster = LocalCluster(args.run_dir)
+
+    if args.command == "up":
+        t0 = time.monotonic()
+        try:
+            cluster.up(nodes=args.nodes, fresh=args.fresh)
+        except ClusterError as e:
+            print(f"cluster up failed: {e}", file=sys.stderr)
+            return 1
+        print(f"cluster ready in {time.monotonic() - t0:.1f}s: {cluster.server}", file=sys.stderr)
+        print(f"  export KUBECONFIG={cluster.kubeconfig}   # or: source {cluster.env_file}", file=sys.stderr)
+    elif args.command == "down":
+        cluster.down()
+    elif args.command == "status":
+        st = cluster.status()
+        for component, ok in st.items():
+            print(f"{component:25} {'healthy' if ok else 'DOWN'}")
+        return 0 if all(st.values()) else 1
+    elif args.command == "env":
+        if not cluster.env_file.exists():
+            print("no cluster: run `python -m rtj_local.cluster up`", file=sys.stderr)
+            return 1
+        print(cluster.env_file.read_text(), end="")
+    elif args.command == "stop":
+        cluster.stop_component(args.component)
+    elif args.command == "start":
+        cluster.start_component(args.component)
+    elif args.command == "logs":
+        print(cluster.logs(args.component, 200))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Background processes that outlive the Python process which started them.
+
+Each process runs in its own session (so its own process group), with stdout/stderr appended to a log
+file. A pidfile holds "<pid> <start time>" so that any later process (e.g. `cluster down` from another
+shell) can stop it without mistaking a recycled pid for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks); None if gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may contain spaces
+    if fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def read_pidfile(pidfile: Path) -> int | None:
+    """The pid recorded in `pidfile` if that very process is still alive, else None."""
+    try:
+        pid_s, start = pidfile.read_text().split()
+    except (FileNotFoundError, ValueError):
+        return None
+    pid = int(pid_s)
+    return pid if _start_time(pid) == start else None
+
+
+def spawn(
+    argv: Sequence[str | os.PathLike[str]],
+    log_file: Path,
+    pidfile: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        log.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} start: {' '.join(map(str, argv))}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            [os.fspath(a) for a in argv],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+        )
+    start = _start_time(proc.pid)
+    pidfile.write_text(f"{proc.pid} {start}\n")
+    return proc
+
+
+def stop(
+    pidfile: Path, grace: float = 10.0, children: dict[int, subprocess.Popen[bytes]] | None = None
+) -> bool:
+    """SIGTERM to the process group, then SIGKILL after `grace` seconds. Returns True if it was running.
+
+    `children` maps pid -> Popen for processes this Python process started; they are reaped here so no
+    zombie is left behind.
+    """
+    pid = read_pidfile(pidfile)
+    pidfile.unlink(missing_ok=True)
+    if pid is None:
+        return False
+    for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)  # the process leads its own group (start_new_session)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if children and pid in children and children[pid].poll() is not None:
+                break
+            if _start_time(pid) is None:
+                break
+            time.sleep(0.05)
+        else:
+            continue
+        break
+    with contextlib.suppress(ProcessLookupError):  # sweep what is left in the group after its leader
+        os.killpg(pid, signal.SIGKILL)
+    if children and pid in children:
+        children.pop(pid).wait(timeout=5)
+    return True
+
+
+def log_tail(log_file: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(log_file.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return f"(no log at {log_file})"
