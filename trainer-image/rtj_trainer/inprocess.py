@@ -1,0 +1,155 @@
+"""In-process restart for a training function (NVRx `inprocess.Wrapper`), configured from RankEnv.
+
+API (for training scripts)::
+
+    from rtj_trainer.inprocess import run_with_inprocess_restart
+
+    def train(*, call_wrapper, restart_count: int) -> None:
+        # torch.distributed is initialized here (backend and timeout from RankEnv); do not call
+        # init_process_group / destroy_process_group yourself.
+        # restart_count: 0 on the first call, n on the n-th in-process restart in this process.
+        # Load the last committed checkpoint (or keep in-memory state) and train; raise on error.
+        # call_wrapper: the NVRx CallWrapper (None when in-process restart is disabled); use
+        # `with call_wrapper.atomic(): ...` around a section that must not be interrupted.
+        ...
+
+    run_with_inprocess_restart(train)  # env=RankEnv.from_env(), reporter=RankReporter.from_env()
+
+On an exception in any rank, every rank's `train` returns through an abort (the process group is
+torn down), and all ranks call `train` again with `restart_count + 1`, in the same processes.
+A rank stuck longer than the soft timeout is aborted the same way; past the hard timeout it is
+killed and ft_launcher restarts the workers (in-job restart). After `maxRestarts` in-process
+restarts the wrapper gives up, the rank exits non-zero, and ft_launcher takes over too.
+
+With in-process restart disabled (RankEnv.in_process.enabled false) `train` is called once, with
+`call_wrapper=None`, around the same process-group setup.
+"""
+
+import datetime
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from rtj.contract import FaultSeverity, PodState
+
+from . import nvrx_compat
+from .report import RankReporter
+from .runtime_env import RankEnv
+
+log = logging.getLogger(__name__)
+
+TrainFn = Callable[..., Any]
+
+#: Port offsets from MASTER_PORT (the port torch elastic gives rank 0 for the job's store).
+_WRAPPER_STORE_PORT_OFFSET = 2
+
+
+def _base_store(env: RankEnv) -> dist.TCPStore:
+    """The store each restart iteration's process group is built on (prefixed per iteration).
+
+    Under ft_launcher 0.4.1 (c10d rendezvous) nothing listens on MASTER_PORT: rank 0 hosts it.
+    When the launcher's agent already hosts it (TORCHELASTIC_USE_AGENT_STORE), every rank is a client.
+    """
+    agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False").lower() == "true"
+    return dist.TCPStore(
+        host_name=env.master_addr,
+        port=env.master_port,
+        world_size=env.world_size,
+        is_master=(env.rank == 0 and not agent_hosts),
+        multi_tenant=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=max(60.0, env.in_process.hard_timeout_seconds * 2)),
+        use_libuv=True,
+    )
+
+
+def _init_process_group(env: RankEnv, store: dist.Store, prefix: str) -> None:
+    if env.dist_backend == "nccl":
+        torch.cuda.set_device(env.local_rank)
+    dist.init_process_group(
+        backend=env.dist_backend,
+        store=dist.PrefixStore(prefix, store),
+        rank=int(os.environ.get("RANK", env.rank)),  # the wrapper may reassign ranks
+        world_size=int(os.environ.get("WORLD_SIZE", env.world_size)),
+        timeout=datetime.timedelta(seconds=env.collective_timeout_seconds),
+    )
+
+
+def _destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def run_with_inprocess_restart(
+    train_fn: TrainFn,
+    env: RankEnv | None = None,
+    reporter: RankReporter | None = None,
+) -> Any:
+    """Run `train_fn(call_wrapper=..., restart_count=...)` with NVRx in-process restart.
+
+    Returns what `train_fn` returned. See the module docstring for the contract of `train_fn`.
+    """
+    env = env or RankEnv.from_env()
+    reporter = reporter or RankReporter.from_env()
+    store = _base_store(env)
+
+    if not env.in_process.enabled:
+        _init_process_group(env, store, "pg0")
+        reporter.state(PodState.TRAINING)
+        try:
+            return train_fn(call_wrapper=None, restart_count=0)
+        finally:
+            _destroy_process_group()
+
+    from nvidia_resiliency_ext import inprocess
+
+    class _ReportRestart(inprocess.finalize.Finalize):
+        """Runs on every rank after an abort: record the fault and the restart for the heartbeat."""
+
+        def __call__(self, state: Any) -> Any:
+            exc = state.fn_exception
+            if exc is not None:
+                reporter.fault(FaultSeverity.SOFT, "RankException", f"{type(exc).__name__}: {exc}")
+            reporter.in_process_restart(state.iteration + 1)
+            return state
+
+    def _wrapped(call_wrapper: inprocess.CallWrapper = None) -> Any:  # type: ignore[assignment]
+        iteration = call_wrapper.iteration
+        _init_process_group(env, store, f"pg{iteration}")
+        reporter.state(PodState.TRAINING)
+        return train_fn(call_wrapper=call_wrapper, restart_count=iteration)
+
+    health_checks: list[Any] = []
+    if env.dist_backend == "nccl" and torch.cuda.is_available():
+        health_checks.append(inprocess.health_check.CudaHealthCheck())
+    soft = env.in_process.soft_timeout_seconds
+    hard = env.in_process.hard_timeout_seconds
+    wrapper = inprocess.Wrapper(
+        store_kwargs={
+            "host_name": env.master_addr,
+            "port": env.master_port + _WRAPPER_STORE_PORT_OFFSET,
+            "timeout": datetime.timedelta(seconds=max(60.0, 2 * hard)),
+        },
+        initialize=inprocess.initialize.RetryController(max_iterations=env.in_process.max_restarts + 1),
+        abort=inprocess.abort.AbortTorchDistributed(),
+        finalize=_ReportRestart(),
+        health_check=inprocess.Compose(*health_checks) if health_checks else None,
+        monitor_thread_interval=datetime.timedelta(seconds=min(1.0, soft / 4)),
+        monitor_process_interval=datetime.timedelta(seconds=min(1.0, soft / 4)),
+        progress_watchdog_interval=datetime.timedelta(seconds=min(1.0, soft / 4)),
+        heartbeat_interval=datetime.timedelta(seconds=min(1.0, soft / 4)),
+        soft_timeout=datetime.timedelta(seconds=soft),
+        hard_timeout=datetime.timedelta(seconds=hard),
+        heartbeat_timeout=datetime.timedelta(seconds=max(hard, 30.0)),
+        barrier_timeout=datetime.timedelta(seconds=max(hard, 30.0) * 2),
+        completion_timeout=datetime.timedelta(seconds=max(hard, 30.0) * 2),
+        last_call_wait=datetime.timedelta(seconds=min(1.0, soft / 4)),
+    )
+    nvrx_compat.cpu_safe_restart_health_check(wrapper)
+    try:
+        return wrapper(_wrapped)()
+    finally:
+        _destroy_process_group()
