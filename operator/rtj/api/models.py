@@ -9,16 +9,28 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from rtj.contract import DEFAULT_DO_NOT_RESTART_EXIT_CODES, PodState
 
+
+def _int_to_str(value: Any) -> Any:
+    # YAML `cpu: 180` is an integer; Kubernetes quantities accept both spellings.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+#: A Kubernetes resource quantity ("180", "1800Gi", "500m"); an integer is accepted too (int-or-string).
 Quantity = Annotated[
     str,
-    Field(pattern=r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$", max_length=32),
+    Field(
+        pattern=r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$",
+        max_length=32,
+        json_schema_extra={"x-kubernetes-int-or-string": True},
+    ),
+    BeforeValidator(_int_to_str),
 ]
 DnsLabel = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
 
@@ -29,15 +41,32 @@ class ApiModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
-def cel(*rules: tuple[str, str]) -> dict[str, Any]:
-    """`json_schema_extra` for CEL rules given as (rule, message) pairs."""
-    return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
+def cel(*rules: tuple[str, str] | tuple[str, str, str]) -> dict[str, Any]:
+    """`json_schema_extra` for CEL rules given as (rule, message) or (rule, message, fieldPath).
+
+    fieldPath (e.g. ".procsPerNode") makes the API server report the rejection at that field
+    rather than at the object holding the rule.
+    """
+    out = []
+    for rule, message, *field_path in rules:
+        item = {"rule": rule, "message": message}
+        if field_path:
+            item["fieldPath"] = field_path[0]
+        out.append(item)
+    return {"x-kubernetes-validations": out}
+
+
+def immutable(what: str) -> dict[str, Any]:
+    """A transition rule on a field that exists in every version of the object (oldSelf is set on update)."""
+    return cel(("self == oldSelf", f"{what} is immutable; create a new job to change it"))
 
 
 # ---------------------------------------------------------------------------------------------
 # spec
 # ---------------------------------------------------------------------------------------------
 class EnvVar(ApiModel):
+    """A plain environment variable of the trainer container."""
+
     name: str = Field(
         description="Environment variable name.", pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", max_length=256
     )
@@ -45,15 +74,19 @@ class EnvVar(ApiModel):
 
 
 class Toleration(ApiModel):
-    key: str = Field("", description="Taint key the toleration applies to; empty matches all keys.")
-    operator: str = Field("Equal", description="Equal or Exists.", pattern=r"^(Equal|Exists)$")
-    value: str = Field("", description="Taint value the toleration matches (operator Equal).")
-    effect: str = Field(
-        "", description="NoSchedule, PreferNoSchedule or NoExecute; empty matches all effects.",
-        pattern=r"^(|NoSchedule|PreferNoSchedule|NoExecute)$",
+    """A core/v1 Toleration of the trainer pods."""
+
+    key: str = Field(
+        "", description="Taint key the toleration applies to; empty matches all keys.", max_length=316
+    )
+    operator: Literal["Equal", "Exists"] = Field("Equal", description="Equal or Exists.")
+    value: str = Field("", description="Taint value the toleration matches (operator Equal).", max_length=63)
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        "", description="NoSchedule, PreferNoSchedule or NoExecute; empty matches all effects."
     )
     toleration_seconds: int | None = Field(
-        None, description="For NoExecute: how long the pod stays bound after the taint appears.", ge=0
+        None, description="For NoExecute: how long the pod stays bound after the taint appears.", ge=0,
+        le=2**31 - 1,
     )
 
 
@@ -65,8 +98,9 @@ class Placement(ApiModel):
         description="EC2 instance type of the node group (matched against node.kubernetes.io/instance-type).",
         min_length=1, max_length=63,
     )
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Extra node labels the pods require (e.g. a node group or zone)."
+    node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict, description="Extra node labels the pods require (e.g. a node group or zone).",
+        max_length=64,
     )
     tolerations: list[Toleration] = Field(
         default_factory=list,
@@ -95,6 +129,8 @@ class Resources(ApiModel):
 
 
 class PvcSource(ApiModel):
+    """An existing PersistentVolumeClaim (ReadWriteMany when nodes > 1)."""
+
     claim_name: DnsLabel = Field(description="Name of an existing PersistentVolumeClaim in the job's namespace.")
 
 
@@ -142,7 +178,7 @@ class InProcessRestart(ApiModel):
     model_config = ConfigDict(
         json_schema_extra=cel(
             ("self.hardTimeoutSeconds > self.softTimeoutSeconds",
-             "inProcessRestart.hardTimeoutSeconds must be greater than softTimeoutSeconds"),
+             "inProcessRestart.hardTimeoutSeconds must be greater than softTimeoutSeconds", ".hardTimeoutSeconds"),
         )
     )
 
@@ -164,9 +200,11 @@ class FaultTolerance(ApiModel):
     model_config = ConfigDict(
         json_schema_extra=cel(
             ("self.heartbeatTimeoutSeconds > self.heartbeatIntervalSeconds",
-             "faultTolerance.heartbeatTimeoutSeconds must be greater than heartbeatIntervalSeconds"),
+             "faultTolerance.heartbeatTimeoutSeconds must be greater than heartbeatIntervalSeconds",
+             ".heartbeatTimeoutSeconds"),
             ("self.startupTimeoutSeconds >= self.heartbeatTimeoutSeconds",
-             "faultTolerance.startupTimeoutSeconds must be at least heartbeatTimeoutSeconds"),
+             "faultTolerance.startupTimeoutSeconds must be at least heartbeatTimeoutSeconds",
+             ".startupTimeoutSeconds"),
         )
     )
 
@@ -212,13 +250,25 @@ class PodTemplateOverrides(ApiModel):
     service_account_name: DnsLabel | None = Field(
         None, description="ServiceAccount of the trainer pods (it must be allowed to update Leases)."
     )
-    labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
+    labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict, description="Extra pod labels.", max_length=64
+    )
+    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.", max_length=64)
     priority_class_name: str | None = Field(None, description="PriorityClass of the pods.", max_length=253)
     volumes: list[dict[str, Any]] = Field(
         default_factory=list,
-        description="Extra core/v1 Volumes (hostPath is refused unless the operator allows it).",
-        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        description="Extra core/v1 Volumes. hostPath volumes are refused: a job must not reach the node's "
+        "filesystem through the operator (use a PersistentVolumeClaim the cluster admin provides).",
+        json_schema_extra={
+            "items": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                **cel(
+                    ("has(self.name)", "every podTemplate.volumes item must have a name"),
+                    ("!has(self.hostPath)", "hostPath volumes are not allowed in podTemplate.volumes"),
+                ),
+            }
+        },
         max_length=64,
     )
     volume_mounts: list[dict[str, Any]] = Field(
@@ -230,18 +280,18 @@ class PodTemplateOverrides(ApiModel):
 
 
 class JobSpec(ApiModel):
+    """What to run and how to keep it alive. image and nodes are immutable."""
+
     model_config = ConfigDict(
         json_schema_extra=cel(
-            ("self.image == oldSelf.image", "image is immutable; create a new job to change it"),
-            ("self.nodes == oldSelf.nodes", "nodes is immutable; create a new job to change it"),
             ("!has(self.procsPerNode) || self.procsPerNode <= self.gpusPerNode || self.gpusPerNode == 0",
-             "procsPerNode must not exceed gpusPerNode"),
+             "procsPerNode must not exceed gpusPerNode", ".procsPerNode"),
         )
     )
 
-    image: str = Field(description="Trainer image (with NVRx and the rtj-trainer entrypoint).", min_length=1,
-                       max_length=512)
-    command: list[Annotated[str, Field(max_length=4096)]] = Field(
+    image: str = Field(description="Trainer image (with NVRx and the rtj-trainer entrypoint). Immutable.",
+                       min_length=1, max_length=512, json_schema_extra=immutable("image"))
+    command: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
         description="The training script to run per rank, e.g. [python, train.py]. ft_launcher runs it.",
         min_length=1, max_length=64,
     )
@@ -249,7 +299,8 @@ class JobSpec(ApiModel):
         default_factory=list, description="Arguments of the training script.", max_length=256
     )
     env: list[EnvVar] = Field(default_factory=list, description="Environment of the trainer.", max_length=256)
-    nodes: int = Field(description="Number of nodes, one pod per node.", ge=1, le=10000)
+    nodes: int = Field(description="Number of nodes, one pod per node. Immutable.", ge=1, le=10000,
+                       json_schema_extra=immutable("nodes"))
     gpus_per_node: int = Field(8, description="GPUs per pod (nvidia.com/gpu); 8 on p5.48xlarge.", ge=0, le=8)
     procs_per_node: int | None = Field(
         None, description="Training processes (ranks) per pod; defaults to gpusPerNode (1 when it is 0).",
@@ -268,7 +319,7 @@ class JobSpec(ApiModel):
         False, description="Remove the pods but keep status and checkpoints; set back to false to resume."
     )
     ttl_seconds_after_finished: int | None = Field(
-        None, description="Delete the job this long after it Succeeded or Failed.", ge=0
+        None, description="Delete the job this long after it Succeeded or Failed.", ge=0, le=2**31 - 1
     )
     pod_template: PodTemplateOverrides = Field(
         default_factory=PodTemplateOverrides, description="Extra pod settings (escape hatch)."
