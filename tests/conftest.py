@@ -1,0 +1,83 @@
+"""Fixtures shared by every test directory.
+
+- `cluster` (session): the local control plane (rtj_local.LocalCluster). Reuses a healthy one in the run
+  dir ($RTJ_RUN_DIR, default .run/cluster) and leaves it running; otherwise starts one with 4 fake p5
+  nodes and stops it at the end of the session (RTJ_KEEP_CLUSTER=1 keeps it for debugging).
+- `kubeconfig` (session): admin kubeconfig path; $RTJ_KUBECONFIG if set (no local cluster is started
+  for it), else the local cluster's.
+- `kube` (session): a kubernetes.client.ApiClient built from `kubeconfig`.
+- `namespace` (function): a fresh namespace, deleted after the test.
+
+Wait with `rtj_local.wait.wait_for(predicate, timeout, interval, message)`; never sleep.
+Fixtures for one test area belong in that directory's own conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+from rtj_local.cluster import LocalCluster
+from rtj_local.wait import wait_for
+
+SESSION_NODES = 4
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    local = LocalCluster()
+    if local.is_healthy():
+        yield local
+        return
+    local.up(nodes=SESSION_NODES, fresh=True)
+    try:
+        yield local
+    finally:
+        if not os.environ.get("RTJ_KEEP_CLUSTER"):
+            local.down()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(request: pytest.FixtureRequest) -> Path:
+    if path := os.environ.get("RTJ_KUBECONFIG"):
+        return Path(path)
+    return request.getfixturevalue("cluster").kubeconfig
+
+
+@pytest.fixture(scope="session")
+def kube(kubeconfig: Path) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def _namespace_name(test_name: str) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:48].rstrip("-")
+    return f"{base}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def namespace(kube: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """Creates a namespace named after the test and waits for its default ServiceAccount (pods are
+    rejected before it exists); deletes it (without waiting) after the test."""
+    core = client.CoreV1Api(kube)
+    name = _namespace_name(request.node.name)
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"rtj.test/namespace": "true"}))
+    )
+
+    def default_sa_exists() -> bool:
+        return any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items)
+
+    wait_for(default_sa_exists, timeout=30, message=f"ServiceAccount {name}/default")
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
