@@ -1,0 +1,633 @@
+"""Asynchronous checkpoints with an atomic cross-rank commit that never stall training on storage.
+
+What training waits for (the stall) is only a snapshot of the rank's state into host memory:
+model + optimizer local shards (FSDP2 DTensors are saved as their local tensors) copied into
+reused, pinned host buffers on a side CUDA stream (a plain copy on CPU). The training stream is
+made to wait for that copy only right before the next `optimizer.step()` (an optimizer pre-hook),
+so on GPU the copy overlaps the next forward/backward. A background thread then writes the files
+and commits; training never joins it.
+
+Commit, with no collective in the background (layout in `checkpoint_format`):
+1. at a due step all ranks agree, with one tiny all-reduce on a CPU (gloo) group in the training
+   loop, whether to save (nobody's previous save is still draining) and on a nonce naming the save;
+2. each rank's writer writes `step-<N>.<nonce>.partial/rank-<r>.{bin,idx}` (tmp + fsync + rename)
+   and then its done marker;
+3. rank 0's writer waits for all markers, writes `manifest.json` (sizes + CRC32 of every file,
+   fsynced) and renames the directory to `step-<N>`, fsyncs the parent, deletes checkpoints
+   beyond the last `keep` and stale partials.
+A crash at any point leaves every earlier `step-<N>` intact; a partial is never loaded.
+
+If a save is due while the previous one is still being written, the save is skipped, reported
+(`RankReporter.checkpoint_skipped`) and coalesced: the next step at which every writer is idle
+saves instead, so a slow store costs recency, never training time. A write error (ENOSPC, EIO)
+removes the rank's partial files, reports a fault and training continues.
+
+Why not torch DCP or NVRx async checkpointing (measured on 2xH200, see docs/benchmarks.md and
+/work/shared/FACTS.md): DCP `save` blocks for the whole write (11-16 s per save for 6.4 GB/rank);
+DCP `async_save` still stalls 4.7-5.2 s (planning collectives + unpinned staging copy) and
+14-16 s when the previous save has not finished, because it waits for it. NVRx 0.4.1's persistent
+async queue saved wrong data on CPU (a race); the NVRx 0.7 stock path hung on FSDP2 and its
+worker processes outlived crashed ranks. A thread in the rank cannot be orphaned, needs no
+pickling of the state, and the skip/coalesce rule bounds what training ever waits for by the copy.
+Resume needs the same world size (each rank reads its own shard); that is checked and refused
+with a clear error otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import queue
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import torch
+
+from .checkpoint_format import (
+    CHUNK_BYTES,
+    MANIFEST,
+    CheckpointError,
+    Manifest,
+    ShardIndex,
+    TensorEntry,
+    any_failed,
+    committed_name,
+    committed_steps,
+    crc32_of,
+    fsync_dir,
+    partial_name,
+    read_done_marker,
+    ref_index,
+    remove_tree,
+    shard_bin,
+    shard_idx,
+    stale_entries,
+    tensor_ref,
+    write_done_marker,
+    write_failed_marker,
+    write_file_atomic,
+)
+
+__all__ = ["CheckpointError", "CheckpointManager", "Resumed", "latest_committed"]
+
+REASON_STORAGE_FULL = "CheckpointStorageFull"
+REASON_WRITE_FAILED = "CheckpointWriteFailed"
+REASON_COMMIT_ABANDONED = "CheckpointCommitAbandoned"
+
+
+class Reporter(Protocol):
+    """The part of `rtj_trainer.report.RankReporter` used here."""
+
+    def checkpoint_committed(self, step: int, when: datetime | None = None) -> None: ...
+    def checkpoint_skipped(self) -> None: ...
+    def fault(self, severity: Any, reason: str, message: str = "") -> None: ...
+
+
+@dataclass(frozen=True)
+class CheckpointEvent:
+    kind: str  # "committed" | "skipped" | "fault"
+    step: int
+    time: datetime
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Resumed:
+    step: int
+    extra: dict[str, Any]
+
+
+@dataclass
+class _Snapshot:
+    step: int
+    nonce: int
+    skeleton: Any
+    host: list[torch.Tensor]
+    ready: Any  # torch.cuda.Event or None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Abandoned(Exception):
+    pass
+
+
+def _flatten(obj: Any, out: list[torch.Tensor], path: str = "") -> Any:
+    """The skeleton of a state tree, appending its tensors (local shards of DTensors) to `out`."""
+    if isinstance(obj, torch.Tensor):
+        local = obj.to_local() if hasattr(obj, "to_local") else obj
+        out.append(local.detach())
+        return tensor_ref(len(out) - 1)
+    if isinstance(obj, dict):
+        return {k: _flatten(v, out, f"{path}.{k}") for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_flatten(v, out, f"{path}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, tuple):
+        return tuple(_flatten(v, out, f"{path}[{i}]") for i, v in enumerate(obj))
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    raise TypeError(f"cannot checkpoint {type(obj).__name__} at {path or '<root>'}")
+
+
+def _unflatten(skel: Any, current: Any, loaded: list[torch.Tensor]) -> Any:
+    """The saved tree with every tensor placed like the `current` one at the same path.
+
+    A DTensor in `current` receives the saved local shard in place (so mesh and placements are the
+    live ones); a plain tensor is copied into or moved to the current tensor's device.
+    """
+    idx = ref_index(skel)
+    if idx is not None:
+        saved = loaded[idx]
+        if isinstance(current, torch.Tensor):
+            local = current.to_local() if hasattr(current, "to_local") else current
+            if tuple(local.shape) != tuple(saved.shape) or local.dtype != saved.dtype:
+                raise CheckpointError(
+                    f"saved tensor {tuple(saved.shape)}/{saved.dtype} does not fit the model's "
+                    f"{tuple(local.shape)}/{local.dtype}"
+                )
+            local.copy_(saved)
+            return current
+        return saved
+    if isinstance(skel, dict):
+        cur = current if isinstance(current, dict) else {}
+        return {k: _unflatten(v, cur.get(k), loaded) for k, v in skel.items()}
+    if isinstance(skel, list | tuple):
+        cur = current if isinstance(current, list | tuple) and len(current) == len(skel) else [None] * len(skel)
+        items = [_unflatten(v, c, loaded) for v, c in zip(skel, cur, strict=True)]
+        return items if isinstance(skel, list) else tuple(items)
+    return skel
+
+
+def _state_of(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+    if optimizer is None:
+        return {"model": get_model_state_dict(model), "optim": None}
+    msd, osd = get_state_dict(model, optimizer)
+    return {"model": msd, "optim": osd}
+
+
+def _as_bytes(t: torch.Tensor) -> memoryview:
+    flat = t.reshape(-1)
+    if flat.numel() == 0:
+        return memoryview(b"")
+    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+
+
+def _dtype(name: str) -> torch.dtype:
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise CheckpointError(f"unknown dtype {name!r} in checkpoint")
+    return dt
+
+
+class CheckpointManager:
+    """One per rank process; survives in-process restarts (call `set_group` after each re-entry).
+
+    Training loop::
+
+        ckpt = CheckpointManager(env.checkpoint_dir, rank=r, world_size=w, interval_steps=100,
+                                 keep=2, group=gloo_group, reporter=RankReporter.from_env())
+        resumed = ckpt.load_latest(model, optim)        # None on a fresh start
+        for step in range(start, steps):
+            ... loss.backward(); optim.step() ...
+            ckpt.maybe_save(step + 1, model, optim, extra={"seed": 1})
+        ckpt.close()
+    """
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        rank: int,
+        world_size: int,
+        interval_steps: int,
+        keep: int = 2,
+        group: Any = None,
+        reporter: Reporter | None = None,
+        commit_timeout_s: float = 600.0,
+        write_bytes_per_s: float | None = None,
+        on_event: Callable[[CheckpointEvent], None] | None = None,
+    ) -> None:
+        if interval_steps < 1 or keep < 1:
+            raise ValueError("interval_steps and keep must be >= 1")
+        self.root = os.path.abspath(root)
+        self.rank = rank
+        self.world_size = world_size
+        self.interval_steps = interval_steps
+        self.keep = keep
+        self.commit_timeout_s = commit_timeout_s
+        #: Throttle for tests and benchmarks ("storage slower than the interval").
+        self.write_bytes_per_s = write_bytes_per_s
+        self._group = group
+        self._reporter = reporter
+        self._on_event = on_event
+        self._events: queue.SimpleQueue[CheckpointEvent] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._abort = threading.Event()
+        self._pending = False
+        self._host: list[torch.Tensor] = []
+        self._stream: Any = None
+        self._fence_event: Any = None
+        self._hooked: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self._awaiting_commit: int | None = None
+        self._last_commit_poll = 0.0
+        self.last_committed: int | None = None
+        self.saves_started = 0
+        self.saves_skipped = 0
+        self.last_snapshot_s = 0.0
+        os.makedirs(self.root, exist_ok=True)
+        if rank == 0:
+            self._cleanup_stale(keep_partial=None)
+
+    # --- the training-loop API ----------------------------------------------------------------
+    def set_group(self, group: Any) -> None:
+        """The CPU (gloo) process group used to agree on saves; renew after an in-process restart."""
+        self._group = group
+
+    @property
+    def busy(self) -> bool:
+        return self._writer is not None and self._writer.is_alive()
+
+    def is_due(self, step: int) -> bool:
+        return self._pending or step % self.interval_steps == 0
+
+    def maybe_save(
+        self,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:
+        """Call after every completed step: "saved", "skipped" or "" (not due). Never blocks on I/O.
+
+        Every rank must call it at the same steps (it holds the agreement collective when due).
+        """
+        self.poll()
+        if not self.is_due(step):
+            return ""
+        return "saved" if self.save(step, model, optimizer, extra) else "skipped"
+
+    def save(
+        self,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> bool:
+        go, nonce = self._agree(busy=self.busy)
+        if not go:
+            if not self._pending or step % self.interval_steps == 0:
+                self.saves_skipped += 1
+                self._emit(CheckpointEvent("skipped", step, datetime.now(UTC), "PreviousSaveDraining"))
+            self._pending = True
+            return False
+        self._pending = False
+        t0 = time.perf_counter()
+        tensors: list[torch.Tensor] = []
+        skeleton = _flatten(_state_of(model, optimizer), tensors)
+        host, ready = self._copy_to_host(tensors, optimizer)
+        self.last_snapshot_s = time.perf_counter() - t0
+        snap = _Snapshot(step, nonce, skeleton, host, ready, dict(extra or {}))
+        self._abort.clear()
+        self._writer = threading.Thread(
+            target=self._write, args=(snap,), name=f"rtj-ckpt-writer-{step}", daemon=True
+        )
+        self._writer.start()
+        self.saves_started += 1
+        return True
+
+    def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Allocate the pinned host buffers now (seconds for GBs), not inside the first save.
+
+        Call after the first optimizer step: the optimizer state must exist.
+        """
+        tensors: list[torch.Tensor] = []
+        _flatten(_state_of(model, optimizer), tensors)
+        for i, t in enumerate(tensors):
+            self._host_buffer(i, t)
+
+    def fence(self) -> None:
+        """Make the current CUDA stream wait for the last snapshot copy (before mutating state).
+
+        Registered as an optimizer step pre-hook by `save`; call it yourself before any other
+        in-place change of parameters or optimizer state.
+        """
+        ev, self._fence_event = self._fence_event, None
+        if ev is not None:
+            torch.cuda.current_stream().wait_event(ev)
+
+    def poll(self) -> list[CheckpointEvent]:
+        """Report what the writer did (commits, faults) from the training thread; cheap."""
+        if self._awaiting_commit is not None and self.rank != 0:
+            now = time.monotonic()
+            if now - self._last_commit_poll >= 0.5:
+                self._last_commit_poll = now
+                step = self._awaiting_commit
+                if os.path.isdir(os.path.join(self.root, committed_name(step))):
+                    self._awaiting_commit = None
+                    self._events.put(CheckpointEvent("committed", step, datetime.now(UTC)))
+        out: list[CheckpointEvent] = []
+        while True:
+            try:
+                ev = self._events.get_nowait()
+            except queue.Empty:
+                break
+            out.append(ev)
+            self._dispatch(ev)
+        return out
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the in-flight save (end of training, tests); True when none is left."""
+        w = self._writer
+        if w is not None:
+            w.join(timeout)
+        if self.rank != 0 and self._awaiting_commit is not None:
+            deadline = time.monotonic() + (timeout if timeout is not None else self.commit_timeout_s)
+            step = self._awaiting_commit
+            while time.monotonic() < deadline:
+                if os.path.isdir(os.path.join(self.root, committed_name(step))):
+                    break
+                time.sleep(0.02)
+            self._last_commit_poll = 0.0
+        self.poll()
+        return not self.busy
+
+    def abort_inflight(self, timeout: float = 5.0) -> None:
+        """Stop the in-flight save (its partial is dropped); used when the job is torn down."""
+        self._abort.set()
+        if self._writer is not None:
+            self._writer.join(timeout)
+        self.poll()
+
+    def close(self, timeout: float | None = None) -> None:
+        self.wait(timeout)
+
+    # --- resume --------------------------------------------------------------------------------
+    def load_latest(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+    ) -> Resumed | None:
+        """Load the newest committed, valid checkpoint into model/optimizer; None if there is none.
+
+        With a group, ranks agree on the step (the minimum of what each sees), so a commit landing
+        while ranks list the directory cannot make them load different steps.
+        """
+        step = latest_committed(self.root, world_size=self.world_size)
+        if self._group is not None or self._dist_ready():
+            import torch.distributed as dist
+
+            t = torch.tensor([-1 if step is None else step], dtype=torch.int64)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self._group)
+            agreed = int(t.item())
+            step = None if agreed < 0 else agreed
+        if step is None:
+            return None
+        ckpt_dir = os.path.join(self.root, committed_name(step))
+        manifest = Manifest.read(ckpt_dir)
+        saved = read_shard(ckpt_dir, self.rank, manifest)
+        skeleton, loaded = saved
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+
+        current = _state_of(model, optimizer)
+        with torch.no_grad():
+            state = _unflatten(skeleton, current, loaded)
+        if optimizer is None:
+            set_model_state_dict(model, state["model"])
+        else:
+            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        self.last_committed = step
+        return Resumed(step=step, extra=dict(state.get("extra") or manifest.extra))
+
+    # --- internals ------------------------------------------------------------------------------
+    def _dist_ready(self) -> bool:
+        import torch.distributed as dist
+
+        return self.world_size > 1 and dist.is_available() and dist.is_initialized()
+
+    def _agree(self, *, busy: bool) -> tuple[bool, int]:
+        nonce = random.getrandbits(31) | 1 if self.rank == 0 else 0
+        if self.world_size > 1 and (self._group is not None or self._dist_ready()):
+            import torch.distributed as dist
+
+            t = torch.tensor([int(busy), nonce], dtype=torch.int64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._group)
+            return int(t[0]) == 0, int(t[1])
+        return not busy, nonce or 1
+
+    def _host_buffer(self, i: int, src: torch.Tensor) -> torch.Tensor:
+        if i < len(self._host):
+            buf = self._host[i]
+            if buf.shape == src.shape and buf.dtype == src.dtype:
+                return buf
+        buf = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=src.is_cuda)
+        if i < len(self._host):
+            self._host[i] = buf
+        else:
+            self._host.append(buf)
+        return buf
+
+    def _copy_to_host(
+        self, tensors: list[torch.Tensor], optimizer: torch.optim.Optimizer | None
+    ) -> tuple[list[torch.Tensor], Any]:
+        host = [self._host_buffer(i, t) for i, t in enumerate(tensors)]
+        del self._host[len(tensors) :]
+        if not any(t.is_cuda for t in tensors):
+            for buf, t in zip(host, tensors, strict=True):
+                buf.copy_(t)
+            return host, None
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        stream = self._stream
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for buf, t in zip(host, tensors, strict=True):
+                buf.copy_(t, non_blocking=t.is_cuda)
+                if t.is_cuda:
+                    t.record_stream(stream)
+            ready = torch.cuda.Event()
+            ready.record(stream)
+        self._fence_event = ready
+        if optimizer is not None and optimizer not in self._hooked:
+            optimizer.register_step_pre_hook(lambda *_: self.fence())
+            self._hooked.add(optimizer)
+        return host, ready
+
+    def _emit(self, ev: CheckpointEvent) -> None:
+        self._events.put(ev)
+        self.poll()
+
+    def _dispatch(self, ev: CheckpointEvent) -> None:
+        if ev.kind == "committed":
+            self.last_committed = ev.step
+        if self._on_event is not None:
+            self._on_event(ev)
+        r = self._reporter
+        if r is None:
+            return
+        if ev.kind == "committed":
+            r.checkpoint_committed(ev.step, ev.time)
+        elif ev.kind == "skipped":
+            r.checkpoint_skipped()
+        elif ev.kind == "fault":
+            from rtj.contract import FaultSeverity
+
+            r.fault(FaultSeverity.SOFT, ev.reason, ev.message)
+
+    # --- the writer thread ------------------------------------------------------------------------
+    def _write(self, snap: _Snapshot) -> None:
+        partial = os.path.join(self.root, partial_name(snap.step, snap.nonce))
+        mine = [os.path.join(partial, n) for n in (shard_bin(self.rank), shard_idx(self.rank))]
+        try:
+            os.makedirs(partial, exist_ok=True)
+            if snap.ready is not None:
+                snap.ready.synchronize()
+            files = self._write_shard(partial, snap)
+            write_done_marker(partial, self.rank, files)
+            if self.rank == 0:
+                self._commit(snap, partial)
+            else:
+                self._awaiting_commit = snap.step
+        except _Aborted:
+            self._drop(partial, mine)
+        except _Abandoned as e:
+            self._drop(partial, mine)
+            self._events.put(CheckpointEvent("fault", snap.step, datetime.now(UTC), REASON_COMMIT_ABANDONED, str(e)))
+        except OSError as e:
+            reason = REASON_STORAGE_FULL if e.errno in (errno.ENOSPC, errno.EDQUOT) else REASON_WRITE_FAILED
+            write_failed_marker(partial, self.rank, f"{reason}: {e}")
+            self._drop(partial, mine)
+            msg = f"checkpoint of step {snap.step} not written: {e}"
+            self._events.put(CheckpointEvent("fault", snap.step, datetime.now(UTC), reason, msg))
+        except Exception as e:
+            write_failed_marker(partial, self.rank, f"{REASON_WRITE_FAILED}: {e!r}")
+            self._drop(partial, mine)
+            msg = f"checkpoint of step {snap.step} failed: {e!r}"
+            self._events.put(CheckpointEvent("fault", snap.step, datetime.now(UTC), REASON_WRITE_FAILED, msg))
+
+    def _drop(self, partial: str, mine: list[str]) -> None:
+        for p in mine:
+            for q in (p, f"{p}.tmp"):
+                with contextlib.suppress(OSError):
+                    os.unlink(q)
+        if self.rank == 0:
+            remove_tree(partial)
+
+    def _write_shard(self, partial: str, snap: _Snapshot) -> dict[str, dict[str, int]]:
+        entries: list[TensorEntry] = []
+        bin_path = os.path.join(partial, shard_bin(self.rank))
+        tmp = f"{bin_path}.tmp"
+        crc, offset = 0, 0
+        t_start = time.monotonic()
+        with open(tmp, "wb", buffering=0) as f:
+            for t in snap.host:
+                view = _as_bytes(t)
+                entries.append(TensorEntry(str(t.dtype).removeprefix("torch."), tuple(t.shape), offset, len(view)))
+                for start in range(0, len(view), CHUNK_BYTES):
+                    if self._abort.is_set():
+                        raise _Aborted
+                    chunk = view[start : start + CHUNK_BYTES]
+                    written = 0
+                    while written < len(chunk):
+                        written += f.write(chunk[written:])
+                    crc = crc32_of(chunk, crc)
+                    offset += len(chunk)
+                    self._throttle(offset, t_start)
+            os.fsync(f.fileno())
+        os.replace(tmp, bin_path)
+        idx = ShardIndex({"state": snap.skeleton, "extra": snap.extra}, entries).to_bytes()
+        write_file_atomic(os.path.join(partial, shard_idx(self.rank)), idx)
+        return {
+            shard_bin(self.rank): {"size": offset, "crc32": crc},
+            shard_idx(self.rank): {"size": len(idx), "crc32": crc32_of(idx)},
+        }
+
+    def _throttle(self, written: int, t_start: float) -> None:
+        if not self.write_bytes_per_s:
+            return
+        ahead = written / self.write_bytes_per_s - (time.monotonic() - t_start)
+        if ahead > 0 and self._abort.wait(ahead):
+            raise _Aborted
+
+    def _commit(self, snap: _Snapshot, partial: str) -> None:
+        deadline = time.monotonic() + self.commit_timeout_s
+        while True:
+            ranks = {r: read_done_marker(partial, r) for r in range(self.world_size)}
+            if all(v is not None for v in ranks.values()):
+                break
+            if any_failed(partial, self.world_size):
+                raise _Abandoned(f"a rank failed to write its shard of step {snap.step}")
+            if time.monotonic() > deadline:
+                raise _Abandoned(f"not all ranks wrote step {snap.step} within {self.commit_timeout_s} s")
+            if self._abort.wait(0.01):
+                raise _Aborted
+        now = datetime.now(UTC)
+        manifest = Manifest(snap.step, snap.nonce, self.world_size, now.isoformat(), ranks, snap.extra)  # type: ignore[arg-type]
+        write_file_atomic(os.path.join(partial, MANIFEST), manifest.to_bytes())
+        final = os.path.join(self.root, committed_name(snap.step))
+        if os.path.isdir(final):
+            # The same step was committed before a restart; never replace committed data.
+            remove_tree(partial)
+        else:
+            os.rename(partial, final)
+            fsync_dir(self.root)
+        self._events.put(CheckpointEvent("committed", snap.step, now))
+        for old in committed_steps(self.root)[self.keep :]:
+            with contextlib.suppress(OSError):
+                remove_tree(os.path.join(self.root, committed_name(old)))
+        self._cleanup_stale(keep_partial=None)
+
+    def _cleanup_stale(self, keep_partial: str | None) -> None:
+        for path in stale_entries(self.root, keep_partial):
+            with contextlib.suppress(OSError):
+                remove_tree(path)
+
+
+def read_shard(ckpt_dir: str, rank: int, manifest: Manifest) -> tuple[Any, list[torch.Tensor]]:
+    """(skeleton, tensors) of one rank's shard, checked against the manifest's sizes and CRC32."""
+    files = manifest.ranks.get(rank)
+    if files is None:
+        raise CheckpointError(f"{ckpt_dir}: no shard for rank {rank}")
+    idx_meta, bin_meta = files[shard_idx(rank)], files[shard_bin(rank)]
+    with open(os.path.join(ckpt_dir, shard_idx(rank)), "rb") as f:
+        idx_bytes = f.read()
+    if len(idx_bytes) != idx_meta["size"] or crc32_of(idx_bytes) != idx_meta["crc32"]:
+        raise CheckpointError(f"{ckpt_dir}: {shard_idx(rank)} fails its checksum")
+    index = ShardIndex.from_bytes(idx_bytes)
+    tensors: list[torch.Tensor] = []
+    crc = 0
+    with open(os.path.join(ckpt_dir, shard_bin(rank)), "rb", buffering=0) as f:
+        for e in index.entries:
+            raw = torch.empty(e.nbytes, dtype=torch.uint8)
+            if e.nbytes:
+                view = memoryview(raw.numpy()).cast("B")
+                got = 0
+                while got < e.nbytes:
+                    n = f.readinto(view[got:])
+                    if not n:
+                        raise CheckpointError(f"{ckpt_dir}: {shard_bin(rank)} is truncated")
+                    got += n
+                crc = crc32_of(view, crc)
+            tensors.append(raw.view(_dtype(e.dtype)).reshape(e.shape))
+    if crc != bin_meta["crc32"]:
+        raise CheckpointError(f"{ckpt_dir}: {shard_bin(rank)} fails its checksum")
+    skeleton = index.skeleton
+    return {"model": skeleton["state"]["model"], "optim": skeleton["state"]["optim"],
+            "extra": skeleton["extra"]}, tensors
+
+
+def latest_committed(root: str, *, world_size: int | None = None) -> int | None:
+    """Newest committed step under root whose manifest validates, or None (partials never count)."""
+    from .checkpoint_format import latest_valid
+
+    return latest_valid(root, world_size=world_size)
