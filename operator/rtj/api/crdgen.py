@@ -87,8 +87,22 @@ def _defaultable_object(node: dict[str, Any]) -> bool:
     return node.get("type") == "object" and "properties" in node and not node.get("required")
 
 
-_ORDER = ("description", "type", "anyOf", "format", "enum", "default", "minimum", "maximum",
-          "minLength", "maxLength", "pattern", "minItems", "maxItems", "maxProperties")
+_ORDER = (
+    "description",
+    "type",
+    "anyOf",
+    "format",
+    "enum",
+    "default",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "maxProperties",
+)
 
 
 def _ordered(node: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +156,8 @@ def crd() -> dict[str, Any]:
                 "type": "string",
             },
             "kind": {
-                "description": "Kind is a string value representing the REST resource this object represents.",
+                "description": "Kind is a string value representing the REST resource this object "
+                "represents.",
                 "type": "string",
             },
             "metadata": {"type": "object"},

@@ -85,7 +85,9 @@ class Toleration(ApiModel):
         "", description="NoSchedule, PreferNoSchedule or NoExecute; empty matches all effects."
     )
     toleration_seconds: int | None = Field(
-        None, description="For NoExecute: how long the pod stays bound after the taint appears.", ge=0,
+        None,
+        description="For NoExecute: how long the pod stays bound after the taint appears.",
+        ge=0,
         le=2**31 - 1,
     )
 
@@ -96,10 +98,12 @@ class Placement(ApiModel):
     instance_type: str = Field(
         "p5.48xlarge",
         description="EC2 instance type of the node group (matched against node.kubernetes.io/instance-type).",
-        min_length=1, max_length=63,
+        min_length=1,
+        max_length=63,
     )
     node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
-        default_factory=dict, description="Extra node labels the pods require (e.g. a node group or zone).",
+        default_factory=dict,
+        description="Extra node labels the pods require (e.g. a node group or zone).",
         max_length=64,
     )
     tolerations: list[Toleration] = Field(
@@ -119,10 +123,13 @@ class Resources(ApiModel):
     """Per-pod resources beyond the GPUs."""
 
     efa_per_node: int = Field(
-        32, description="vpc.amazonaws.com/efa devices per pod (32 on p5.48xlarge; 0 disables EFA).", ge=0, le=32
+        32,
+        description="vpc.amazonaws.com/efa devices per pod (32 on p5.48xlarge; 0 disables EFA).",
+        ge=0,
+        le=32,
     )
-    cpu: Quantity | None = Field(None, description="CPU request and limit per pod (e.g. \"180\").")
-    memory: Quantity | None = Field(None, description="Memory request and limit per pod (e.g. \"1800Gi\").")
+    cpu: Quantity | None = Field(None, description='CPU request and limit per pod (e.g. "180").')
+    memory: Quantity | None = Field(None, description='Memory request and limit per pod (e.g. "1800Gi").')
     shared_memory_size: Quantity = Field(
         "64Gi", description="Size limit of the memory-backed /dev/shm volume (NCCL and data loaders need it)."
     )
@@ -131,7 +138,9 @@ class Resources(ApiModel):
 class PvcSource(ApiModel):
     """An existing PersistentVolumeClaim (ReadWriteMany when nodes > 1)."""
 
-    claim_name: DnsLabel = Field(description="Name of an existing PersistentVolumeClaim in the job's namespace.")
+    claim_name: DnsLabel = Field(
+        description="Name of an existing PersistentVolumeClaim in the job's namespace."
+    )
 
 
 class FsxSource(ApiModel):
@@ -142,7 +151,8 @@ class FsxSource(ApiModel):
     )
     dns_name: str = Field(
         description="DNS name of the file system, e.g. fs-0123….fsx.us-east-1.amazonaws.com.",
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        max_length=253,
     )
     mount_name: str = Field(
         description="Lustre mount name of the file system (from `aws fsx describe-file-systems`).",
@@ -163,8 +173,10 @@ class Checkpoint(ApiModel):
     pvc: PvcSource | None = Field(None, description="Use an existing PVC for checkpoints.")
     fsx: FsxSource | None = Field(None, description="Use an FSx for Lustre file system for checkpoints.")
     mount_path: str = Field(
-        "/checkpoints", description="Where the checkpoint volume is mounted in every pod.",
-        pattern=r"^/[^:]*$", max_length=1024,
+        "/checkpoints",
+        description="Where the checkpoint volume is mounted in every pod.",
+        pattern=r"^/[^:]*$",
+        max_length=1024,
     )
     interval_steps: int = Field(
         100, description="Save a checkpoint every this many training steps.", ge=1, le=10_000_000
@@ -177,17 +189,26 @@ class InProcessRestart(ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra=cel(
-            ("self.hardTimeoutSeconds > self.softTimeoutSeconds",
-             "inProcessRestart.hardTimeoutSeconds must be greater than softTimeoutSeconds", ".hardTimeoutSeconds"),
+            (
+                "self.hardTimeoutSeconds > self.softTimeoutSeconds",
+                "inProcessRestart.hardTimeoutSeconds must be greater than softTimeoutSeconds",
+                ".hardTimeoutSeconds",
+            ),
         )
     )
 
     enabled: bool = Field(True, description="Wrap the training function in NVRx inprocess.Wrapper.")
     soft_timeout_seconds: int = Field(
-        60, description="A rank silent this long is considered hung and asked to restart in-process.", ge=1, le=86400
+        60,
+        description="A rank silent this long is considered hung and asked to restart in-process.",
+        ge=1,
+        le=86400,
     )
     hard_timeout_seconds: int = Field(
-        90, description="A hung rank still silent this long is killed; the launcher takes over.", ge=2, le=86400
+        90,
+        description="A hung rank still silent this long is killed; the launcher takes over.",
+        ge=2,
+        le=86400,
     )
     max_restarts: int = Field(
         10, description="In-process restarts allowed per launcher cycle before escalating.", ge=0, le=10000
@@ -199,12 +220,16 @@ class FaultTolerance(ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra=cel(
-            ("self.heartbeatTimeoutSeconds > self.heartbeatIntervalSeconds",
-             "faultTolerance.heartbeatTimeoutSeconds must be greater than heartbeatIntervalSeconds",
-             ".heartbeatTimeoutSeconds"),
-            ("self.startupTimeoutSeconds >= self.heartbeatTimeoutSeconds",
-             "faultTolerance.startupTimeoutSeconds must be at least heartbeatTimeoutSeconds",
-             ".startupTimeoutSeconds"),
+            (
+                "self.heartbeatTimeoutSeconds > self.heartbeatIntervalSeconds",
+                "faultTolerance.heartbeatTimeoutSeconds must be greater than heartbeatIntervalSeconds",
+                ".heartbeatTimeoutSeconds",
+            ),
+            (
+                "self.startupTimeoutSeconds >= self.heartbeatTimeoutSeconds",
+                "faultTolerance.startupTimeoutSeconds must be at least heartbeatTimeoutSeconds",
+                ".startupTimeoutSeconds",
+            ),
         )
     )
 
@@ -212,15 +237,19 @@ class FaultTolerance(ApiModel):
         10, description="How often each pod renews its heartbeat Lease.", ge=1, le=300
     )
     heartbeat_timeout_seconds: int = Field(
-        60, description="A running pod whose heartbeat is older than this is a hard fault and is replaced.",
-        ge=2, le=3600,
+        60,
+        description="A running pod whose heartbeat is older than this is a hard fault and is replaced.",
+        ge=2,
+        le=3600,
     )
     startup_timeout_seconds: int = Field(
         600, description="How long a new pod may take to send its first heartbeat.", ge=2, le=86400
     )
     rank_hang_timeout_seconds: int = Field(
-        300, description="NVRx rank heartbeat timeout: a rank silent this long is restarted by ft_launcher.",
-        ge=1, le=86400,
+        300,
+        description="NVRx rank heartbeat timeout: a rank silent this long is restarted by ft_launcher.",
+        ge=1,
+        le=86400,
     )
     in_process_restart: InProcessRestart = Field(
         default_factory=InProcessRestart, description="Level 1: in-process restart."
@@ -253,7 +282,9 @@ class PodTemplateOverrides(ApiModel):
     labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(
         default_factory=dict, description="Extra pod labels.", max_length=64
     )
-    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.", max_length=64)
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="Extra pod annotations.", max_length=64
+    )
     priority_class_name: str | None = Field(None, description="PriorityClass of the pods.", max_length=253)
     volumes: list[dict[str, Any]] = Field(
         default_factory=list,
@@ -284,27 +315,41 @@ class JobSpec(ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra=cel(
-            ("!has(self.procsPerNode) || self.procsPerNode <= self.gpusPerNode || self.gpusPerNode == 0",
-             "procsPerNode must not exceed gpusPerNode", ".procsPerNode"),
+            (
+                "!has(self.procsPerNode) || self.procsPerNode <= self.gpusPerNode || self.gpusPerNode == 0",
+                "procsPerNode must not exceed gpusPerNode",
+                ".procsPerNode",
+            ),
         )
     )
 
-    image: str = Field(description="Trainer image (with NVRx and the rtj-trainer entrypoint). Immutable.",
-                       min_length=1, max_length=512, json_schema_extra=immutable("image"))
+    image: str = Field(
+        description="Trainer image (with NVRx and the rtj-trainer entrypoint). Immutable.",
+        min_length=1,
+        max_length=512,
+        json_schema_extra=immutable("image"),
+    )
     command: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
         description="The training script to run per rank, e.g. [python, train.py]. ft_launcher runs it.",
-        min_length=1, max_length=64,
+        min_length=1,
+        max_length=64,
     )
     args: list[Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=list, description="Arguments of the training script.", max_length=256
     )
     env: list[EnvVar] = Field(default_factory=list, description="Environment of the trainer.", max_length=256)
-    nodes: int = Field(description="Number of nodes, one pod per node. Immutable.", ge=1, le=10000,
-                       json_schema_extra=immutable("nodes"))
+    nodes: int = Field(
+        description="Number of nodes, one pod per node. Immutable.",
+        ge=1,
+        le=10000,
+        json_schema_extra=immutable("nodes"),
+    )
     gpus_per_node: int = Field(8, description="GPUs per pod (nvidia.com/gpu); 8 on p5.48xlarge.", ge=0, le=8)
     procs_per_node: int | None = Field(
-        None, description="Training processes (ranks) per pod; defaults to gpusPerNode (1 when it is 0).",
-        ge=1, le=64,
+        None,
+        description="Training processes (ranks) per pod; defaults to gpusPerNode (1 when it is 0).",
+        ge=1,
+        le=64,
     )
     placement: Placement = Field(default_factory=Placement, description="Node-group placement.")
     resources: Resources = Field(default_factory=Resources, description="Per-pod resources.")
@@ -378,8 +423,9 @@ class NodeSlotStatus(ApiModel):
     state: str = Field("", description="Pod state from its heartbeat (or Pending/Missing).")
     last_heartbeat_time: datetime | None = Field(None, description="Last heartbeat renewal seen.")
     in_process_restarts: int = Field(
-        0, description="In-process restarts the slot's current pod reported (last seen; the operator's "
-        "bookkeeping for counting deltas exactly once)."
+        0,
+        description="In-process restarts the slot's current pod reported (last seen; the operator's "
+        "bookkeeping for counting deltas exactly once).",
     )
     in_job_restarts: int = Field(
         0, description="In-job restarts the slot's current pod reported (last seen)."
@@ -407,23 +453,31 @@ class JobStatus(ApiModel):
     model_config = ConfigDict(extra="ignore")
 
     observed_generation: int | None = Field(None, description="Generation of the spec last acted on.")
-    conditions: list[Condition] = Field(default_factory=list, description="Current conditions.",
-                                        json_schema_extra={"x-kubernetes-list-type": "map",
-                                                           "x-kubernetes-list-map-keys": ["type"]})
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Current conditions.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
     state: str = Field("", description="One-word summary for kubectl get (derived from conditions).")
     reason: str = Field("", description="Reason of the summary state.")
     nodes_desired: int = Field(0, description="Nodes the job wants.")
     nodes_ready: int = Field(0, description="Pods running and heartbeating.")
     restarts: RestartCounts = Field(default_factory=RestartCounts, description="Restarts per ladder level.")
-    last_checkpoint: CheckpointStatus | None = Field(None, description="Last committed checkpoint of the job.")
+    last_checkpoint: CheckpointStatus | None = Field(
+        None, description="Last committed checkpoint of the job."
+    )
     node_slots: list[NodeSlotStatus] = Field(default_factory=list, description="Per-node details.")
     quarantined_nodes: list[str] = Field(default_factory=list, description="Nodes this job quarantined.")
     spares: list[SpareStatus] = Field(default_factory=list, description="Hot spares standing by.")
     lost_seconds: float = Field(
-        0, description="Wall time during which some slot was recovering (summed when recoveries end); "
-        "goodput = 1 - lostSeconds / (now - startTime)."
+        0,
+        description="Wall time during which some slot was recovering (summed when recoveries end); "
+        "goodput = 1 - lostSeconds / (now - startTime).",
     )
     degraded_since: datetime | None = Field(None, description="When the ongoing recovery of some slot began.")
+    rendezvous_pod_uid: str = Field(
+        "", description="UID of the rendezvous pod last seen (a new UID means it was recreated)."
+    )
     start_time: datetime | None = Field(None, description="When the job first ran.")
     completion_time: datetime | None = Field(None, description="When it Succeeded or Failed.")
 
@@ -441,7 +495,24 @@ class ResilientTrainingJob(ApiModel):
 
 
 __all__ = [
-    "Checkpoint", "CheckpointStatus", "Condition", "ConditionType", "EnvVar", "FaultTolerance", "FsxSource",
-    "InProcessRestart", "JobSpec", "JobStatus", "NodeSlotStatus", "Placement", "PodState", "PodTemplateOverrides",
-    "PvcSource", "ResilientTrainingJob", "Resources", "RestartCounts", "SpareStatus", "Toleration",
+    "Checkpoint",
+    "CheckpointStatus",
+    "Condition",
+    "ConditionType",
+    "EnvVar",
+    "FaultTolerance",
+    "FsxSource",
+    "InProcessRestart",
+    "JobSpec",
+    "JobStatus",
+    "NodeSlotStatus",
+    "Placement",
+    "PodState",
+    "PodTemplateOverrides",
+    "PvcSource",
+    "ResilientTrainingJob",
+    "Resources",
+    "RestartCounts",
+    "SpareStatus",
+    "Toleration",
 ]
