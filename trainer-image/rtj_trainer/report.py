@@ -5,6 +5,9 @@ atomically (temporary file + os.replace) so the agent never reads half a file. `
 every training step: it only compares two numbers and writes when ~0.5 s have passed since the
 last write; everything else (state changes, checkpoints, faults) is written at once.
 
+Under ft_launcher, the same throttled tick also sends the NVRx rank heartbeat (hang detection:
+a rank that stops calling `step()` for `rankHeartbeatTimeoutSeconds` is killed and restarted).
+
     reporter = RankReporter.from_env()
     reporter.state(PodState.TRAINING)
     for step in ...:
@@ -26,6 +29,7 @@ from typing import Any
 
 from rtj.contract import ENV_STATUS_DIR, FaultSeverity, PodState
 
+from . import nvrx_compat
 from .runtime_env import ENV_PROGRESS_FILE
 
 #: Minimum seconds between two writes caused by step() alone.
@@ -61,7 +65,9 @@ class RankReporter:
         in_job_restarts: int = 0,
         progress_file: str | None = None,
         write_interval: float = STEP_WRITE_INTERVAL_SECONDS,
+        ft_client: Any | None = None,
     ) -> None:
+        self._ft = ft_client
         self._path = os.path.join(status_dir, rank_file_name(local_rank)) if status_dir else None
         self._progress_file = progress_file
         self._interval = write_interval
@@ -92,6 +98,7 @@ class RankReporter:
             local_rank=int(env.get("LOCAL_RANK", "0")),
             in_job_restarts=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
             progress_file=env.get(ENV_PROGRESS_FILE) or None,
+            ft_client=nvrx_compat.make_rank_monitor_client(),
         )
 
     @property
@@ -102,11 +109,19 @@ class RankReporter:
     def step(self, n: int) -> None:
         """Record the current training step; writes at most every `write_interval` seconds."""
         self._doc["step"] = n
-        if self._path is None:
+        if self._path is None and self._ft is None:
             return
         now = time.monotonic()
         if now - self._last_write >= self._interval:
             self._write(now)
+            if self._ft is not None:
+                self._send_ft_heartbeat()
+
+    def _send_ft_heartbeat(self) -> None:
+        try:
+            self._ft.send_heartbeat()
+        except Exception:  # the launcher is going away; its rank monitor handles the rest
+            self._ft = None
 
     # --- events (written at once) -----------------------------------------------------------
     def state(self, state: PodState) -> None:
@@ -150,9 +165,9 @@ class RankReporter:
         self.state(PodState.FINISHED)
 
     def _write(self, now: float | None = None) -> None:
+        self._last_write = time.monotonic() if now is None else now
         if self._path is None:
             return
-        self._last_write = time.monotonic() if now is None else now
         self._doc["updated"] = _now_iso()
         # Reporting must never break training; the agent sees a stale file instead.
         with contextlib.suppress(OSError):

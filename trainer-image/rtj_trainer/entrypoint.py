@@ -1,0 +1,323 @@
+"""`rtj-trainer`: the process a worker pod (and the rendezvous pod) runs.
+
+    rtj-trainer launch       # worker pod: heartbeat agent + ft_launcher + exit-code mapping
+    rtj-trainer rendezvous   # <job>-rdzv pod: hosts the job's rendezvous store
+
+Both read the operator's `TrainerConfig` (JSON) from env RTJ_TRAINER_CONFIG, and the pod's
+identity from the downward-API variables of `rtj.contract`.
+
+`launch` exit codes (read by the operator's ladder, see `rtj.contract.ExitCode`):
+0 training finished; 93 no progress across restart cycles (do not restart);
+70 the launcher's in-job restart budget is spent (replace the pod); 78 invalid config;
+143 stopped by SIGTERM after a graceful stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+from rtj.contract import (
+    ENV_NAMESPACE,
+    ENV_NODE_NAME,
+    ENV_POD_IP,
+    ENV_POD_NAME,
+    ENV_POD_UID,
+    ENV_STATUS_DIR,
+    ENV_TRAINER_CONFIG,
+    ExitCode,
+    Fault,
+    FaultSeverity,
+    PodState,
+    TrainerConfig,
+)
+
+from . import nvrx_compat
+from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client
+from .report import RANK_FILE_PREFIX
+from .runtime_env import rank_env_vars
+
+log = logging.getLogger("rtj_trainer")
+
+#: Seconds between SIGTERM and SIGKILL for the launcher's process group on a graceful stop.
+ENV_GRACE_SECONDS = "RTJ_TERMINATION_GRACE_SECONDS"
+DEFAULT_GRACE_SECONDS = 30.0
+#: Seconds ft_launcher waits between SIGTERM and SIGKILL when it stops ranks to restart them.
+WORKERS_STOP_TIMEOUT_SECONDS = 10
+PROGRESS_FILE_NAME = "checkpoint-iteration"
+
+
+class ConfigError(Exception):
+    pass
+
+
+def load_config(environ: dict[str, str] | os._Environ[str] = os.environ) -> TrainerConfig:
+    raw = environ.get(ENV_TRAINER_CONFIG)
+    if not raw:
+        raise ConfigError(f"{ENV_TRAINER_CONFIG} is not set: it must hold the TrainerConfig JSON")
+    try:
+        cfg = TrainerConfig.from_env(raw)
+    except ValueError as exc:  # json.JSONDecodeError and pydantic's ValidationError
+        if isinstance(exc, ValidationError):
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
+            )
+        else:
+            problems = f"not valid JSON ({exc})"
+        raise ConfigError(f"{ENV_TRAINER_CONFIG} is invalid: {problems}") from None
+    if not cfg.command:
+        raise ConfigError(f"{ENV_TRAINER_CONFIG} is invalid: command: must not be empty")
+    for name in ("nnodes", "nproc_per_node"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{ENV_TRAINER_CONFIG} is invalid: {name}: must be >= 1")
+    if cfg.max_in_job_restarts < 0:
+        raise ConfigError(f"{ENV_TRAINER_CONFIG} is invalid: maxInJobRestarts: must be >= 0")
+    return cfg
+
+
+def pod_identity(environ: dict[str, str] | os._Environ[str] = os.environ) -> PodIdentity:
+    return PodIdentity(
+        name=environ.get(ENV_POD_NAME) or socket.gethostname(),
+        namespace=environ.get(ENV_NAMESPACE) or "default",
+        uid=environ.get(ENV_POD_UID) or None,
+        node_name=environ.get(ENV_NODE_NAME) or None,
+        pod_ip=environ.get(ENV_POD_IP) or None,
+    )
+
+
+def launcher_command() -> list[str]:
+    """ft_launcher of the running interpreter's environment."""
+    return [sys.executable, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher"]
+
+
+def build_launcher_argv(
+    cfg: TrainerConfig,
+    *,
+    launcher: Sequence[str],
+    local_addr: str | None,
+    progress_file: str,
+    term_timeout_seconds: float,
+    nvrx_version: tuple[int, int, int],
+) -> list[str]:
+    """The ft_launcher command line for one worker pod (pure; unit-tested)."""
+    argv = [
+        *launcher,
+        f"--nnodes={cfg.nnodes}",
+        f"--nproc-per-node={cfg.nproc_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={cfg.rdzv_endpoint}",
+        f"--rdzv-id={cfg.rdzv_id}",
+        # The store lives in the job's rendezvous pod: no training pod is special.
+        f"--rdzv-conf={nvrx_compat.rendezvous_conf()}",
+        f"--max-restarts={cfg.max_in_job_restarts}",
+        f"--term-timeout={max(1, int(term_timeout_seconds))}",
+        f"--workers-stop-timeout={WORKERS_STOP_TIMEOUT_SECONDS}",
+        "--monitor-interval=0.5",
+        # Hang detection: a rank silent past these is killed and the workers restarted.
+        f"--ft-initial-rank-heartbeat-timeout={cfg.rank_initial_timeout_seconds:g}",
+        f"--ft-rank-heartbeat-timeout={cfg.rank_heartbeat_timeout_seconds:g}",
+        *nvrx_compat.restart_policy_flags(nvrx_version),
+    ]
+    if local_addr:
+        # MASTER_ADDR for the ranks: the pod IP, reachable from other pods (a pod's hostname is not).
+        argv.append(f"--local-addr={local_addr}")
+    if nvrx_compat.native_no_progress(nvrx_version):
+        argv += [
+            f"--ft-checkpoint-iteration-file={progress_file}",
+            f"--ft-max-no-progress-cycles={cfg.max_no_progress_cycles}",
+        ]
+    # The command runs as given (`python train.py ...`, a console script, ...).
+    argv += ["--no-python", cfg.command[0], *cfg.command[1:], *cfg.args]
+    return argv
+
+
+def map_exit_code(
+    launcher_rc: int, *, terminated: bool, no_progress: bool, do_not_restart: Sequence[int]
+) -> int:
+    """The pod's exit code from how the launcher ended (pure; unit-tested)."""
+    if launcher_rc == 0 and not terminated:
+        return ExitCode.SUCCEEDED
+    if terminated:
+        return ExitCode.TERMINATED
+    if no_progress or launcher_rc in do_not_restart:
+        return ExitCode.DO_NOT_RESTART
+    return ExitCode.LAUNCHER_BUDGET_EXHAUSTED
+
+
+def _prepare_status_dir(pod: PodIdentity) -> str:
+    status_dir = os.environ.get(ENV_STATUS_DIR) or os.path.join(
+        tempfile.gettempdir(), f"rtj-status-{pod.name}"
+    )
+    os.makedirs(status_dir, exist_ok=True)
+    for name in os.listdir(status_dir):  # stale files of an earlier run in the same pod
+        if name.startswith(RANK_FILE_PREFIX) or name == PROGRESS_FILE_NAME:
+            Path(status_dir, name).unlink(missing_ok=True)
+    return status_dir
+
+
+def launch(grace_seconds: float) -> int:
+    try:
+        cfg = load_config()
+    except ConfigError as exc:
+        print(f"rtj-trainer: {exc}", file=sys.stderr, flush=True)
+        return ExitCode.CONFIG_ERROR
+    pod = pod_identity()
+    status_dir = _prepare_status_dir(pod)
+    progress_file = os.path.join(status_dir, PROGRESS_FILE_NAME)
+    version = nvrx_compat.nvrx_version()
+
+    agent = HeartbeatAgent(status_dir, pod, cfg.heartbeat_interval_seconds, load_api_client())
+    agent.start()
+    tracker = nvrx_compat.NoProgressTracker(cfg.max_no_progress_cycles, progress_file)
+
+    argv = build_launcher_argv(
+        cfg,
+        launcher=launcher_command(),
+        local_addr=pod.pod_ip,
+        progress_file=progress_file,
+        term_timeout_seconds=max(1.0, grace_seconds - 5),
+        nvrx_version=version,
+    )
+    env = {**os.environ, **rank_env_vars(cfg, status_dir=status_dir, progress_file=progress_file)}
+    log.info("starting ft_launcher (NVRx %s): %s", ".".join(map(str, version)), " ".join(argv))
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+
+    terminate = threading.Event()
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        if not terminate.is_set():
+            log.info("received %s: stopping training gracefully", signal.Signals(signum).name)
+            terminate.set()
+            _signal_launcher(proc, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    kill_deadline: float | None = None
+    no_progress = False
+    while True:
+        try:
+            rc = proc.wait(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if terminate.is_set():
+            kill_deadline = kill_deadline or time.monotonic() + grace_seconds
+            if time.monotonic() >= kill_deadline:
+                log.warning("graceful stop took longer than %.0f s: killing the launcher", grace_seconds)
+                _kill_group(proc)
+        elif not no_progress and tracker.observe(agent.aggregator.in_job_restarts):
+            no_progress = True
+            log.error(
+                "no training progress in %d restart cycles (checkpoint iteration %s): stopping",
+                cfg.max_no_progress_cycles,
+                tracker.last_iteration,
+            )
+            _signal_launcher(proc, signal.SIGTERM)
+            kill_deadline = time.monotonic() + grace_seconds
+        if no_progress and kill_deadline is not None and time.monotonic() >= kill_deadline:
+            _kill_group(proc)
+    # Workers the launcher left behind (e.g. it was SIGKILLed) must not outlive the pod's main process.
+    _kill_group(proc)
+
+    code = map_exit_code(
+        rc,
+        terminated=terminate.is_set(),
+        no_progress=no_progress,
+        do_not_restart=cfg.do_not_restart_exit_codes,
+    )
+    fault = None
+    now = datetime.now(UTC)
+    if code == ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
+        fault = Fault(
+            severity=FaultSeverity.HARD,
+            reason="LauncherBudgetExhausted",
+            message=f"ft_launcher exited with {rc} after {agent.aggregator.in_job_restarts} in-job restarts",
+            time=now,
+        )
+    elif code == ExitCode.DO_NOT_RESTART:
+        fault = Fault(
+            severity=FaultSeverity.HARD,
+            reason="NoProgress",
+            message=f"no progress past checkpoint iteration {tracker.last_iteration} in "
+            f"{cfg.max_no_progress_cycles} restart cycles",
+            time=now,
+        )
+    final = agent.stop(PodState.FINISHED if code == ExitCode.SUCCEEDED else None, fault)
+    log.info(
+        "ft_launcher exited with %s; pod exit code %s; last heartbeat %s", rc, code, final.to_annotation()
+    )
+    return code
+
+
+def _signal_launcher(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(sig)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def rendezvous(host: str, port: int | None) -> int:
+    try:
+        cfg = load_config()
+    except ConfigError as exc:
+        print(f"rtj-trainer: {exc}", file=sys.stderr, flush=True)
+        return ExitCode.CONFIG_ERROR
+    if port is None:
+        _, _, port_s = cfg.rdzv_endpoint.rpartition(":")
+        if not port_s.isdigit():
+            print(f"rtj-trainer: rdzvEndpoint {cfg.rdzv_endpoint!r} has no port", file=sys.stderr, flush=True)
+            return ExitCode.CONFIG_ERROR
+        port = int(port_s)
+
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    return nvrx_compat.serve_rendezvous(cfg, host=host, port=port, stop=stop)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rtj-trainer", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_launch = sub.add_parser("launch", help="run ft_launcher for this worker pod")
+    p_launch.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=float(os.environ.get(ENV_GRACE_SECONDS, DEFAULT_GRACE_SECONDS)),
+        help="seconds between SIGTERM and SIGKILL of the launcher on a graceful stop",
+    )
+    p_rdzv = sub.add_parser("rendezvous", help="host the job's rendezvous store")
+    p_rdzv.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    p_rdzv.add_argument("--port", type=int, default=None, help="port (default: the port of rdzvEndpoint)")
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    if args.cmd == "launch":
+        return launch(args.grace_seconds)
+    return rendezvous(args.host, args.port)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

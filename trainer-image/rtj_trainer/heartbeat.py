@@ -1,0 +1,351 @@
+"""The pod's heartbeat agent: rank status files in, one heartbeat Lease out.
+
+Every `heartbeat_interval_seconds` the agent reads the rank files (`report.RankReporter`) from the
+pod-local status dir, aggregates them into a `contract.Heartbeat` (`Aggregator`, pure logic) and
+creates or renews the pod's Lease (`LeaseWriter`): `spec.renewTime` is the heartbeat, the
+`HEARTBEAT_ANNOTATION` holds the JSON, an ownerReference to the pod lets garbage collection
+delete it with the pod. API errors are logged and retried at the next tick; nothing here may
+crash the entrypoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+from rtj.contract import (
+    HEARTBEAT_ANNOTATION,
+    MAX_COUNTER,
+    CheckpointRef,
+    Fault,
+    FaultSeverity,
+    Heartbeat,
+    PodState,
+    lease_name,
+)
+
+from .report import RANK_FILE_PREFIX, RANK_FILE_SUFFIX
+
+log = logging.getLogger(__name__)
+
+# Higher = more severe; the pod reports the most severe state any active rank is in.
+_STATE_SEVERITY = {
+    PodState.FINISHED: 0,
+    PodState.TRAINING: 1,
+    PodState.CHECKPOINTING: 2,
+    PodState.STARTING: 3,
+    PodState.IN_PROCESS_RESTARTING: 4,
+    PodState.IN_JOB_RESTARTING: 5,
+}
+
+
+def read_rank_files(status_dir: str) -> list[dict[str, Any]]:
+    """Every readable rank file in `status_dir` (a file being replaced is simply read next time)."""
+    docs = []
+    try:
+        names = os.listdir(status_dir)
+    except OSError:
+        return []
+    for name in names:
+        if not (name.startswith(RANK_FILE_PREFIX) and name.endswith(RANK_FILE_SUFFIX)):
+            continue
+        try:
+            with open(os.path.join(status_dir, name)) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            docs.append(doc)
+    return docs
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _counter(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNTER:
+        return None
+    return value
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+@dataclass
+class Aggregator:
+    """Folds rank reports into the pod's Heartbeat; keeps what must survive rank restarts.
+
+    - state: the most severe state of the ranks; a rank whose process is gone (and did not
+      finish) means the launcher is restarting its workers: InJobRestarting.
+    - step: the minimum over ranks that reported one (the pod is only as far as its slowest rank);
+      while no rank has reported yet (workers restarting), the last known step.
+    - in-job restarts: max TORCHELASTIC_RESTART_COUNT seen (the launcher's own counter).
+    - in-process restarts: counted per in-job generation (a restarted worker starts from 0
+      again) and summed, so the reported total never goes down and never double-counts.
+    - checkpoint: newest committed; faults: a hard fault wins over a soft one, newest first.
+    """
+
+    last_step: int = 0
+    in_job_restarts: int = 0
+    in_process_by_generation: dict[int, int] = field(default_factory=dict)
+    checkpoint: CheckpointRef | None = None
+    checkpoints_skipped: int = 0
+    fault: Fault | None = None
+
+    def update(
+        self, docs: Iterable[Mapping[str, Any]], is_alive: Callable[[int], bool] = pid_alive
+    ) -> Heartbeat:
+        severity = -1
+        state = PodState.STARTING
+        steps: list[int] = []
+        any_doc = False
+        for doc in docs:
+            any_doc = True
+            try:
+                rank_state = PodState(doc.get("state"))
+            except ValueError:
+                rank_state = PodState.STARTING
+            pid = _counter(doc.get("pid"))
+            if rank_state is not PodState.FINISHED and pid is not None and not is_alive(pid):
+                rank_state = PodState.IN_JOB_RESTARTING
+            if _STATE_SEVERITY[rank_state] > severity:
+                severity, state = _STATE_SEVERITY[rank_state], rank_state
+
+            step = _counter(doc.get("step"))
+            if step is not None and rank_state is not PodState.IN_JOB_RESTARTING:
+                steps.append(step)
+            generation = _counter(doc.get("inJobRestarts")) or 0
+            self.in_job_restarts = max(self.in_job_restarts, generation)
+            ipr = _counter(doc.get("inProcessRestarts")) or 0
+            self.in_process_by_generation[generation] = max(
+                self.in_process_by_generation.get(generation, 0), ipr
+            )
+            self.checkpoints_skipped = max(
+                self.checkpoints_skipped, _counter(doc.get("checkpointsSkipped")) or 0
+            )
+            self._take_checkpoint(doc.get("checkpoint"))
+            self._take_fault(doc.get("fault"))
+        if not any_doc:
+            state = PodState.STARTING
+        if steps:
+            self.last_step = min(steps)
+        return self.heartbeat(state)
+
+    def heartbeat(self, state: PodState) -> Heartbeat:
+        return Heartbeat(
+            state=state,
+            in_process_restarts=min(sum(self.in_process_by_generation.values()), MAX_COUNTER),
+            in_job_restarts=self.in_job_restarts,
+            step=self.last_step,
+            checkpoint=self.checkpoint,
+            checkpoints_skipped=self.checkpoints_skipped,
+            fault=self.fault,
+        )
+
+    def record_fault(self, fault: Fault) -> None:
+        """A fault classified by the entrypoint itself (e.g. the launcher gave up)."""
+        self._take_fault(fault.model_dump(mode="json"))
+
+    def _take_checkpoint(self, raw: Any) -> None:
+        if not isinstance(raw, dict):
+            return
+        step, when = _counter(raw.get("step")), _parse_time(raw.get("time"))
+        if step is None or when is None:
+            return
+        if self.checkpoint is None or step > self.checkpoint.step:
+            self.checkpoint = CheckpointRef(step=step, time=when)
+
+    def _take_fault(self, raw: Any) -> None:
+        if not isinstance(raw, dict):
+            return
+        try:
+            fault = Fault.model_validate(raw)
+        except ValidationError:
+            return
+        current = self.fault
+        if current is None:
+            self.fault = fault
+            return
+        rank = {FaultSeverity.SOFT: 0, FaultSeverity.HARD: 1}
+        if (rank[fault.severity], fault.time) > (rank[current.severity], current.time):
+            self.fault = fault
+
+
+# --- Kubernetes side ---------------------------------------------------------------------------
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def load_api_client() -> Any | None:
+    """In-cluster config when running in a pod, else KUBECONFIG (tests), else None (no Lease)."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        log.warning("kubernetes client not installed: heartbeat Lease disabled")
+        return None
+    try:
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(
+            os.path.join(SERVICE_ACCOUNT_DIR, "token")
+        ):
+            config.load_incluster_config()
+            return client.ApiClient()
+        kubeconfig = os.environ.get("KUBECONFIG")
+        if kubeconfig:
+            return config.new_client_from_config(config_file=kubeconfig)
+    except Exception as exc:  # never let configuration problems stop training
+        log.error("cannot configure the Kubernetes client (%s): heartbeat Lease disabled", type(exc).__name__)
+        return None
+    log.warning("no in-cluster config and no KUBECONFIG: heartbeat Lease disabled")
+    return None
+
+
+def _micro_time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class PodIdentity:
+    name: str
+    namespace: str
+    uid: str | None
+    node_name: str | None = None
+    pod_ip: str | None = None
+
+
+class LeaseWriter:
+    """Creates and renews one pod's heartbeat Lease."""
+
+    def __init__(self, api_client: Any, pod: PodIdentity, lease_duration_seconds: int) -> None:
+        from kubernetes import client
+
+        self._api = client.CoordinationV1Api(api_client)
+        self._pod = pod
+        self._duration = lease_duration_seconds
+        self._acquire_time: str | None = None
+
+    def body(self, hb: Heartbeat, now: datetime) -> dict[str, Any]:
+        now_s = _micro_time(now)
+        if self._acquire_time is None:
+            self._acquire_time = now_s
+        metadata: dict[str, Any] = {
+            "name": lease_name(self._pod.name),
+            "namespace": self._pod.namespace,
+            "annotations": {HEARTBEAT_ANNOTATION: hb.to_annotation()},
+        }
+        if self._pod.uid:
+            metadata["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Pod", "name": self._pod.name, "uid": self._pod.uid}
+            ]
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": {
+                "holderIdentity": self._pod.name,
+                "leaseDurationSeconds": self._duration,
+                "acquireTime": self._acquire_time,
+                "renewTime": now_s,
+            },
+        }
+
+    def write(self, hb: Heartbeat, now: datetime) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        body = self.body(hb, now)
+        name = body["metadata"]["name"]
+        try:
+            self._api.patch_namespaced_lease(name, self._pod.namespace, body)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            self._api.create_namespaced_lease(self._pod.namespace, body)
+
+
+class HeartbeatAgent:
+    """A daemon thread: aggregate the rank files and renew the Lease every interval."""
+
+    def __init__(
+        self,
+        status_dir: str,
+        pod: PodIdentity,
+        interval_seconds: float,
+        api_client: Any | None,
+    ) -> None:
+        self.status_dir = status_dir
+        self.interval = interval_seconds
+        self.aggregator = Aggregator()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rtj-heartbeat", daemon=True)
+        self._writer = (
+            LeaseWriter(api_client, pod, max(1, math.ceil(3 * interval_seconds))) if api_client else None
+        )
+        self.last: Heartbeat | None = None
+        self._last_error: str | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def tick(self, final_state: PodState | None = None) -> Heartbeat:
+        with self._lock:
+            hb = self.aggregator.update(read_rank_files(self.status_dir))
+            if final_state is not None:
+                hb = hb.model_copy(update={"state": final_state})
+            self.last = hb
+            self._publish(hb)
+            return hb
+
+    def _publish(self, hb: Heartbeat) -> None:
+        if self._writer is None:
+            return
+        try:
+            self._writer.write(hb, datetime.now(UTC))
+            if self._last_error:
+                log.info("heartbeat Lease writes recovered")
+                self._last_error = None
+        except Exception as exc:
+            # Log the kind and HTTP status only: an exception body may echo request headers.
+            status, reason = getattr(exc, "status", "?"), getattr(exc, "reason", "")
+            detail = f"{type(exc).__name__} status={status} reason={reason}"
+            if detail != self._last_error:
+                log.warning("heartbeat Lease write failed (retrying next tick): %s", detail)
+            self._last_error = detail
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("heartbeat tick failed")
+            self._stop.wait(self.interval)
+
+    def stop(self, final_state: PodState | None, fault: Fault | None = None) -> Heartbeat:
+        """Stop the thread and publish the last heartbeat (Finished, or the fault)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.interval + 5)
+        if fault is not None:
+            self.aggregator.record_fault(fault)
+        return self.tick(final_state)
