@@ -1,0 +1,154 @@
+"""The committed CRD is what crdgen generates now, and it is a structural schema the API server accepts:
+no $ref/title/nullable anyOf, a description on every field, CEL rules where oldSelf exists."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from rtj import contract
+from rtj.api import crdgen
+
+pytestmark = pytest.mark.unit
+
+CRD = crdgen.crd()
+VERSION = CRD["spec"]["versions"][0]
+ROOT = VERSION["schema"]["openAPIV3Schema"]
+SPEC = ROOT["properties"]["spec"]
+STATUS = ROOT["properties"]["status"]
+
+
+def walk(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, node
+    for name, sub in node.get("properties", {}).items():
+        yield from walk(sub, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        yield from walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from walk(node["additionalProperties"], f"{path}{{}}")
+
+
+@pytest.mark.parametrize("path", crdgen.OUTPUTS, ids=lambda p: str(p.relative_to(crdgen.REPO_ROOT)))
+def test_committed_crd_matches_the_models(path) -> None:
+    assert path.read_text() == crdgen.render(), f"{path} drifted from the models: run `make generate`"
+
+
+def test_check_mode_reports_no_drift() -> None:
+    assert crdgen.main(["--check"]) == 0
+
+
+def test_names_come_from_the_contract() -> None:
+    names = CRD["spec"]["names"]
+    assert CRD["metadata"]["name"] == f"{contract.PLURAL}.{contract.API_GROUP}"
+    assert (names["kind"], names["plural"], names["shortNames"]) == (contract.KIND, contract.PLURAL, ["rtj"])
+    assert names["categories"]
+    assert VERSION["name"] == contract.API_VERSION and VERSION["storage"] and VERSION["served"]
+    assert VERSION["subresources"] == {"status": {}}
+
+
+@pytest.mark.parametrize("path,node", list(walk(ROOT)), ids=lambda v: v if isinstance(v, str) else "")
+def test_schema_node_is_structural(path: str, node: dict[str, Any]) -> None:
+    assert "$ref" not in node and "title" not in node and "$defs" not in node
+    assert "nullable" not in node or node["nullable"] is True
+    if "anyOf" in node:  # only the Kubernetes int-or-string spelling
+        assert node.get("x-kubernetes-int-or-string") is True
+        assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}]
+    else:
+        assert "type" in node, f"{path}: structural schemas need a type on every node"
+    if "properties" in node:
+        assert "additionalProperties" not in node, f"{path}: properties and additionalProperties exclude"
+    assert not isinstance(node.get("additionalProperties"), bool), path
+
+
+@pytest.mark.parametrize(
+    "path,node",
+    [(p, n) for p, n in walk(ROOT) if p and not p.endswith(("[]", "{}")) and p != ".metadata"],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_every_field_has_a_description(path: str, node: dict[str, Any]) -> None:
+    assert node.get("description", "").strip(), f"{path} has no description (kubectl explain prints it)"
+
+
+def test_immutability_rules_sit_on_the_fields_where_oldself_exists() -> None:
+    # Transition rules on required scalar fields of spec: oldSelf is always set on update.
+    for field in ("image", "nodes"):
+        rules = SPEC["properties"][field]["x-kubernetes-validations"]
+        assert {
+            "rule": "self == oldSelf",
+            "message": f"{field} is immutable; create a new job to change it",
+        } in rules
+        assert field in SPEC["required"]
+    assert not any("oldSelf" in r["rule"] for r in SPEC.get("x-kubernetes-validations", []))
+
+
+def test_cross_field_rules_report_the_offending_field() -> None:
+    ft = SPEC["properties"]["faultTolerance"]
+    assert {r["fieldPath"] for r in ft["x-kubernetes-validations"]} == {
+        ".heartbeatTimeoutSeconds",
+        ".startupTimeoutSeconds",
+    }
+    assert SPEC["x-kubernetes-validations"][0]["fieldPath"] == ".procsPerNode"
+    ipr = ft["properties"]["inProcessRestart"]
+    assert ipr["x-kubernetes-validations"][0]["fieldPath"] == ".hardTimeoutSeconds"
+
+
+def test_hostpath_volumes_are_refused_by_cel() -> None:
+    items = SPEC["properties"]["podTemplate"]["properties"]["volumes"]["items"]
+    assert {
+        "rule": "!has(self.hostPath)",
+        "message": "hostPath volumes are not allowed in podTemplate.volumes",
+    } in (items["x-kubernetes-validations"])
+    assert items["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def test_rules_on_lists_are_bounded_for_the_cel_cost_budget() -> None:
+    for path, node in walk(SPEC):
+        if node.get("type") == "array" and any("x-kubernetes-validations" in n for _, n in walk(node)):
+            assert "maxItems" in node, f"{path}: CEL under an unbounded list exceeds the cost budget"
+
+
+def test_defaults_and_bounds_survive() -> None:
+    props = SPEC["properties"]
+    assert props["gpusPerNode"]["default"] == 8 and props["gpusPerNode"]["maximum"] == 8
+    assert props["nodes"]["minimum"] == 1
+    assert props["resources"]["properties"]["efaPerNode"]["maximum"] == 32
+    assert props["placement"]["properties"]["tolerations"]["items"]["properties"]["effect"]["enum"] == [
+        "",
+        "NoSchedule",
+        "PreferNoSchedule",
+        "NoExecute",
+    ]
+    assert props["faultTolerance"]["default"] == {}  # so the server fills in the effective budgets
+    assert "default" not in props["checkpoint"]  # required, and {} would fail its exactly-one rule
+
+
+def test_status_is_typed() -> None:
+    assert STATUS["x-kubernetes-preserve-unknown-fields"] is False
+    conditions = STATUS["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map" and conditions["x-kubernetes-list-map-keys"] == [
+        "type"
+    ]
+    assert STATUS["properties"]["lastCheckpoint"]["properties"]["time"]["format"] == "date-time"
+
+
+def test_printer_columns() -> None:
+    cols = {c["name"]: c for c in VERSION["additionalPrinterColumns"]}
+    assert list(cols) == [
+        "Ready", "Desired", "State", "Reason", "In-Proc", "In-Job", "Resched", "Ckpt-Step", "Ckpt-Age", "Age",
+    ]  # fmt: skip
+    assert cols["Ckpt-Age"] == {
+        "name": "Ckpt-Age",
+        "type": "date",
+        "jsonPath": ".status.lastCheckpoint.time",
+        "description": "When the last checkpoint was committed.",
+    }
+    assert cols["Desired"]["jsonPath"] == ".spec.nodes"
+    assert cols["Resched"]["jsonPath"] == ".status.restarts.podReschedules"
+
+
+def test_rendered_yaml_round_trips() -> None:
+    text = crdgen.render()
+    assert text.startswith("# Generated by")
+    assert yaml.safe_load(text) == CRD

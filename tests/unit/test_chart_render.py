@@ -1,0 +1,275 @@
+"""The Helm chart, rendered with `helm template` (no cluster): lint, restricted-PSS security context,
+probes on kopf's liveness endpoint, least-privilege RBAC with a reason per rule, names within 63 chars,
+the values schema, the dashboard and the CRD copy."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from rtj.api import crdgen
+from rtj_local.versions import bin_path
+
+pytestmark = pytest.mark.unit
+
+CHART = crdgen.REPO_ROOT / "charts" / "resilient-training-operator"
+HELM = str(bin_path("helm"))
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+METRICS = (
+    "rtj_jobs",
+    "rtj_restarts_total",
+    "rtj_recovery_seconds_bucket",
+    "rtj_heartbeat_age_seconds",
+    "rtj_reconcile_duration_seconds_bucket",
+    "rtj_goodput_ratio",
+)
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([HELM, *args], capture_output=True, text=True, check=check, timeout=60)
+
+
+def render(*set_args: str, values: Path | None = None, release: str = "rtj") -> list[dict[str, Any]]:
+    args = ["template", release, str(CHART), "--namespace", "rtj-system"]
+    if values:
+        args += ["-f", str(values)]
+    for s in set_args:
+        args += ["--set", s]
+    return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name_suffix: str = "") -> dict[str, Any]:
+    (doc,) = [d for d in by_kind(docs, kind) if d["metadata"]["name"].endswith(name_suffix)]
+    return doc
+
+
+def env_of(deployment: dict[str, Any]) -> dict[str, Any]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda p: p.name if p else "defaults")
+def test_helm_lint_passes(values: Path | None) -> None:
+    args = ["lint", "--strict", str(CHART)] + (["-f", str(values)] if values else [])
+    result = helm(*args, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_deployment_meets_the_restricted_pod_security_standard() -> None:
+    dep = one(render(), "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+    assert all("hostPath" not in v for v in pod["volumes"])
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc.get("privileged") is not True
+    assert {m["mountPath"] for m in c["volumeMounts"]} == {"/tmp"}  # the only writable path
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+
+
+def test_single_replica_standalone_with_recreate() -> None:
+    dep = one(render(), "Deployment")
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--standalone" in args and "--all-namespaces" in args
+    assert args[-2:] == ["-m", "rtj.handlers"]
+    rejected = helm("template", "rtj", str(CHART), "--set", "operator.replicas=2", check=False)
+    assert rejected.returncode != 0 and "replicas" in rejected.stderr
+
+
+def test_probes_use_kopf_liveness_endpoint() -> None:
+    dep = one(render("operator.healthPort=8181"), "Deployment")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "--liveness=http://0.0.0.0:8181/healthz" in c["args"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["health"] == 8181
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_namespaced_mode_passes_namespace_flags_and_binds_roles_there() -> None:
+    docs = render(values=CHART / "ci" / "namespaced-values.yaml")
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=ml-team-a" in args and "--namespace=ml-team-b" in args
+    assert "--all-namespaces" not in args
+    jobs_bindings = [d for d in by_kind(docs, "RoleBinding") if d["roleRef"]["name"].endswith("-jobs")]
+    assert sorted(b["metadata"]["namespace"] for b in jobs_bindings) == ["ml-team-a", "ml-team-b"]
+    assert not [d for d in by_kind(docs, "ClusterRoleBinding") if d["roleRef"]["name"].endswith("-jobs")]
+    cluster_rules = one(docs, "ClusterRole", "-cluster")["rules"]
+    assert not any("namespaces" in r["resources"] for r in cluster_rules)
+
+
+def all_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda p: p.name if p else "defaults")
+def test_rbac_has_no_secrets_and_no_wildcards(values: Path | None) -> None:
+    rules = all_rules(render(values=values))
+    assert rules
+    for rule in rules:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        forbidden = {"secrets", "configmaps", "pods/exec", "pods/eviction", "pods/attach", "deployments"}
+        assert not forbidden & set(rule["resources"])
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+
+
+def test_operator_rbac_grants_exactly_what_the_operator_uses() -> None:
+    docs = render()
+    granted = {
+        (group, resource, verb)
+        for d in by_kind(docs, "ClusterRole")
+        if not d["metadata"]["name"].endswith("-trainer")
+        for r in d["rules"]
+        for group in r["apiGroups"]
+        for resource in r["resources"]
+        for verb in r["verbs"]
+    }
+
+    def g(group: str, resource: str, *verbs: str) -> set[tuple[str, str, str]]:
+        return {(group, resource, v) for v in verbs}
+
+    expected = (
+        g("training.resilient.dev", "resilienttrainingjobs", "get", "list", "watch", "patch")
+        | g("training.resilient.dev", "resilienttrainingjobs/status", "get", "patch")
+        | g("training.resilient.dev", "resilienttrainingjobs/finalizers", "update")
+        | g("", "pods", "create", "delete", "get", "list", "watch")
+        | g("", "services", "create", "delete", "get", "list", "watch")
+        | g("", "persistentvolumeclaims", "create", "delete", "get", "list", "watch")
+        | g("", "persistentvolumes", "create", "delete", "get", "list", "watch")
+        | g("coordination.k8s.io", "leases", "get", "list", "watch", "patch", "update")
+        | g("", "nodes", "get", "list", "watch", "patch")
+        | g("", "events", "create", "patch")
+        | g("events.k8s.io", "events", "create", "patch")
+        | g("apiextensions.k8s.io", "customresourcedefinitions", "get", "list", "watch")
+        | g("", "namespaces", "list", "watch")
+    )
+    assert granted == expected
+
+
+def test_trainer_role_only_touches_leases() -> None:
+    docs = render("trainer.namespaces={ml-a,ml-b}")
+    role = one(docs, "ClusterRole", "-trainer")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["create", "get", "update", "patch"],
+        }
+    ]
+    bindings = [d for d in by_kind(docs, "RoleBinding") if d["roleRef"]["name"] == role["metadata"]["name"]]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["ml-a", "ml-b"]
+    for b in bindings:  # a RoleBinding: leases of its own namespace only
+        assert b["subjects"] == [
+            {"kind": "ServiceAccount", "name": "rtj-trainer", "namespace": b["metadata"]["namespace"]}
+        ]
+    assert not [
+        d for d in by_kind(docs, "ClusterRoleBinding") if d["roleRef"]["name"] == role["metadata"]["name"]
+    ]
+    sas = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in by_kind(docs, "ServiceAccount")}
+    assert {("ml-a", "rtj-trainer"), ("ml-b", "rtj-trainer")} <= sas
+
+
+def test_every_rbac_rule_is_commented() -> None:
+    for template in ("rbac-operator.yaml", "rbac-trainer.yaml"):
+        lines = (CHART / "templates" / template).read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.strip().startswith("- apiGroups:"):
+                above = lines[i - 1].strip()
+                assert above.startswith("#"), f"{template}:{i + 1} has no reason"
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_allow_privileged_jobs_reaches_the_operator_env(allow: bool) -> None:
+    env = env_of(one(render(f"security.allowPrivilegedJobs={str(allow).lower()}"), "Deployment"))
+    assert env["RTJ_ALLOW_PRIVILEGED_JOBS"] == str(allow).lower()
+    assert env["RTJ_TRAINER_SERVICE_ACCOUNT"] == "rtj-trainer"
+    assert env["RTJ_METRICS_PORT"] == "9090"
+
+
+def test_metrics_service_and_service_monitor() -> None:
+    docs = render(values=CHART / "ci" / "monitoring-values.yaml")
+    svc = one(docs, "Service", "-metrics")
+    assert svc["spec"]["ports"][0]["port"] == 9400
+    assert env_of(one(docs, "Deployment"))["RTJ_METRICS_PORT"] == "9400"
+    sm = one(docs, "ServiceMonitor")
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert sm["spec"]["endpoints"][0]["honorLabels"] is True
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert not by_kind(render(), "ServiceMonitor")
+
+
+def test_dashboard_is_real_json_using_the_operator_metrics() -> None:
+    docs = render(values=CHART / "ci" / "monitoring-values.yaml")
+    cm = one(docs, "ConfigMap", "-dashboard")
+    assert (
+        cm["metadata"]["namespace"] == "monitoring" and cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    )
+    dashboard = json.loads(cm["data"]["resilient-training-operator.json"])
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    for metric in METRICS:
+        assert re.search(rf"\b{metric}\b", exprs), metric
+    assert "histogram_quantile" in exprs
+
+
+def test_names_are_truncated_to_63_characters() -> None:
+    release = "a-very-long-release-name-that-goes-on-and-on-for-ever"  # Helm's limit is 53
+    assert len(release) == 53
+    docs = render("trainer.namespaces={ml}", "grafanaDashboard.enabled=true", release=release)
+    docs += render("fullnameOverride=" + "x" * 63)
+    for d in docs:
+        name = d["metadata"]["name"]
+        assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
+    cluster_roles = [d["metadata"]["name"] for d in by_kind(docs, "ClusterRole")]
+    assert len(set(cluster_roles)) == len(cluster_roles)
+
+
+def test_values_schema_rejects_unknown_keys_and_bad_enums() -> None:
+    for bad in ("bogus=1", "operator.logFormat=xml", "metrics.service.type=Ingress", "operator.bogus=1"):
+        result = helm("template", "rtj", str(CHART), "--set", bad, check=False)
+        assert result.returncode != 0, bad
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def check(node: dict[str, Any], path: str) -> None:
+        assert node.get("description"), f"{path} has no description"
+        if node.get("type") == "object" and "properties" in node:
+            assert node["additionalProperties"] is False, path
+            for name, sub in node["properties"].items():
+                check(sub, f"{path}.{name}")
+
+    check(schema, "values")
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(values) == set(schema["properties"])
+
+
+def test_chart_metadata_and_crd_copy() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2" and chart["kubeVersion"] == ">=1.31.0-0"
+    assert (CHART / "crds" / crdgen.CRD_FILE).read_text() == (
+        crdgen.REPO_ROOT / "crds" / crdgen.CRD_FILE
+    ).read_text()
+    assert "crds are not upgraded by helm" in (CHART / "README.md").read_text().lower()
+    # The CRD is under crds/, never templated (Helm would delete every job on uninstall).
+    assert not by_kind(render(), "CustomResourceDefinition")
+
+
+def test_notes_tell_the_user_what_to_run_next() -> None:
+    result = helm("install", "rtj", str(CHART), "--dry-run=client", "-n", "rtj-system", check=False)
+    # A client-side dry run still renders NOTES.txt.
+    assert "kubectl get rtj" in result.stdout, result.stderr
