@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -65,6 +64,7 @@ from rtj_local.podrun import (
     launcher_argv,
     plan_pod,
 )
+from rtj_local.rawapi import MERGE, SMP, RawApi
 
 log = logging.getLogger("rtj_local.node_agent")
 
@@ -72,8 +72,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENT_LABEL = "rtj.local/agent"
 AGENT_ANNOTATION = "rtj.local/node-agent"
 DEFAULT_PREFIX = "local-p5-"
-SMP = "application/strategic-merge-patch+json"
-MERGE = "application/merge-patch+json"
 KUBELET_VERSION = "v1.37.2-rtj-local"
 
 
@@ -189,6 +187,7 @@ class NodeAgent:
         self._api = config.new_client_from_config(config_file=str(self.kubeconfig))
         self._api.configuration.connection_pool_maxsize = 32
         self.core = client.CoreV1Api(self._api)  # for the pod watch
+        self.request = RawApi(self._api).request
         server = urlparse(self._api.configuration.host)
         self.apiserver_host = server.hostname or "127.0.0.1"
         self.apiserver_port = server.port or 443
@@ -282,24 +281,6 @@ class NodeAgent:
     def pvc_dir(self, namespace: str, claim: str) -> Path:
         """The local directory backing a PVC (as mounted into pods)."""
         return Path(self._pvc_source(namespace, claim))
-
-    # --- API: plain JSON (the generated client's typed models reject partial objects) ---------------------
-    def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json", **query: Any
-    ) -> dict[str, Any]:
-        params = self._api.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=[(k, v) for k, v in query.items() if v is not None],
-            header_params={"Accept": "application/json", "Content-Type": content_type},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        resp = self._api.call_api(*params, _request_timeout=30)
-        resp.read()
-        if not 200 <= resp.status <= 299:
-            raise ApiException.from_response(http_resp=resp, body=None, data=None)
-        return json.loads(resp.data)
 
     # --- nodes ----------------------------------------------------------------------------------------
     def _read_ca(self) -> bytes:
@@ -682,7 +663,10 @@ class NodeAgent:
             if csi:
                 key = f"csi/{csi['driver']}/{csi['volumeHandle']}"
             elif _get(pv, "spec", "hostPath", "path"):
-                return str(_get(pv, "spec", "hostPath", "path"))
+                host_path = _get(pv, "spec", "hostPath")
+                if host_path.get("type") == "DirectoryOrCreate":
+                    Path(host_path["path"]).mkdir(parents=True, exist_ok=True)
+                return str(host_path["path"])
             else:
                 key = f"pv/{pv_name}"
         path = self.run_dir / "volumes" / key

@@ -1,0 +1,50 @@
+"""Plain-JSON requests to the API server for the local tools (node agent, demo, timeline).
+
+The generated kubernetes client validates request bodies against its typed models, which reject the
+partial objects a kubelet stand-in sends (e.g. a Node whose nodeInfo is filled in later); dicts in and
+dicts out keep these tools small.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes.client import ApiClient
+from kubernetes.client.rest import ApiException
+
+SMP = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+
+
+class RawApi:
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
+
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", **query: Any
+    ) -> dict[str, Any]:
+        """`query` holds URL parameters by their API names (e.g. labelSelector=...). Raises ApiException
+        (with .status) for non-2xx answers."""
+        params = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=[(k, v) for k, v in query.items() if v is not None],
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api.call_api(*params, _request_timeout=30)
+        resp.read()
+        if not 200 <= resp.status <= 299:
+            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+        return json.loads(resp.data)
+
+    def get(self, path: str, **query: Any) -> dict[str, Any] | None:
+        """GET, or None when the object does not exist."""
+        try:
+            return self.request("GET", path, **query)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
