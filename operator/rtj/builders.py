@@ -1,0 +1,438 @@
+"""Pure builders: Kubernetes objects (plain dicts) for one job's children. No I/O.
+
+Names are deterministic (`<job>-n<slot>-a<attempt>`, `<job>-spare-<k>-a<n>`, `<job>-rdzv`), every
+namespaced child carries an owner reference to the job (garbage collection removes it), so creating
+twice is harmless (AlreadyExists = success).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rtj import contract
+from rtj.api.models import ResilientTrainingJob
+from rtj.ladder import (
+    CAUSE_ANNOTATION,
+    LABEL_SPARE_INDEX,
+    TRAINER_CONTAINER,
+    rendezvous_name,
+    spare_pod_name,
+    worker_pod_name,
+)
+
+RDZV_PORT = 29400
+RDZV_PORT_NAME = "rdzv"
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+FSX_DRIVER = "fsx.csi.aws.com"
+#: Label on the cluster-scoped FSx PV naming the job's namespace (the job name is LABEL_JOB).
+LABEL_JOB_NAMESPACE = f"{contract.API_GROUP}/job-namespace"
+SHM_VOLUME = "rtj-dshm"
+CHECKPOINT_VOLUME = "rtj-checkpoints"
+_DOWNWARD_ENV = (
+    (contract.ENV_POD_NAME, "metadata.name"),
+    (contract.ENV_POD_UID, "metadata.uid"),
+    (contract.ENV_NAMESPACE, "metadata.namespace"),
+    (contract.ENV_NODE_NAME, "spec.nodeName"),
+    (contract.ENV_POD_IP, "status.podIP"),
+)
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """Operator-wide settings the builders need (from rtj.settings)."""
+
+    trainer_service_account: str = "rtj-trainer"
+    #: Long enough for the trainer's last checkpoint on SIGTERM (suspend, deletion).
+    termination_grace_seconds: int = 300
+    allow_privileged: bool = False
+
+
+def _name(job: ResilientTrainingJob) -> str:
+    return str(job.metadata["name"])
+
+
+def _ns(job: ResilientTrainingJob) -> str:
+    return str(job.metadata["namespace"])
+
+
+def owner_reference(job: ResilientTrainingJob) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{contract.API_GROUP}/{contract.API_VERSION}",
+        "kind": contract.KIND,
+        "name": _name(job),
+        "uid": str(job.metadata["uid"]),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def rdzv_endpoint(job: ResilientTrainingJob) -> str:
+    return f"{rendezvous_name(_name(job))}.{_ns(job)}.svc:{RDZV_PORT}"
+
+
+def pvc_name(job: ResilientTrainingJob) -> str:
+    """The PVC the pods mount: the user's, or ours bound to the FSx PV."""
+    ckpt = job.spec.checkpoint
+    return ckpt.pvc.claim_name if ckpt.pvc is not None else f"{_name(job)}-checkpoints"
+
+
+def fsx_pv_name(namespace: str, job_name: str) -> str:
+    return f"rtj-{namespace}-{job_name}-fsx"
+
+
+def trainer_config(job: ResilientTrainingJob, standby: bool = False) -> contract.TrainerConfig:
+    spec, ft = job.spec, job.spec.fault_tolerance
+    ip = ft.in_process_restart
+    return contract.TrainerConfig(
+        job_name=_name(job),
+        command=list(spec.command),
+        args=list(spec.args),
+        nnodes=spec.nodes,
+        nproc_per_node=spec.procs,
+        rdzv_endpoint=rdzv_endpoint(job),
+        # The job's UID: a new job with the same name never joins an old rendezvous.
+        rdzv_id=str(job.metadata.get("uid", _name(job))),
+        max_in_job_restarts=ft.max_in_job_restarts,
+        heartbeat_interval_seconds=ft.heartbeat_interval_seconds,
+        rank_heartbeat_timeout_seconds=ft.rank_hang_timeout_seconds,
+        rank_initial_timeout_seconds=ft.startup_timeout_seconds,
+        in_process=contract.InProcessConfig(
+            enabled=ip.enabled,
+            soft_timeout_seconds=ip.soft_timeout_seconds,
+            hard_timeout_seconds=ip.hard_timeout_seconds,
+            max_restarts=ip.max_restarts,
+        ),
+        checkpoint_dir=spec.checkpoint.mount_path,
+        checkpoint_interval_steps=spec.checkpoint.interval_steps,
+        checkpoints_to_keep=spec.checkpoint.keep,
+        max_no_progress_cycles=ft.max_no_progress_cycles,
+        do_not_restart_exit_codes=list(ft.do_not_restart_exit_codes),
+        standby=standby,
+    )
+
+
+def privileged_violations(job: ResilientTrainingJob) -> list[str]:
+    """What makes the job's pods privileged, as 'field must not ...' messages (empty: none)."""
+    out: list[str] = []
+    template = job.spec.pod_template.model_dump(by_alias=True)
+    for i, vol in enumerate(job.spec.pod_template.volumes):
+        if "hostPath" in vol:
+            out.append(f"spec.podTemplate.volumes[{i}].hostPath must not be set")
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if template.get(key):
+            out.append(f"spec.podTemplate.{key} must not be true")
+    security = template.get("securityContext") or {}
+    if isinstance(security, dict) and (
+        security.get("privileged") or security.get("allowPrivilegeEscalation")
+    ):
+        out.append("spec.podTemplate.securityContext must not be privileged")
+    return out
+
+
+def _tolerations(job: ResilientTrainingJob) -> list[dict[str, Any]]:
+    tols: list[dict[str, Any]] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    for t in job.spec.placement.tolerations:
+        tols.append(t.model_dump(by_alias=True, exclude_none=True))
+    return tols
+
+
+def _affinity(job: ResilientTrainingJob, avoid_nodes: tuple[str, ...]) -> dict[str, Any]:
+    user = dict(job.spec.placement.affinity or {})
+    spread = {
+        "labelSelector": {
+            "matchLabels": {contract.LABEL_JOB: _name(job)},
+            "matchExpressions": [
+                {
+                    "key": contract.LABEL_ROLE,
+                    "operator": "In",
+                    "values": [contract.ROLE_WORKER, contract.ROLE_SPARE],
+                }
+            ],
+        },
+        "topologyKey": HOSTNAME_LABEL,
+    }
+    anti = dict(user.get("podAntiAffinity") or {})
+    anti["requiredDuringSchedulingIgnoredDuringExecution"] = [
+        *(anti.get("requiredDuringSchedulingIgnoredDuringExecution") or []),
+        spread,
+    ]
+    affinity: dict[str, Any] = {**user, "podAntiAffinity": anti}
+    if avoid_nodes:
+        avoid = {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(avoid_nodes)}
+        node = dict(user.get("nodeAffinity") or {})
+        required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        terms = required.get("nodeSelectorTerms") or [{}]
+        # Terms are ORed: the exclusion must be in every term.
+        required["nodeSelectorTerms"] = [
+            {**term, "matchExpressions": [*(term.get("matchExpressions") or []), avoid]} for term in terms
+        ]
+        node["requiredDuringSchedulingIgnoredDuringExecution"] = required
+        affinity["nodeAffinity"] = node
+    return affinity
+
+
+def _resources(job: ResilientTrainingJob) -> dict[str, Any]:
+    limits: dict[str, str] = {}
+    if job.spec.gpus_per_node > 0:
+        limits[GPU_RESOURCE] = str(job.spec.gpus_per_node)
+    if job.spec.resources.efa_per_node > 0:
+        limits[EFA_RESOURCE] = str(job.spec.resources.efa_per_node)
+    if job.spec.resources.cpu:
+        limits["cpu"] = job.spec.resources.cpu
+    if job.spec.resources.memory:
+        limits["memory"] = job.spec.resources.memory
+    return {"requests": dict(limits), "limits": limits} if limits else {}
+
+
+def _env(job: ResilientTrainingJob, config: contract.TrainerConfig) -> list[dict[str, Any]]:
+    ours = {contract.ENV_TRAINER_CONFIG, *(name for name, _ in _DOWNWARD_ENV)}
+    env: list[dict[str, Any]] = [
+        {"name": e.name, "value": e.value} for e in job.spec.env if e.name not in ours
+    ]
+    env.append({"name": contract.ENV_TRAINER_CONFIG, "value": config.to_env()})
+    env.extend({"name": n, "valueFrom": {"fieldRef": {"fieldPath": f}}} for n, f in _DOWNWARD_ENV)
+    return env
+
+
+def _training_pod(
+    job: ResilientTrainingJob,
+    name: str,
+    labels: dict[str, str],
+    cause: str,
+    avoid_nodes: tuple[str, ...],
+    standby: bool,
+    settings: BuildSettings,
+) -> dict[str, Any]:
+    spec, tpl = job.spec, job.spec.pod_template
+    mount = {"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path}
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": tpl.service_account_name or settings.trainer_service_account,
+        "terminationGracePeriodSeconds": settings.termination_grace_seconds,
+        "nodeSelector": {INSTANCE_TYPE_LABEL: spec.placement.instance_type, **spec.placement.node_selector},
+        "tolerations": _tolerations(job),
+        "affinity": _affinity(job, avoid_nodes),
+        "containers": [
+            {
+                "name": TRAINER_CONTAINER,
+                "image": spec.image,
+                "command": ["rtj-trainer", "launch"],
+                "env": _env(job, trainer_config(job, standby=standby)),
+                "resources": _resources(job),
+                "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}, mount, *tpl.volume_mounts],
+            }
+        ],
+        "volumes": [
+            {
+                "name": SHM_VOLUME,
+                "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shared_memory_size},
+            },
+            {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": pvc_name(job)}},
+            *tpl.volumes,
+        ],
+    }
+    if tpl.priority_class_name:
+        pod_spec["priorityClassName"] = tpl.priority_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": _ns(job),
+            "labels": {**tpl.labels, **labels},
+            "annotations": {**tpl.annotations, CAUSE_ANNOTATION: cause},
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": pod_spec,
+    }
+
+
+def worker_pod(
+    job: ResilientTrainingJob,
+    slot: int,
+    attempt: int,
+    cause: str,
+    avoid_nodes: tuple[str, ...] = (),
+    settings: BuildSettings | None = None,
+) -> dict[str, Any]:
+    labels = {
+        contract.LABEL_JOB: _name(job),
+        contract.LABEL_ROLE: contract.ROLE_WORKER,
+        contract.LABEL_SLOT: str(slot),
+        contract.LABEL_ATTEMPT: str(attempt),
+    }
+    return _training_pod(
+        job,
+        worker_pod_name(_name(job), slot, attempt),
+        labels,
+        cause,
+        avoid_nodes,
+        False,
+        settings or BuildSettings(),
+    )
+
+
+def spare_pod(
+    job: ResilientTrainingJob,
+    index: int,
+    attempt: int,
+    avoid_nodes: tuple[str, ...] = (),
+    settings: BuildSettings | None = None,
+) -> dict[str, Any]:
+    labels = {
+        contract.LABEL_JOB: _name(job),
+        contract.LABEL_ROLE: contract.ROLE_SPARE,
+        LABEL_SPARE_INDEX: str(index),
+        contract.LABEL_ATTEMPT: str(attempt),
+    }
+    return _training_pod(
+        job,
+        spare_pod_name(_name(job), index, attempt),
+        labels,
+        "HotSpare",
+        avoid_nodes,
+        True,
+        settings or BuildSettings(),
+    )
+
+
+def promotion_patch(slot: int, attempt: int, cause: str) -> dict[str, Any]:
+    """Merge patch turning a standby spare into the worker of `slot` (the ladder's commit)."""
+    return {
+        "metadata": {
+            "labels": {
+                contract.LABEL_ROLE: contract.ROLE_WORKER,
+                contract.LABEL_SLOT: str(slot),
+                contract.LABEL_ATTEMPT: str(attempt),
+            },
+            "annotations": {CAUSE_ANNOTATION: cause},
+        }
+    }
+
+
+def assign_lease_patch(slot: int) -> dict[str, Any]:
+    return {"metadata": {"annotations": {contract.ASSIGNED_SLOT_ANNOTATION: str(slot)}}}
+
+
+def rendezvous_pod(job: ResilientTrainingJob, settings: BuildSettings | None = None) -> dict[str, Any]:
+    settings = settings or BuildSettings()
+    name = rendezvous_name(_name(job))
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": _ns(job),
+            "labels": {contract.LABEL_JOB: _name(job), contract.LABEL_ROLE: contract.ROLE_RENDEZVOUS},
+            "annotations": {CAUSE_ANNOTATION: "Rendezvous"},
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "serviceAccountName": job.spec.pod_template.service_account_name
+            or settings.trainer_service_account,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 5,
+            "tolerations": _tolerations(job),
+            **(
+                {"priorityClassName": job.spec.pod_template.priority_class_name}
+                if job.spec.pod_template.priority_class_name
+                else {}
+            ),
+            "containers": [
+                {
+                    "name": "rendezvous",
+                    "image": job.spec.image,
+                    "command": ["rtj-trainer", "rendezvous"],
+                    "env": _env(job, trainer_config(job)),
+                    "ports": [{"name": RDZV_PORT_NAME, "containerPort": RDZV_PORT, "protocol": "TCP"}],
+                    "resources": {
+                        "requests": {"cpu": "250m", "memory": "256Mi"},
+                        "limits": {"cpu": "1", "memory": "1Gi"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def rendezvous_service(job: ResilientTrainingJob) -> dict[str, Any]:
+    name = rendezvous_name(_name(job))
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": _ns(job),
+            "labels": {contract.LABEL_JOB: _name(job), contract.LABEL_ROLE: contract.ROLE_RENDEZVOUS},
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {contract.LABEL_JOB: _name(job), contract.LABEL_ROLE: contract.ROLE_RENDEZVOUS},
+            "ports": [
+                {"name": RDZV_PORT_NAME, "port": RDZV_PORT, "targetPort": RDZV_PORT, "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def fsx_persistent_volume(job: ResilientTrainingJob) -> dict[str, Any] | None:
+    """The static PV for an FSx checkpoint volume (cluster-scoped: no owner reference; the
+    operator's finalizer deletes it; reclaim policy Retain never touches the file system)."""
+    fsx = job.spec.checkpoint.fsx
+    if fsx is None:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": fsx_pv_name(_ns(job), _name(job)),
+            "labels": {contract.LABEL_JOB: _name(job), LABEL_JOB_NAMESPACE: _ns(job)},
+        },
+        "spec": {
+            "capacity": {"storage": fsx.storage_capacity},
+            "volumeMode": "Filesystem",
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "mountOptions": ["flock"],
+            "claimRef": {"namespace": _ns(job), "name": pvc_name(job)},
+            "csi": {
+                "driver": FSX_DRIVER,
+                "volumeHandle": fsx.file_system_id,
+                "volumeAttributes": {"dnsname": fsx.dns_name, "mountname": fsx.mount_name},
+            },
+        },
+    }
+
+
+def fsx_persistent_volume_claim(job: ResilientTrainingJob) -> dict[str, Any] | None:
+    fsx = job.spec.checkpoint.fsx
+    if fsx is None:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": pvc_name(job),
+            "namespace": _ns(job),
+            "labels": {contract.LABEL_JOB: _name(job)},
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "volumeName": fsx_pv_name(_ns(job), _name(job)),
+            "resources": {"requests": {"storage": fsx.storage_capacity}},
+        },
+    }
+
+
+def quarantine_taint(job_name: str) -> dict[str, str]:
+    return {"key": contract.QUARANTINE_TAINT_KEY, "value": job_name, "effect": "NoSchedule"}

@@ -1,0 +1,105 @@
+"""What a decision asks the outside world to do. Intent only: rendering objects is the builders'
+job, executing them is rtj.kube's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CreateWorkerPod:
+    slot: int
+    attempt: int
+    cause: str
+    avoid_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CreateSparePod:
+    index: int
+    attempt: int
+    avoid_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CreateRendezvousPod:
+    pass
+
+
+@dataclass(frozen=True)
+class CreateRendezvousService:
+    pass
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+    uid: str
+    #: None: the pod's own terminationGracePeriodSeconds (a last checkpoint); 0: force (node lost).
+    grace_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class TaintNode:
+    """Quarantine: add QUARANTINE_TAINT_KEY=<job>:NoSchedule."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class PromoteSpare:
+    """Relabel a standby spare pod into a slot (the commit, as seen by the ladder) and signal its
+    trainer through ASSIGNED_SLOT_ANNOTATION on its Lease."""
+
+    pod: str
+    slot: int
+    attempt: int
+    cause: str
+
+
+@dataclass(frozen=True)
+class AssignLease:
+    """Ensure the promotion signal is on the Lease of a promoted spare (level-based retry)."""
+
+    lease: str
+    slot: int
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """ttlSecondsAfterFinished expired."""
+
+
+Action = (
+    CreateWorkerPod
+    | CreateSparePod
+    | CreateRendezvousPod
+    | CreateRendezvousService
+    | DeletePod
+    | TaintNode
+    | PromoteSpare
+    | AssignLease
+    | DeleteJob
+)
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RestartObserved:
+    """One or more restarts at a ladder level, committed by this decision's status write."""
+
+    level: str
+    reason: str
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class RecoveryObserved:
+    level: str
+    seconds: float

@@ -1,0 +1,612 @@
+"""The escalation ladder as one pure function: `decide(job, observed, now) -> Decision`.
+
+Levels (each with a budget, a condition reason, an Event and a metric):
+1. In-process restart (NVRx inprocess.Wrapper) and 2. in-job restart (ft_launcher): soft faults,
+   seen only as heartbeat counters going up; counted, pods untouched.
+3. Hard fault (heartbeat silent past its deadline, pod Failed with a restartable exit code, pod
+   evicted/deleted, node NotReady/lost, a pod-reported hard fault): replace that ONE pod (attempt+1);
+   the others keep running and re-rendezvous. The old pod is deleted first and its replacement is
+   created only once it is gone, so a slot never has two live pods. A standby hot spare is promoted
+   instead of creating a pod when one is ready.
+4. maxPodReschedules exceeded or a do-not-restart exit code: the job Fails; nothing is restarted and
+   every pod that still runs is deleted (GPUs freed; pods that already ended are kept for `kubectl
+   logs`). All workers Succeeded: the job Succeeded (the rendezvous pod and spares are deleted).
+
+Exactly-once counting: every counter is committed by the status write of the pass that observed
+it. Soft restarts are deltas against the per-slot "last seen" counts stored in the same status;
+pod reschedules are derived from attempts (a pod whose attempt is newer than the status knows and
+whose cause annotation names a fault counts once), so a crash between creating a pod and writing
+status neither loses nor doubles a count. The handler writes status with a resourceVersion
+precondition, so a pass computed from a stale copy cannot commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rtj import contract, reasons
+from rtj.api.models import (
+    CheckpointStatus,
+    ConditionType,
+    JobStatus,
+    NodeSlotStatus,
+    ResilientTrainingJob,
+    SpareStatus,
+)
+from rtj.ladder import predicates as p
+from rtj.ladder.actions import (
+    Action,
+    AssignLease,
+    CreateRendezvousPod,
+    CreateRendezvousService,
+    CreateSparePod,
+    CreateWorkerPod,
+    DeleteJob,
+    DeletePod,
+    JobEvent,
+    PromoteSpare,
+    RecoveryObserved,
+    RestartObserved,
+    TaintNode,
+)
+from rtj.ladder.conditions import is_true, set_condition
+from rtj.ladder.observe import LeaseObs, Observed, PodObs
+
+NORMAL, WARNING = "Normal", "Warning"
+_FORCE = frozenset({reasons.NODE_NOT_READY, reasons.NODE_LOST})
+
+
+@dataclass(frozen=True)
+class LadderConfig:
+    #: Grace period when deleting a faulted pod whose node is healthy (node lost: 0, forced).
+    fault_grace_seconds: int = 5
+    #: lastHeartbeatTime in status is refreshed at most this often (unless something else
+    #: changed): per-heartbeat status writes at 1,000 jobs x 8 pods would be ~800 writes/s.
+    heartbeat_status_resolution_seconds: float = 60.0
+
+
+@dataclass
+class Decision:
+    actions: list[Action] = field(default_factory=list)
+    status: JobStatus = field(default_factory=JobStatus)
+    events: list[JobEvent] = field(default_factory=list)
+    restarts: list[RestartObserved] = field(default_factory=list)
+    recoveries: list[RecoveryObserved] = field(default_factory=list)
+    #: Seconds since each live worker's last heartbeat, by slot (metrics only, never in status).
+    heartbeat_ages: dict[int, float] = field(default_factory=dict)
+
+
+def worker_pod_name(job: str, slot: int, attempt: int) -> str:
+    return f"{job}-n{slot}-a{attempt}"
+
+
+def spare_pod_name(job: str, index: int, attempt: int) -> str:
+    return f"{job}-spare-{index}-a{attempt}"
+
+
+def rendezvous_name(job: str) -> str:
+    return f"{job}-rdzv"
+
+
+class _Pass:
+    """State of one decide() call; methods are the ladder's steps."""
+
+    def __init__(self, job: ResilientTrainingJob, observed: Observed, now: datetime, config: LadderConfig):
+        self.job, self.obs, self.now, self.cfg = job, observed, now, config
+        self.name = str(job.metadata.get("name", ""))
+        self.generation = job.metadata.get("generation")
+        self.spec = job.spec
+        self.ft = job.spec.fault_tolerance
+        self.old = job.status
+        self.st = job.status.model_copy(deep=True)
+        self.d = Decision()
+        by_slot: dict[int, NodeSlotStatus] = {
+            s.slot: s for s in self.st.node_slots if 0 <= s.slot < self.spec.nodes
+        }
+        self.slots = [by_slot.get(i) or NodeSlotStatus(slot=i) for i in range(self.spec.nodes)]
+        self.workers: dict[int, list[PodObs]] = {}
+        self.spares: dict[int, list[PodObs]] = {}
+        self.rdzv: PodObs | None = None
+        for pod in observed.pods.values():
+            if pod.role == contract.ROLE_WORKER and pod.slot is not None and 0 <= pod.slot < self.spec.nodes:
+                self.workers.setdefault(pod.slot, []).append(pod)
+            elif pod.role == contract.ROLE_SPARE and pod.spare_index is not None:
+                self.spares.setdefault(pod.spare_index, []).append(pod)
+            elif pod.role == contract.ROLE_RENDEZVOUS and pod.name == rendezvous_name(self.name):
+                self.rdzv = pod
+        self.failed: tuple[str, str] | None = None
+        self.promoted_spares: set[str] = set()
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.d.events.append(JobEvent(type_, reason, message))
+
+    def lease(self, pod: PodObs) -> LeaseObs | None:
+        return self.obs.leases.get(contract.lease_name(pod.name))
+
+    def delete(self, pod: PodObs, grace: int | None) -> None:
+        if not pod.deleting:
+            self.d.actions.append(DeletePod(pod.name, pod.uid, grace))
+
+    def delete_live_pods(self, roles: set[str]) -> None:
+        for pod in self.obs.pods.values():
+            if pod.role in roles and pod.live:
+                self.delete(pod, None)
+
+    def avoid_nodes(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.st.quarantined_nodes)))
+
+    def cond(self, type_: str, status: bool, reason: str, message: str = "") -> None:
+        self.st.conditions = set_condition(
+            self.st.conditions, type_, status, reason, message, self.now, self.generation
+        )
+
+    # --- the pass --------------------------------------------------------------------------------
+    def run(self) -> Decision:
+        self.st.observed_generation = self.generation
+        self.st.nodes_desired = self.spec.nodes
+        if is_true(self.old.conditions, ConditionType.SUCCEEDED) or is_true(
+            self.old.conditions, ConditionType.FAILED
+        ):
+            self.finished()
+        elif self.spec.suspend:
+            self.suspended()
+        else:
+            self.active()
+        self.st.node_slots = self.slots
+        self.d.status = self.st
+        return self.d
+
+    def finished(self) -> None:
+        failed = is_true(self.old.conditions, ConditionType.FAILED)
+        roles = (
+            {contract.ROLE_WORKER, contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS}
+            if failed
+            else {contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS}
+        )
+        self.delete_live_pods(roles)
+        if p.ttl_expired(self.st.completion_time, self.spec.ttl_seconds_after_finished, self.now):
+            self.d.actions.append(DeleteJob())
+
+    def suspended(self) -> None:
+        self.delete_live_pods({contract.ROLE_WORKER, contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS})
+        for slot in self.slots:
+            slot.pod, slot.node, slot.state = "", "", "Suspended"
+            slot.recovering_since, slot.recovering_level = None, ""
+        self.st.spares = []
+        self.st.rendezvous_pod_uid = ""  # the one recreated on resume is not a recovery
+        self.close_degraded()
+        if not is_true(self.old.conditions, ConditionType.SUSPENDED):
+            self.event(NORMAL, reasons.SUSPENDED, "job suspended: pods removed; status and checkpoints kept")
+        self.cond(ConditionType.SUSPENDED, True, reasons.SUSPENDED, "spec.suspend is true")
+        self.cond(ConditionType.RUNNING, False, reasons.SUSPENDED, "")
+        self.cond(ConditionType.RECOVERING, False, reasons.SUSPENDED, "")
+        self.cond(ConditionType.DEGRADED, False, reasons.SUSPENDED, "")
+        self.st.nodes_ready = 0
+        self.st.state, self.st.reason = "Suspended", reasons.SUSPENDED
+
+    def active(self) -> None:
+        causes: dict[int, str] = {}
+        if is_true(self.old.conditions, ConditionType.SUSPENDED):
+            for slot in self.slots:
+                slot.attempt += 1
+                slot.pod, slot.state = "", "Pending"
+                causes[slot.slot] = reasons.CAUSE_RESUME
+            self.cond(ConditionType.SUSPENDED, False, reasons.RESUMED, "")
+            self.event(NORMAL, reasons.RESUMED, "job resumed: pods recreated (attempt numbers continue)")
+        self.rendezvous()
+        faults: list[tuple[NodeSlotStatus, PodObs | None, str, str]] = []
+        for slot in self.slots:
+            fault = self.observe_slot(slot)
+            if fault is not None:
+                faults.append((slot, *fault))
+        if self.failed is None:
+            for slot, pod, reason, message in faults:
+                self.hard_fault(slot, pod, reason, message)
+                if self.failed is not None:
+                    break
+        if self.failed is not None:
+            self.fail(*self.failed)
+            return
+        if all(s.state == "Succeeded" for s in self.slots):
+            self.succeed()
+            return
+        for slot in self.slots:
+            self.fill_slot(slot, causes.get(slot.slot))
+        self.keep_spares()
+        self.summarize()
+
+    # --- rendezvous ------------------------------------------------------------------------------
+    def rendezvous(self) -> None:
+        if not self.obs.service_exists:
+            self.d.actions.append(CreateRendezvousService())
+        pod = self.rdzv
+        if pod is None:
+            self.d.actions.append(CreateRendezvousPod())
+            return
+        if pod.terminal:
+            self.delete(pod, 0)
+            return
+        if pod.uid and pod.uid != self.st.rendezvous_pod_uid:
+            if self.st.rendezvous_pod_uid:
+                self.st.restarts.pod_reschedules += 1
+                self.d.restarts.append(RestartObserved(reasons.LEVEL_POD, reasons.RENDEZVOUS_LOST))
+                self.event(WARNING, reasons.RENDEZVOUS_LOST, f"rendezvous pod {pod.name} was recreated")
+            self.st.rendezvous_pod_uid = pod.uid
+
+    # --- one slot: observe, count soft restarts, detect hard faults --------------------------------
+    def observe_slot(self, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | None:
+        pods = self.workers.get(slot.slot, [])
+        newest = max(pods, key=lambda q: q.attempt, default=None)
+        if newest is not None and newest.attempt > slot.attempt:
+            # Created (or promoted) by a pass whose status write was lost: adopt, count once.
+            if newest.cause and newest.cause not in reasons.NON_FAULT_CAUSES:
+                self.st.restarts.pod_reschedules += 1
+                self.d.restarts.append(RestartObserved(reasons.LEVEL_POD, newest.cause))
+                slot.last_fault_reason = newest.cause
+                slot.recovering_since = slot.recovering_since or self.now
+                slot.recovering_level = reasons.LEVEL_POD
+            slot.attempt, slot.pod = newest.attempt, ""
+            slot.in_process_restarts = slot.in_job_restarts = 0
+        for old in pods:
+            if old.attempt < slot.attempt and old.live:
+                self.delete(
+                    old,
+                    0
+                    if p.node_fault(old, self.obs.nodes, self.obs.nodes_known)
+                    else self.cfg.fault_grace_seconds,
+                )
+        current = next((q for q in pods if q.attempt == slot.attempt), None)
+        if current is None:
+            if slot.pod:
+                return None, reasons.POD_DELETED, f"pod {slot.pod} disappeared"
+            slot.state = "Pending" if slot.state not in ("Replacing",) else slot.state
+            return None
+        slot.pod, slot.node = current.name, current.node or slot.node
+        lease = self.lease(current)
+        if current.phase == "Succeeded":
+            slot.state = "Succeeded"
+            return None
+        if current.phase == "Failed":
+            slot.state = "Failed"
+            if p.is_do_not_restart(current, self.ft):
+                self.failed = (
+                    reasons.DO_NOT_RESTART_EXIT_CODE,
+                    f"pod {current.name} (slot {slot.slot}) exited with do-not-restart code "
+                    f"{current.exit_code}",
+                )
+                return None
+            return (
+                current,
+                p.failed_pod_reason(current),
+                (
+                    f"pod {current.name} failed (exit code {current.exit_code}, {current.status_reason or 'no reason'})"
+                ),
+            )
+        if current.deleting:
+            return current, reasons.POD_DELETED, f"pod {current.name} is being deleted"
+        node_reason = p.node_fault(current, self.obs.nodes, self.obs.nodes_known)
+        if node_reason is not None:
+            return current, node_reason, f"node {current.node} of pod {current.name} is not Ready or gone"
+        self.count_soft(slot, current, lease)
+        for check in (p.reported_hard_fault(lease), p.heartbeat_silence(current, lease, self.ft, self.now)):
+            if check is not None:
+                return current, check[0], f"pod {current.name}: {check[1]}"
+        if lease is not None and lease.renew_time is not None:
+            self.d.heartbeat_ages[slot.slot] = p.seconds_since(lease.renew_time, self.now)
+        if current.phase != "Running":
+            slot.state = "Pending"
+        elif lease is None or lease.heartbeat is None:
+            slot.state = "Starting"
+        elif lease.heartbeat.state == contract.PodState.CHECKPOINTING:
+            slot.state = contract.PodState.TRAINING.value  # no status write per checkpoint and pod
+        else:
+            slot.state = lease.heartbeat.state.value
+        if current.name in self.promoted_spares or (
+            current.role == contract.ROLE_WORKER
+            and lease is not None
+            and lease.heartbeat is not None
+            and lease.heartbeat.state == contract.PodState.STANDBY
+            and lease.assigned_slot != str(slot.slot)
+        ):
+            self.d.actions.append(AssignLease(current.name, slot.slot))
+        self.track_recovery(slot, lease)
+        self.refresh_heartbeat_time(slot, lease)
+        return None
+
+    def count_soft(self, slot: NodeSlotStatus, pod: PodObs, lease: LeaseObs | None) -> None:
+        hb = lease.heartbeat if lease is not None else None
+        if hb is None:  # absent or malformed: no information, never a fault by itself
+            return
+        for level, reason, seen, now_count in (
+            (
+                reasons.LEVEL_IN_PROCESS,
+                reasons.IN_PROCESS_RESTART,
+                slot.in_process_restarts,
+                hb.in_process_restarts,
+            ),
+            (reasons.LEVEL_IN_JOB, reasons.IN_JOB_RESTART, slot.in_job_restarts, hb.in_job_restarts),
+        ):
+            delta = now_count - seen
+            if delta <= 0:
+                continue
+            if level == reasons.LEVEL_IN_PROCESS:
+                self.st.restarts.in_process += delta
+            else:
+                self.st.restarts.in_job += delta
+            self.d.restarts.append(RestartObserved(level, reason, delta))
+            detected = hb.fault.time if hb.fault is not None and hb.fault.time <= self.now else self.now
+            if slot.recovering_since is None:
+                slot.recovering_since, slot.recovering_level = detected, level
+            fault = f" ({hb.fault.reason}: {hb.fault.message})" if hb.fault is not None else ""
+            self.event(
+                NORMAL,
+                reason,
+                f"slot {slot.slot} pod {pod.name}: {delta} {level} restart(s), "
+                f"{now_count} in this pod{fault}; pods untouched",
+            )
+        # Never backwards: a lower count (should not happen within one pod) resets the baseline.
+        slot.in_process_restarts = hb.in_process_restarts
+        slot.in_job_restarts = hb.in_job_restarts
+
+    def track_recovery(self, slot: NodeSlotStatus, lease: LeaseObs | None) -> None:
+        if (
+            slot.recovering_since is None
+            or lease is None
+            or lease.heartbeat is None
+            or lease.renew_time is None
+        ):
+            return
+        if lease.heartbeat.state != contract.PodState.TRAINING or lease.renew_time < slot.recovering_since:
+            return
+        seconds = (lease.renew_time - slot.recovering_since).total_seconds()
+        self.d.recoveries.append(RecoveryObserved(slot.recovering_level or reasons.LEVEL_POD, seconds))
+        self.event(
+            NORMAL,
+            reasons.RECOVERED,
+            f"slot {slot.slot} back to Training {seconds:.1f}s after the fault ({slot.recovering_level})",
+        )
+        slot.recovering_since, slot.recovering_level = None, ""
+
+    def refresh_heartbeat_time(self, slot: NodeSlotStatus, lease: LeaseObs | None) -> None:
+        renew = lease.renew_time if lease is not None else None
+        if renew is None:
+            return
+        last = slot.last_heartbeat_time
+        if last is None or (renew - last).total_seconds() >= self.cfg.heartbeat_status_resolution_seconds:
+            slot.last_heartbeat_time = renew
+
+    # --- level 3: replace one pod ----------------------------------------------------------------
+    def hard_fault(self, slot: NodeSlotStatus, pod: PodObs | None, reason: str, message: str) -> None:
+        if p.budget_exhausted(self.st.restarts.pod_reschedules + 1, self.ft):
+            self.failed = (
+                reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED,
+                f"slot {slot.slot}: {message}; maxPodReschedules={self.ft.max_pod_reschedules} already used",
+            )
+            return
+        node = pod.node if pod is not None else slot.node
+        if pod is not None:
+            self.delete(pod, 0 if reason in _FORCE else self.cfg.fault_grace_seconds)
+        self.st.restarts.pod_reschedules += 1
+        self.d.restarts.append(RestartObserved(reasons.LEVEL_POD, reason))
+        old_name = slot.pod
+        slot.attempt += 1
+        slot.pod, slot.state, slot.last_fault_reason = "", "Replacing", reason
+        slot.in_process_restarts = slot.in_job_restarts = 0
+        slot.recovering_since, slot.recovering_level = self.now, reasons.LEVEL_POD
+        self.event(
+            WARNING,
+            reason,
+            f"slot {slot.slot}: {message}; replacing {old_name or 'pod'} with attempt "
+            f"{slot.attempt} ({self.st.restarts.pod_reschedules}/"
+            f"{self.ft.max_pod_reschedules} reschedules)",
+        )
+        if (
+            self.ft.quarantine_faulty_nodes
+            and node
+            and reason in reasons.NODE_SUSPECT
+            and node not in self.st.quarantined_nodes
+        ):
+            self.st.quarantined_nodes = [*self.st.quarantined_nodes, node]
+            self.d.actions.append(TaintNode(node))
+            self.event(
+                WARNING,
+                reasons.NODE_QUARANTINED,
+                f"node {node} tainted {contract.QUARANTINE_TAINT_KEY}={self.name}:NoSchedule after {reason}",
+            )
+
+    def fill_slot(self, slot: NodeSlotStatus, cause: str | None) -> None:
+        """Create (or promote a spare into) the slot's pod once no older pod of the slot is alive."""
+        if slot.pod:
+            return
+        if any(q.attempt == slot.attempt for q in self.workers.get(slot.slot, [])):
+            return
+        if any(q.live or q.deleting for q in self.workers.get(slot.slot, [])):
+            slot.state = "Replacing" if slot.recovering_since else "Pending"
+            return
+        cause = cause or (
+            slot.last_fault_reason if slot.recovering_since and slot.attempt > 0 else reasons.CAUSE_INITIAL
+        )
+        if cause not in reasons.NON_FAULT_CAUSES:
+            spare = self.standby_spare()
+            if spare is not None:
+                self.promoted_spares.add(spare.name)
+                self.d.actions.append(PromoteSpare(spare.name, slot.slot, slot.attempt, cause))
+                self.d.actions.append(AssignLease(spare.name, slot.slot))
+                self.event(
+                    NORMAL,
+                    reasons.SPARE_PROMOTED,
+                    f"hot spare {spare.name} on node {spare.node} takes slot {slot.slot} (attempt {slot.attempt})",
+                )
+                # slot.pod stays empty until the relabelled pod is observed in the slot.
+                slot.node, slot.state = spare.node, "Starting"
+                return
+        self.d.actions.append(CreateWorkerPod(slot.slot, slot.attempt, cause, self.avoid_nodes()))
+
+    # --- hot spares ---------------------------------------------------------------------------------
+    def standby_spare(self) -> PodObs | None:
+        for index in sorted(self.spares):
+            for pod in sorted(self.spares[index], key=lambda q: q.attempt, reverse=True):
+                lease = self.lease(pod)
+                if (
+                    pod.name not in self.promoted_spares
+                    and p.is_standby_spare(pod, lease, self.ft, self.now)
+                    and lease is not None
+                    and lease.assigned_slot is None
+                    and pod.node not in self.st.quarantined_nodes
+                ):
+                    return pod
+        return None
+
+    def keep_spares(self) -> None:
+        by_index = {s.index: s for s in self.st.spares}
+        out: list[SpareStatus] = []
+        for index in range(self.spec.hot_spares):
+            entry = by_index.get(index) or SpareStatus(index=index)
+            pods = [q for q in self.spares.get(index, []) if q.name not in self.promoted_spares]
+            entry.attempt = max([entry.attempt, *(q.attempt for q in pods)])
+            current = next((q for q in pods if q.attempt == entry.attempt), None)
+            if current is not None and current.terminal:
+                self.delete(current, 0)
+            if current is None or current.terminal or current.deleting:
+                if entry.pod or current is not None:  # that attempt was used: promoted, failed, deleted
+                    entry.attempt += 1
+                entry.pod, entry.node, entry.state = "", "", "Pending"
+                if not any(q.live and not q.deleting for q in pods):
+                    self.d.actions.append(CreateSparePod(index, entry.attempt, self.avoid_nodes()))
+            else:
+                entry.pod, entry.node = current.name, current.node
+                entry.state = (
+                    "Standby"
+                    if p.is_standby_spare(current, self.lease(current), self.ft, self.now)
+                    else ("Starting" if current.phase == "Running" else "Pending")
+                )
+            out.append(entry)
+        for index, pods in self.spares.items():
+            if index >= self.spec.hot_spares:
+                for pod in pods:
+                    if pod.live:
+                        self.delete(pod, None)
+        self.st.spares = out
+
+    # --- endings -----------------------------------------------------------------------------------
+    def fail(self, reason: str, message: str) -> None:
+        self.delete_live_pods({contract.ROLE_WORKER, contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS})
+        self.close_degraded()
+        self.cond(ConditionType.FAILED, True, reason, message)
+        self.cond(ConditionType.RUNNING, False, reason, "")
+        self.cond(ConditionType.RECOVERING, False, reason, "")
+        self.st.completion_time = self.st.completion_time or self.now
+        self.st.state, self.st.reason = "Failed", reason
+        self.st.nodes_ready = 0
+        self.event(WARNING, reason, f"job failed: {message}; running pods deleted, nothing restarted")
+
+    def succeed(self) -> None:
+        self.delete_live_pods({contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS})
+        self.close_degraded()
+        self.collect_checkpoint()
+        self.cond(ConditionType.SUCCEEDED, True, reasons.ALL_PODS_SUCCEEDED, "every worker pod succeeded")
+        self.cond(ConditionType.RUNNING, False, reasons.FINISHED, "")
+        self.cond(ConditionType.RECOVERING, False, reasons.FINISHED, "")
+        self.cond(ConditionType.DEGRADED, False, reasons.FINISHED, "")
+        self.st.completion_time = self.st.completion_time or self.now
+        self.st.state, self.st.reason = "Succeeded", reasons.ALL_PODS_SUCCEEDED
+        self.st.nodes_ready = 0
+        for slot in self.slots:
+            slot.recovering_since, slot.recovering_level = None, ""
+        self.event(NORMAL, reasons.ALL_PODS_SUCCEEDED, "job succeeded: every worker pod exited 0")
+
+    # --- summary ---------------------------------------------------------------------------------
+    def collect_checkpoint(self) -> None:
+        best = self.st.last_checkpoint
+        for lease in self.obs.leases.values():
+            ref = lease.heartbeat.checkpoint if lease.heartbeat is not None else None
+            if ref is not None and (best is None or ref.step > best.step):
+                best = CheckpointStatus(step=ref.step, time=ref.time)
+        self.st.last_checkpoint = best
+
+    def close_degraded(self) -> None:
+        if self.st.degraded_since is not None:
+            self.st.lost_seconds = round(
+                self.st.lost_seconds + p.seconds_since(self.st.degraded_since, self.now), 3
+            )
+            self.st.degraded_since = None
+
+    def summarize(self) -> None:
+        self.collect_checkpoint()
+        training = {contract.PodState.TRAINING.value, contract.PodState.CHECKPOINTING.value}
+        ready = sum(1 for s in self.slots if s.state in training)
+        running = sum(
+            1 for s in self.slots if s.state not in ("Pending", "Replacing", "Failed", "Suspended", "")
+        )
+        self.st.nodes_ready = ready
+        if running and self.st.start_time is None:
+            self.st.start_time = self.now
+        recovering = [s for s in self.slots if s.recovering_since is not None]
+        if recovering and self.st.degraded_since is None:
+            self.st.degraded_since = min(s.recovering_since for s in recovering if s.recovering_since)
+        if not recovering:
+            self.close_degraded()
+        nodes = self.spec.nodes
+        all_running = running == nodes
+        self.cond(
+            ConditionType.RUNNING,
+            all_running,
+            reasons.ALL_PODS_RUNNING if all_running else reasons.PODS_PENDING,
+            f"{running}/{nodes} pods running, {ready} training",
+        )
+        if recovering:
+            latest = max(recovering, key=lambda s: s.recovering_since or self.now)
+            reason = {
+                reasons.LEVEL_IN_PROCESS: reasons.IN_PROCESS_RESTART,
+                reasons.LEVEL_IN_JOB: reasons.IN_JOB_RESTART,
+            }.get(latest.recovering_level, latest.last_fault_reason or reasons.POD_RESCHEDULED)
+            self.cond(
+                ConditionType.RECOVERING,
+                True,
+                reason,
+                "slots recovering: " + ", ".join(str(s.slot) for s in recovering),
+            )
+        else:
+            self.cond(ConditionType.RECOVERING, False, reasons.NOT_RECOVERING, "")
+        degraded = not all_running
+        self.cond(
+            ConditionType.DEGRADED,
+            degraded,
+            reasons.PODS_PENDING if degraded else reasons.ALL_PODS_RUNNING,
+            f"{nodes - running} of {nodes} slots without a running pod" if degraded else "",
+        )
+        if recovering:
+            self.st.state, self.st.reason = (
+                "Recovering",
+                next(c.reason for c in self.st.conditions if c.type == ConditionType.RECOVERING),
+            )
+        elif all_running:
+            self.st.state, self.st.reason = "Running", reasons.ALL_PODS_RUNNING
+        else:
+            self.st.state, self.st.reason = "Pending", reasons.PODS_PENDING
+
+
+def decide(
+    job: ResilientTrainingJob, observed: Observed, now: datetime, config: LadderConfig | None = None
+) -> Decision:
+    """The next actions, the new status and the events for one job. Pure: no I/O, clock passed in."""
+    return _Pass(job, observed, now, config or LadderConfig()).run()
+
+
+def goodput(status: JobStatus, now: datetime) -> float | None:
+    """Productive fraction of wall time since the job first ran: 1 - lost / elapsed, where lost is
+    the time some slot spent recovering (fault detected -> back to Training). Work redone from the
+    last checkpoint after a restart is not subtracted (the heartbeat steps would show it; a later
+    refinement)."""
+    if status.start_time is None:
+        return None
+    end = status.completion_time or now
+    elapsed = (end - status.start_time).total_seconds()
+    if elapsed <= 0:
+        return None
+    lost = status.lost_seconds
+    if status.degraded_since is not None:
+        lost += p.seconds_since(status.degraded_since, end)
+    return max(0.0, min(1.0, 1.0 - lost / elapsed))

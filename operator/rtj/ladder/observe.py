@@ -1,0 +1,165 @@
+"""What the operator observed about one job, parsed from raw API objects (pure, no I/O).
+
+Parsing is total: any accepted object (malformed labels, a Lease written by a buggy trainer,
+a future renewTime) yields an observation, never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from rtj import contract
+from rtj.contract import Heartbeat
+
+TRAINER_CONTAINER = "trainer"
+#: Pod annotation naming why the pod was created (Initial, Resume, or the fault reason it
+#: replaces). Writer: operator pod builder / spare promotion; reader: operator ladder (a pod
+#: created for a fault counts as one reschedule even if the status write that recorded it was lost).
+CAUSE_ANNOTATION = f"{contract.API_GROUP}/cause"
+#: Label of a hot spare's index. Writer: operator pod builder; reader: operator ladder.
+LABEL_SPARE_INDEX = f"{contract.API_GROUP}/spare-index"
+
+_WORKER_NAME = re.compile(r"^(?P<job>.+)-n(?P<slot>\d+)-a(?P<attempt>\d+)$")
+
+
+def parse_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if 0 <= number < contract.MAX_COUNTER else None
+
+
+@dataclass(frozen=True)
+class PodObs:
+    name: str
+    uid: str = ""
+    role: str = contract.ROLE_WORKER
+    slot: int | None = None
+    spare_index: int | None = None
+    attempt: int = 0
+    cause: str = ""
+    phase: str = "Pending"
+    node: str = ""
+    deleting: bool = False
+    exit_code: int | None = None
+    status_reason: str = ""
+    created: datetime | None = None
+    started: datetime | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def live(self) -> bool:
+        """Could still run a process (not finished, not gone)."""
+        return not self.terminal
+
+
+@dataclass(frozen=True)
+class LeaseObs:
+    name: str
+    #: The heartbeat time, clamped to `now` so a future renewTime cannot keep a dead pod alive.
+    renew_time: datetime | None = None
+    heartbeat: Heartbeat | None = None
+    assigned_slot: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeObs:
+    name: str
+    #: "True", "False" or "Unknown" (the Ready condition's status).
+    ready: str = "Unknown"
+    taints: tuple[tuple[str, str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Observed:
+    pods: dict[str, PodObs] = field(default_factory=dict)
+    leases: dict[str, LeaseObs] = field(default_factory=dict)
+    nodes: dict[str, NodeObs] = field(default_factory=dict)
+    service_exists: bool = True
+    #: Nodes are known (the node index is populated); when False, node health is not judged.
+    nodes_known: bool = True
+
+
+def pod_from_dict(obj: dict[str, Any]) -> PodObs:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    labels = meta.get("labels") or {}
+    name = str(meta.get("name", ""))
+    attempt = _int(labels.get(contract.LABEL_ATTEMPT))
+    slot = _int(labels.get(contract.LABEL_SLOT))
+    if attempt is None or slot is None:
+        match = _WORKER_NAME.match(name)
+        if match:
+            attempt = attempt if attempt is not None else int(match["attempt"])
+            slot = slot if slot is not None else int(match["slot"])
+    exit_code = None
+    for cs in status.get("containerStatuses") or []:
+        if isinstance(cs, dict) and cs.get("name") == TRAINER_CONTAINER:
+            terminated = ((cs.get("state") or {}).get("terminated")) or {}
+            exit_code = _int(terminated.get("exitCode")) if terminated else None
+    return PodObs(
+        name=name,
+        uid=str(meta.get("uid", "")),
+        role=str(labels.get(contract.LABEL_ROLE, contract.ROLE_WORKER)),
+        slot=slot,
+        spare_index=_int(labels.get(LABEL_SPARE_INDEX)),
+        attempt=attempt or 0,
+        cause=str((meta.get("annotations") or {}).get(CAUSE_ANNOTATION, "")),
+        phase=str(status.get("phase") or "Pending"),
+        node=str(spec.get("nodeName") or ""),
+        deleting=bool(meta.get("deletionTimestamp")),
+        exit_code=exit_code,
+        status_reason=str(status.get("reason") or ""),
+        created=parse_time(meta.get("creationTimestamp")),
+        started=parse_time(status.get("startTime")),
+    )
+
+
+def lease_from_dict(obj: dict[str, Any], now: datetime) -> LeaseObs:
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    renew = parse_time((obj.get("spec") or {}).get("renewTime"))
+    if renew is not None and renew > now:
+        renew = now
+    assigned = annotations.get(contract.ASSIGNED_SLOT_ANNOTATION)
+    return LeaseObs(
+        name=str(meta.get("name", "")),
+        renew_time=renew,
+        heartbeat=contract.parse_heartbeat(annotations),
+        assigned_slot=assigned if isinstance(assigned, str) else None,
+    )
+
+
+def node_from_dict(obj: dict[str, Any]) -> NodeObs:
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    ready = "Unknown"
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            ready = str(cond.get("status", "Unknown"))
+    taints = tuple(
+        (str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
+        for t in (obj.get("spec") or {}).get("taints") or []
+        if isinstance(t, dict)
+    )
+    return NodeObs(name=str(meta.get("name", "")), ready=ready, taints=taints)

@@ -1,0 +1,108 @@
+"""Small named predicates the ladder is built from (each one table-tested through decide)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rtj import contract, reasons
+from rtj.api.models import FaultTolerance
+from rtj.ladder.observe import LeaseObs, NodeObs, PodObs
+
+
+def seconds_since(then: datetime, now: datetime) -> float:
+    return max(0.0, (now - then).total_seconds())
+
+
+def is_do_not_restart(pod: PodObs, ft: FaultTolerance) -> bool:
+    return (
+        pod.phase == "Failed" and pod.exit_code is not None and pod.exit_code in ft.do_not_restart_exit_codes
+    )
+
+
+def failed_pod_reason(pod: PodObs) -> str:
+    """Reason for a Failed pod whose exit code allows a restart."""
+    if pod.status_reason == "Evicted":
+        return reasons.POD_EVICTED
+    if pod.exit_code == contract.ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
+        return reasons.LAUNCHER_BUDGET_EXHAUSTED
+    return reasons.POD_FAILED
+
+
+def node_fault(pod: PodObs, nodes: dict[str, NodeObs], nodes_known: bool) -> str | None:
+    """NodeNotReady / NodeLost for a pod bound to a node that is unhealthy or gone."""
+    if not pod.node or not nodes_known:
+        return None
+    node = nodes.get(pod.node)
+    if node is None:
+        return reasons.NODE_LOST
+    if node.ready != "True":
+        return reasons.NODE_NOT_READY
+    return None
+
+
+def heartbeat_silence(
+    pod: PodObs, lease: LeaseObs | None, ft: FaultTolerance, now: datetime
+) -> tuple[str, str] | None:
+    """(reason, message) when a Running pod's heartbeat is overdue, else None.
+
+    Before the first heartbeat the deadline is startupTimeoutSeconds from the pod's start; after
+    it, heartbeatTimeoutSeconds from the last renewal (already clamped to now by the parser).
+    """
+    if pod.phase != "Running":
+        return None
+    renew = lease.renew_time if lease is not None else None
+    if renew is None:
+        since = pod.started or pod.created
+        if since is None:
+            return None
+        age = seconds_since(since, now)
+        if age > ft.startup_timeout_seconds:
+            return reasons.STARTUP_TIMEOUT, (
+                f"no heartbeat {age:.0f}s after start (startupTimeoutSeconds={ft.startup_timeout_seconds})"
+            )
+        return None
+    age = seconds_since(renew, now)
+    if age > ft.heartbeat_timeout_seconds:
+        return reasons.HEARTBEAT_TIMEOUT, (
+            f"heartbeat silent for {age:.0f}s (heartbeatTimeoutSeconds={ft.heartbeat_timeout_seconds})"
+        )
+    return None
+
+
+def reported_hard_fault(lease: LeaseObs | None) -> tuple[str, str] | None:
+    hb = lease.heartbeat if lease is not None else None
+    if hb is None or hb.fault is None or hb.fault.severity != contract.FaultSeverity.HARD:
+        return None
+    return (
+        reasons.POD_REPORTED_HARD_FAULT,
+        f"pod reported a hard fault: {hb.fault.reason}: {hb.fault.message}",
+    )
+
+
+def heartbeat_fresh(lease: LeaseObs | None, ft: FaultTolerance, now: datetime) -> bool:
+    return (
+        lease is not None
+        and lease.renew_time is not None
+        and seconds_since(lease.renew_time, now) <= ft.heartbeat_timeout_seconds
+    )
+
+
+def is_standby_spare(pod: PodObs, lease: LeaseObs | None, ft: FaultTolerance, now: datetime) -> bool:
+    return (
+        pod.role == contract.ROLE_SPARE
+        and pod.phase == "Running"
+        and not pod.deleting
+        and heartbeat_fresh(lease, ft, now)
+        and lease is not None
+        and lease.heartbeat is not None
+        and lease.heartbeat.state == contract.PodState.STANDBY
+    )
+
+
+def budget_exhausted(reschedules_after: int, ft: FaultTolerance) -> bool:
+    """True when one more pod replacement would exceed maxPodReschedules."""
+    return reschedules_after > ft.max_pod_reschedules
+
+
+def ttl_expired(completion: datetime | None, ttl: int | None, now: datetime) -> bool:
+    return completion is not None and ttl is not None and seconds_since(completion, now) >= ttl

@@ -1,0 +1,220 @@
+"""Test-object builders for the ladder and builders tests (jobset style):
+`make_job("j").nodes(4).obj()`, `observe(job).running_workers().heartbeat(0, ...).obj()`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from rtj import contract
+from rtj.api.models import ResilientTrainingJob
+from rtj.ladder import LeaseObs, NodeObs, Observed, PodObs, worker_pod_name
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def ago(seconds: float) -> datetime:
+    return NOW - timedelta(seconds=seconds)
+
+
+class JobBuilder:
+    def __init__(self, name: str = "train", namespace: str = "ns") -> None:
+        self._meta: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "generation": 1,
+        }
+        self._spec: dict[str, Any] = {
+            "image": "trainer:1",
+            "command": ["python", "train.py"],
+            "nodes": 2,
+            "checkpoint": {"pvc": {"claimName": "ckpt"}},
+            "faultTolerance": {
+                "heartbeatIntervalSeconds": 5,
+                "heartbeatTimeoutSeconds": 30,
+                "startupTimeoutSeconds": 120,
+                "maxPodReschedules": 4,
+            },
+        }
+        self._status: dict[str, Any] = {}
+
+    def nodes(self, n: int) -> JobBuilder:
+        self._spec["nodes"] = n
+        return self
+
+    def spares(self, k: int) -> JobBuilder:
+        self._spec["hotSpares"] = k
+        return self
+
+    def ft(self, **fields: Any) -> JobBuilder:
+        self._spec["faultTolerance"].update(fields)
+        return self
+
+    def spec(self, **fields: Any) -> JobBuilder:
+        self._spec.update(fields)
+        return self
+
+    def status(self, **fields: Any) -> JobBuilder:
+        self._status.update(fields)
+        return self
+
+    def obj(self) -> ResilientTrainingJob:
+        return ResilientTrainingJob.model_validate(
+            {
+                "apiVersion": f"{contract.API_GROUP}/{contract.API_VERSION}",
+                "kind": contract.KIND,
+                "metadata": dict(self._meta),
+                "spec": self._spec,
+                "status": self._status,
+            }
+        )
+
+
+def make_job(name: str = "train", namespace: str = "ns") -> JobBuilder:
+    return JobBuilder(name, namespace)
+
+
+def hb(
+    state: str = "Training",
+    ip: int = 0,
+    ij: int = 0,
+    step: int = 0,
+    ckpt: int | None = None,
+    fault: dict[str, Any] | None = None,
+) -> contract.Heartbeat:
+    data: dict[str, Any] = {"state": state, "inProcessRestarts": ip, "inJobRestarts": ij, "step": step}
+    if ckpt is not None:
+        data["checkpoint"] = {"step": ckpt, "time": ago(10).isoformat()}
+    if fault is not None:
+        data["fault"] = fault
+    return contract.Heartbeat.model_validate(data)
+
+
+class ObservedBuilder:
+    def __init__(self, job: str = "train") -> None:
+        self.job = job
+        self.pods: dict[str, PodObs] = {}
+        self.leases: dict[str, LeaseObs] = {}
+        self.nodes_: dict[str, NodeObs] = {}
+        self.service = True
+
+    def node(self, name: str, ready: str = "True") -> ObservedBuilder:
+        self.nodes_[name] = NodeObs(name=name, ready=ready)
+        return self
+
+    def worker(
+        self, slot: int, attempt: int = 0, phase: str = "Running", node: str | None = None, **kw: Any
+    ) -> ObservedBuilder:
+        name = kw.pop("name", worker_pod_name(self.job, slot, attempt))
+        node = node if node is not None else f"node-{slot}"
+        if node and node not in self.nodes_:
+            self.node(node)
+        kw.setdefault("cause", "Initial")
+        kw.setdefault("created", ago(300))
+        kw.setdefault("started", ago(300))
+        self.pods[name] = PodObs(
+            name=name,
+            uid=f"uid-{name}",
+            role=contract.ROLE_WORKER,
+            slot=slot,
+            attempt=attempt,
+            phase=phase,
+            node=node,
+            **kw,
+        )
+        return self
+
+    def spare(
+        self, index: int, attempt: int = 0, phase: str = "Running", node: str = "", **kw: Any
+    ) -> ObservedBuilder:
+        name = f"{self.job}-spare-{index}-a{attempt}"
+        node = node or f"spare-node-{index}"
+        self.node(node)
+        self.pods[name] = PodObs(
+            name=name,
+            uid=f"uid-{name}",
+            role=contract.ROLE_SPARE,
+            spare_index=index,
+            attempt=attempt,
+            phase=phase,
+            node=node,
+            created=ago(300),
+            started=ago(300),
+            cause="HotSpare",
+            **kw,
+        )
+        return self
+
+    def rdzv(self, uid: str = "rdzv-1", phase: str = "Running") -> ObservedBuilder:
+        name = f"{self.job}-rdzv"
+        self.pods[name] = PodObs(name=name, uid=uid, role=contract.ROLE_RENDEZVOUS, phase=phase)
+        return self
+
+    def lease(
+        self,
+        pod: str,
+        age: float = 1.0,
+        heartbeat: contract.Heartbeat | None = None,
+        assigned: str | None = None,
+    ) -> ObservedBuilder:
+        self.leases[pod] = LeaseObs(
+            name=pod, renew_time=ago(age), heartbeat=heartbeat, assigned_slot=assigned
+        )
+        return self
+
+    def running(
+        self, n: int, attempt: int = 0, heartbeat: contract.Heartbeat | None = None
+    ) -> ObservedBuilder:
+        """n healthy workers heartbeating in Training, plus the rendezvous pod."""
+        self.rdzv()
+        for slot in range(n):
+            self.worker(slot, attempt)
+            self.lease(worker_pod_name(self.job, slot, attempt), 1.0, heartbeat or hb())
+        return self
+
+    def no_service(self) -> ObservedBuilder:
+        self.service = False
+        return self
+
+    def obj(self) -> Observed:
+        return Observed(
+            pods=dict(self.pods),
+            leases=dict(self.leases),
+            nodes=dict(self.nodes_),
+            service_exists=self.service,
+        )
+
+
+def observe(job: str = "train") -> ObservedBuilder:
+    return ObservedBuilder(job)
+
+
+def running_status(n: int, attempt: int = 0, **extra: Any) -> dict[str, Any]:
+    """A status as a previous pass would have written it for n healthy slots."""
+    slots = [
+        {
+            "slot": s,
+            "pod": worker_pod_name("train", s, attempt),
+            "node": f"node-{s}",
+            "attempt": attempt,
+            "state": "Training",
+            "lastHeartbeatTime": ago(1).isoformat(),
+        }
+        for s in range(n)
+    ]
+    status: dict[str, Any] = {
+        "nodeSlots": slots,
+        "rendezvousPodUid": "rdzv-1",
+        "startTime": ago(3600).isoformat(),
+        "conditions": [
+            {
+                "type": "Running",
+                "status": "True",
+                "reason": "AllPodsRunning",
+                "lastTransitionTime": ago(3600).isoformat(),
+            }
+        ],
+    }
+    status.update(extra)
+    return status
