@@ -146,7 +146,7 @@ def test_operator_rbac_grants_exactly_what_the_operator_uses() -> None:
         return {(group, resource, v) for v in verbs}
 
     expected = (
-        g("training.resilient.dev", "resilienttrainingjobs", "get", "list", "watch", "patch")
+        g("training.resilient.dev", "resilienttrainingjobs", "get", "list", "watch", "patch", "delete")
         | g("training.resilient.dev", "resilienttrainingjobs/status", "get", "patch")
         | g("training.resilient.dev", "resilienttrainingjobs/finalizers", "update")
         | g("", "pods", "create", "delete", "get", "list", "watch")

@@ -1,0 +1,83 @@
+"""What a user sees with kubectl: `kubectl explain` prints the models' descriptions, `kubectl apply` of the
+example works with strict validation, and `kubectl get rtj` shows the printer columns."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from rtj.api.models import FaultTolerance, JobSpec
+from rtj_local.wait import wait_for
+
+pytestmark = pytest.mark.integration
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "h100-4node.yaml"
+
+
+def explain(kubectl, path: str) -> str:
+    # The API server publishes a new CRD's OpenAPI a moment after it is Established.
+    def attempt() -> str | None:
+        result = kubectl("explain", path, check=False)
+        return result.stdout if result.returncode == 0 else None
+
+    return wait_for(attempt, timeout=30, interval=0.5, message=f"kubectl explain {path}")
+
+
+def test_explain_spec_prints_the_model_descriptions(rtj_chart, kubectl) -> None:
+    out = explain(kubectl, "rtj.spec")
+    print(out)  # shown with -s; quoted in the report
+    assert "KIND:       ResilientTrainingJob" in out
+    for name in ("image", "nodes", "checkpoint", "faultTolerance", "gpusPerNode"):
+        description = JobSpec.model_fields[
+            {"faultTolerance": "fault_tolerance", "gpusPerNode": "gpus_per_node"}.get(name, name)
+        ].description
+        assert name in out
+        assert description.split()[0] in out
+    assert "Trainer image (with NVRx and the rtj-trainer entrypoint)" in out
+
+
+def test_explain_fault_tolerance_prints_each_budget(rtj_chart, kubectl) -> None:
+    out = explain(kubectl, "rtj.spec.faultTolerance")
+    flat = " ".join(out.split())
+    for field in FaultTolerance.model_fields.values():
+        assert " ".join(field.description.split()) in flat, field.description
+
+
+def test_apply_example_and_get_shows_the_printer_columns(rtj_chart, kubectl, rtj_api, namespace: str) -> None:
+    applied = kubectl("apply", "--server-side", "--validate=strict", "-n", namespace, "-f", str(EXAMPLE))
+    assert "llama-fsdp-4node serverside-applied" in applied.stdout
+    checkpoint_time = (datetime.now(UTC) - timedelta(minutes=3)).replace(microsecond=0)
+    rtj_api.patch_status(
+        namespace,
+        "llama-fsdp-4node",
+        {
+            "status": {
+                "state": "Running",
+                "reason": "AllPodsRunning",
+                "nodesDesired": 4,
+                "nodesReady": 4,
+                "restarts": {"inProcess": 3, "inJob": 1, "podReschedules": 1},
+                "lastCheckpoint": {"step": 1200, "time": checkpoint_time.isoformat().replace("+00:00", "Z")},
+            }
+        },
+    )
+    out = kubectl("get", "rtj", "-n", namespace).stdout
+    print(out)
+    header, row = out.strip().splitlines()
+    columns = "NAME READY DESIRED STATE REASON IN-PROC IN-JOB RESCHED CKPT-STEP CKPT-AGE AGE"
+    assert header.split() == columns.split()
+    cells = row.split()
+    assert cells[:9] == ["llama-fsdp-4node", "4", "4", "Running", "AllPodsRunning", "3", "1", "1", "1200"]
+    assert re.fullmatch(r"3m(\d+s)?|2m5\ds", cells[9]), cells[9]  # a date column: age of the checkpoint
+
+
+def test_apply_with_a_typo_names_the_field(rtj_chart, kubectl, namespace: str, tmp_path: Path) -> None:
+    bad = tmp_path / "typo.yaml"
+    bad.write_text(EXAMPLE.read_text().replace("  nodes: 4", "  node: 4"))
+    result = kubectl(
+        "apply", "--server-side", "--validate=strict", "-n", namespace, "-f", str(bad), check=False
+    )
+    assert result.returncode != 0
+    assert 'unknown field "spec.node"' in result.stderr, result.stderr

@@ -1,0 +1,125 @@
+"""The chart's RBAC, checked by the real API server's authorizer (`kubectl auth can-i --as=<sa>`): the
+operator ServiceAccount may do exactly what the operator does and nothing it does not need; the trainer
+ServiceAccount may only write Leases in its own namespace."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+GROUP = "training.resilient.dev"
+JOBS = f"resilienttrainingjobs.{GROUP}"
+
+# (verb, resource, extra kubectl args). Namespaced unless marked cluster-scoped by the test.
+OPERATOR_NAMESPACED_YES = [
+    *[(v, JOBS, ()) for v in ("get", "list", "watch", "patch", "delete")],
+    *[(v, JOBS, ("--subresource=status",)) for v in ("get", "patch")],
+    ("update", JOBS, ("--subresource=finalizers",)),
+    *[(v, "pods", ()) for v in ("create", "delete", "get", "list", "watch")],
+    *[(v, "services", ()) for v in ("create", "delete", "get", "list", "watch")],
+    *[(v, "persistentvolumeclaims", ()) for v in ("create", "delete", "get", "list", "watch")],
+    *[(v, "leases.coordination.k8s.io", ()) for v in ("get", "list", "watch", "patch", "update")],
+    *[(v, "events", ()) for v in ("create", "patch")],
+    *[(v, "events.events.k8s.io", ()) for v in ("create", "patch")],
+]
+OPERATOR_CLUSTER_YES = [
+    *[(v, "persistentvolumes", ()) for v in ("create", "delete", "get", "list", "watch")],
+    *[(v, "nodes", ()) for v in ("get", "list", "watch", "patch")],
+    *[(v, "customresourcedefinitions.apiextensions.k8s.io", ()) for v in ("get", "list", "watch")],
+]
+OPERATOR_NO = [
+    ("get", "secrets", ()),
+    ("list", "secrets", ()),
+    ("create", "pods", ("--subresource=exec",)),
+    ("create", "pods", ("--subresource=eviction",)),
+    ("update", "pods", ()),
+    ("deletecollection", "pods", ()),
+    ("get", "configmaps", ()),
+    ("create", "configmaps", ()),
+    ("create", "deployments.apps", ()),
+    ("delete", "deployments.apps", ()),
+    ("create", "leases.coordination.k8s.io", ()),
+    ("delete", "leases.coordination.k8s.io", ()),
+    ("create", JOBS, ()),
+    ("update", "nodes", ()),
+    ("delete", "nodes", ()),
+    ("create", "namespaces", ()),
+    ("delete", "namespaces", ()),
+    ("patch", "customresourcedefinitions.apiextensions.k8s.io", ()),
+    ("delete", "customresourcedefinitions.apiextensions.k8s.io", ()),
+    ("create", "clusterroles.rbac.authorization.k8s.io", ()),
+    ("create", "rolebindings.rbac.authorization.k8s.io", ()),
+    ("impersonate", "serviceaccounts", ()),
+    ("create", "serviceaccounts", ("--subresource=token",)),
+]
+TRAINER_YES = [(v, "leases.coordination.k8s.io", ()) for v in ("create", "get", "update", "patch")]
+TRAINER_NO = [
+    *[(v, "leases.coordination.k8s.io", ()) for v in ("list", "watch", "delete", "deletecollection")],
+    ("get", "pods", ()),
+    ("list", "pods", ()),
+    ("get", "secrets", ()),
+    ("create", "events", ()),
+    ("get", JOBS, ()),
+    ("patch", JOBS, ("--subresource=status",)),
+    ("get", "configmaps", ()),
+]
+
+
+def can_i(kubectl, sa: str, verb: str, resource: str, extra: tuple[str, ...], namespace: str | None) -> bool:
+    scope = ["-n", namespace] if namespace else []
+    result = kubectl("auth", "can-i", verb, resource, *extra, *scope, f"--as={sa}", check=False)
+    answer = result.stdout.strip()
+    assert answer in ("yes", "no"), result.stdout + result.stderr
+    return answer == "yes"
+
+
+def check(kubectl, sa: str, rules, namespace: str | None, expected: bool) -> None:
+    wrong = [
+        f"{verb} {resource} {' '.join(extra)}".strip()
+        for verb, resource, extra in rules
+        if can_i(kubectl, sa, verb, resource, extra, namespace) != expected
+    ]
+    assert not wrong, (
+        f"{sa} in {namespace or 'cluster scope'}: expected {'yes' if expected else 'no'} for {wrong}"
+    )
+
+
+def operator_sa(namespace: str, release: str) -> str:
+    return f"system:serviceaccount:{namespace}:{release}-resilient-training-operator"
+
+
+def test_operator_all_namespaces(kubectl, install_chart, namespace: str) -> None:
+    install_chart("rbac-all", namespace)
+    sa = operator_sa(namespace, "rbac-all")
+    for ns in (namespace, "default"):  # ClusterRoleBinding: every namespace
+        check(kubectl, sa, OPERATOR_NAMESPACED_YES, ns, expected=True)
+        check(kubectl, sa, OPERATOR_NO, ns, expected=False)
+    check(
+        kubectl,
+        sa,
+        [*OPERATOR_CLUSTER_YES, ("list", "namespaces", ()), ("watch", "namespaces", ())],
+        None,
+        True,
+    )
+    check(kubectl, sa, OPERATOR_NO, None, expected=False)
+
+
+def test_operator_watching_one_namespace_gets_namespaced_rights_only_there(
+    kubectl, install_chart, namespace: str
+) -> None:
+    install_chart("rbac-ns", namespace, f"operator.watchNamespaces={{{namespace}}}")
+    sa = operator_sa(namespace, "rbac-ns")
+    check(kubectl, sa, OPERATOR_NAMESPACED_YES, namespace, expected=True)
+    check(kubectl, sa, OPERATOR_NAMESPACED_YES, "default", expected=False)
+    check(kubectl, sa, OPERATOR_CLUSTER_YES, None, expected=True)
+    check(kubectl, sa, [("list", "namespaces", ())], None, expected=False)
+
+
+def test_trainer_can_only_write_leases_in_its_namespace(kubectl, install_chart, namespace: str) -> None:
+    install_chart("rbac-trainer", namespace, f"trainer.namespaces={{{namespace}}}")
+    sa = f"system:serviceaccount:{namespace}:rtj-trainer"
+    check(kubectl, sa, TRAINER_YES, namespace, expected=True)
+    check(kubectl, sa, TRAINER_NO, namespace, expected=False)
+    check(kubectl, sa, TRAINER_YES, "default", expected=False)
+    check(kubectl, sa, [("get", "nodes", ()), ("list", "persistentvolumes", ())], None, expected=False)
