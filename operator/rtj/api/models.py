@@ -293,11 +293,18 @@ class PodTemplateOverrides(ApiModel):
         json_schema_extra={
             "items": {
                 "type": "object",
+                # CEL sees only declared properties (not preserved unknown ones), so hostPath is declared.
+                "properties": {
+                    "name": {"type": "string", "description": "Volume name.", "maxLength": 63},
+                    "hostPath": {
+                        "type": "object",
+                        "description": "Refused (see volumes).",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    },
+                },
+                "required": ["name"],
                 "x-kubernetes-preserve-unknown-fields": True,
-                **cel(
-                    ("has(self.name)", "every podTemplate.volumes item must have a name"),
-                    ("!has(self.hostPath)", "hostPath volumes are not allowed in podTemplate.volumes"),
-                ),
+                **cel(("!has(self.hostPath)", "hostPath volumes are not allowed in podTemplate.volumes")),
             }
         },
         max_length=64,
