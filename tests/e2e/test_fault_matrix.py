@@ -1,0 +1,187 @@
+"""The fault matrix, end to end: real operator, real trainer processes (ft_launcher, gloo, FSDP2,
+checkpoints) on the local cluster, one test per row. Each asserts the ladder level that handled the
+fault, the reason, the counters, that no committed checkpoint is lost or goes backwards, and the end
+state. Faults come from the trainer's own hook (RTJ_FAULT_INJECT, fired once per job at a step) or
+from outside (the node agent's node death, a job deletion).
+"""
+
+from __future__ import annotations
+
+import pytest
+from rtj.contract import LABEL_JOB, QUARANTINE_TAINT_KEY
+from rtj_local.wait import wait_for
+
+from .conftest import NAMESPACE, JobRun, all_training, failed, succeeded
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+
+START = 240.0  # scheduling, cold `import torch` x ranks, rendezvous: slow on 2 busy cores
+FINISH = 300.0
+
+
+def finished(snap) -> bool:
+    return succeeded(snap) or failed(snap)
+
+
+def assert_succeeded(job: JobRun) -> None:
+    snap = job.wait(finished, FINISH, "job to finish")
+    assert succeeded(snap), f"job ended Failed: {snap.condition('Failed')}"
+
+
+def soft_fault_run(run_job, name: str, fault: str) -> tuple[JobRun, dict[str, str]]:
+    """A job with one soft fault armed; returns it once finished, with the worker pods it started with."""
+    job = run_job(name, env={"RTJ_FAULT_INJECT": fault}, steps=40, interval=10)
+    first = job.wait(all_training, START, "both pods training")
+    pods = job.worker_pods(first)
+    assert_succeeded(job)
+    return job, pods
+
+
+def test_exception_in_a_rank_is_restarted_in_process_pods_untouched(run_job) -> None:
+    job, pods = soft_fault_run(run_job, "exc", "exception@step=15,rank=1")
+    last = job.history[-1]
+    assert job.fault_fired("exception-step15-rank1")
+    assert last.restarts["inProcess"] >= 1
+    assert (last.restarts["inJob"], last.restarts["podReschedules"]) == (0, 0)
+    assert "InProcessRestart" in job.event_reasons()
+    assert job.worker_pods(last) == pods, "pods must be untouched"
+    job.assert_checkpoints_never_lost_or_backwards()
+
+
+def test_hang_of_a_rank_is_restarted_below_the_pod_level_pods_untouched(run_job) -> None:
+    job, pods = soft_fault_run(run_job, "hang", "hang@step=15,rank=1")
+    last = job.history[-1]
+    assert job.fault_fired("hang-step15-rank1")
+    assert last.restarts["inProcess"] + last.restarts["inJob"] >= 1
+    assert last.restarts["podReschedules"] == 0
+    assert job.event_reasons() & {"InProcessRestart", "InJobRestart"}
+    assert job.worker_pods(last) == pods, "pods must be untouched"
+    job.assert_checkpoints_never_lost_or_backwards()
+
+
+def test_sigkill_of_a_rank_is_an_in_job_restart_pods_untouched(run_job) -> None:
+    job, pods = soft_fault_run(run_job, "kill", "sigkill@step=15,rank=1")
+    last = job.history[-1]
+    assert job.fault_fired("sigkill-step15-rank1")
+    assert last.restarts["inJob"] >= 1
+    assert last.restarts["podReschedules"] == 0
+    assert "InJobRestart" in job.event_reasons()
+    assert job.worker_pods(last) == pods, "pods must be untouched"
+    job.assert_checkpoints_never_lost_or_backwards()
+
+
+def slot_pod(snap, slot: int) -> dict:
+    return next(s for s in snap.status.get("nodeSlots") or [] if s.get("slot") == slot)
+
+
+def test_launcher_budget_exhausted_replaces_that_pod_and_the_job_continues(run_job) -> None:
+    # Budget 1: the second SIGKILL of rank 1 (slot 1) exhausts slot 1's launcher, the pod fails (70).
+    job = run_job(
+        "budget",
+        env={"RTJ_FAULT_INJECT": "sigkill@step=12,rank=1;sigkill@step=14,rank=1"},
+        steps=40,
+        interval=5,
+        fault_tolerance={"maxInJobRestarts": 1, "maxNoProgressCycles": 10},
+    )
+    first = job.wait(all_training, START, "both pods training")
+    before = slot_pod(first, 1)
+    replaced = job.wait(
+        lambda s: slot_pod(s, 1).get("attempt", 0) > before.get("attempt", 0), 240, "slot 1 replaced"
+    )
+    assert slot_pod(replaced, 1)["pod"] != before["pod"]
+    assert_succeeded(job)
+    last = job.history[-1]
+    assert last.restarts["podReschedules"] >= 1
+    assert "LauncherBudgetExhausted" in job.event_reasons()
+    failed_pod = next(s.pods[before["pod"]] for s in job.history if before["pod"] in s.pods)
+    assert failed_pod is not None
+    exit_codes = {s.pods[before["pod"]]["exit_code"] for s in job.history if before["pod"] in s.pods}
+    assert 70 in exit_codes, f"the exhausted pod exits 70, saw {exit_codes}"
+    job.assert_checkpoints_never_lost_or_backwards()
+
+
+def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(run_job, e2e_stack) -> None:
+    job = run_job("nodedeath", steps=60, interval=10)
+    snap = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 10, START, "a checkpoint")
+    rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
+    victim = next(s for s in snap.status["nodeSlots"] if s["node"] != rdzv_node)
+    checkpoint_before = snap.checkpoint_step
+    killed = e2e_stack.agent.kill_node(victim["node"])
+    assert f"{NAMESPACE}/{victim['pod']}" in killed
+
+    def replaced_elsewhere(s) -> bool:
+        slot = slot_pod(s, victim["slot"])
+        return (
+            slot["pod"] != victim["pod"] and slot.get("node") not in ("", victim["node"]) and all_training(s)
+        )
+
+    job.wait(replaced_elsewhere, 240, "the dead node's pod replaced on another node and training")
+    assert_succeeded(job)
+    last = job.history[-1]
+    assert last.restarts["podReschedules"] >= 1
+    assert job.event_reasons() & {"NodeNotReady", "NodeLost", "HeartbeatTimeout"}
+    assert victim["node"] in (last.status.get("quarantinedNodes") or [])
+    node = job.raw.request("GET", f"/api/v1/nodes/{victim['node']}")
+    assert any(t["key"] == QUARANTINE_TAINT_KEY for t in node["spec"].get("taints") or [])
+    assert (last.checkpoint_step or 0) > (checkpoint_before or 0)
+    job.assert_checkpoints_never_lost_or_backwards()
+
+
+def test_do_not_restart_exit_code_fails_the_job_and_restarts_nothing(run_job) -> None:
+    # Two in-job restarts without a newer checkpoint in between: the trainer stops with 93.
+    job = run_job(
+        "dnr",
+        env={"RTJ_FAULT_INJECT": "sigkill@step=12,rank=1;sigkill@step=14,rank=1"},
+        steps=40,
+        interval=5,
+        fault_tolerance={"maxInJobRestarts": 5, "maxNoProgressCycles": 1},
+    )
+    first = job.wait(all_training, START, "both pods training")
+    pods = job.worker_pods(first)
+    last = job.wait(finished, FINISH, "job to finish")
+    assert failed(last), "the job must fail"
+    assert (last.condition("Failed") or {}).get("reason") == "DoNotRestartExitCode"
+    assert last.restarts["podReschedules"] == 0
+    assert set(job.worker_pods(last)) <= set(pods), "no pod may be created after the do-not-restart exit"
+    job.assert_checkpoints_never_lost_or_backwards()
+
+
+def test_pod_budget_exhausted_fails_the_job_and_restarts_nothing(run_job) -> None:
+    job = run_job(
+        "podbudget",
+        env={"RTJ_FAULT_INJECT": "sigkill@step=12,rank=1"},
+        steps=40,
+        interval=5,
+        fault_tolerance={"maxInJobRestarts": 0, "maxPodReschedules": 0},
+    )
+    first = job.wait(all_training, START, "both pods training")
+    pods = job.worker_pods(first)
+    last = job.wait(finished, FINISH, "job to finish")
+    assert failed(last), "the job must fail"
+    assert (last.condition("Failed") or {}).get("reason") == "PodRescheduleBudgetExhausted"
+    assert last.restarts["podReschedules"] == 0
+    assert set(job.worker_pods(last)) <= set(pods), "no replacement pod may be created"
+    job.assert_checkpoints_never_lost_or_backwards()
+
+
+def test_job_deleted_mid_run_removes_every_child(run_job, e2e_stack) -> None:
+    job = run_job("deleted", steps=400)
+    snap = job.wait(lambda s: all_training(s) and bool(s.leases), START, "training")
+    pods = list(snap.pods)
+    raw = job.raw
+    raw.request(
+        "DELETE",
+        f"/apis/training.resilient.dev/v1alpha1/namespaces/{NAMESPACE}/resilienttrainingjobs/deleted",
+    )
+
+    def children_gone() -> bool:
+        ns = f"/api/v1/namespaces/{NAMESPACE}"
+        left = raw.request("GET", f"{ns}/pods", labelSelector=f"{LABEL_JOB}=deleted")["items"]
+        left += raw.request("GET", f"{ns}/services", labelSelector=f"{LABEL_JOB}=deleted")["items"]
+        leases = raw.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases")["items"]
+        left += [lease for lease in leases if lease["metadata"]["name"].startswith("deleted-")]
+        return not left
+
+    wait_for(children_gone, timeout=120, interval=1.0, message="pods, Service and Leases of the job removed")
+    for pod in pods:  # and their processes
+        assert e2e_stack.agent.pod_processes(NAMESPACE, pod) == []
