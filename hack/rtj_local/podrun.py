@@ -216,8 +216,9 @@ def _mounts(container: Mapping[str, Any], ctx: PlanContext) -> list[Mount]:
                 raise PodSpecError(f"volumeMount {vm['name']!r}: invalid subPath {sub!r}")
             path = f"{source.path}/{sub}" if sub else source.path
             mounts[target] = Mount(target, source=path, read_only=read_only)
-    # Parents before children (a parent is a prefix, so it sorts first).
-    return [mounts[t] for t in sorted(mounts)]
+    # Parents before children (a parent is a prefix, so it sorts first); /tmp and below last, so that
+    # sources under the host's /tmp (e.g. a run dir there) are bound before /tmp is replaced.
+    return [mounts[t] for t in sorted(mounts, key=lambda t: (t == "/tmp" or t.startswith("/tmp/"), t))]
 
 
 def _security(
@@ -275,7 +276,10 @@ def launcher_argv(plan: ProcessPlan) -> list[str]:
         elif m.source is None:
             lines.append(f"mkdir -p {q(m.target)}")
         if m.source is None:
-            opts = "mode=1777" + (f",size={m.tmpfs_size}" if m.tmpfs_size else "")
+            size = (
+                f",size={int(parse_quantity(m.tmpfs_size))}" if m.tmpfs_size else ""
+            )  # bytes: mount(8) has no "Mi"
+            opts = f"mode=1777{size}"
             lines.append(f"mount -t tmpfs -o {q(opts)} tmpfs {q(m.target)}")
         else:
             lines.append(f"mount --bind {q(m.source)} {q(m.target)}")

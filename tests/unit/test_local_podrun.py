@@ -182,7 +182,7 @@ def test_launcher_script_mounts_then_execs() -> None:
     plan = plan_pod(pod({"name": "c", "command": ["sh", "-c", "echo hi; exit 3"]}), ctx())
     argv = launcher_argv(plan)
     script = argv[argv.index("-c") + 1]
-    assert "mount -t tmpfs -o mode=1777,size=64Mi tmpfs /dev/shm" in script
+    assert f"mount -t tmpfs -o mode=1777,size={64 << 20} tmpfs /dev/shm" in script
     assert "mount --bind /run/agent/hosts /etc/hosts" in script
     assert "mount -o remount,bind,ro /etc/hosts" in script
     assert script.splitlines()[-1] == 'exec "$@"'
