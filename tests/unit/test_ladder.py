@@ -548,7 +548,7 @@ CASES = [
         restarts=(0, 0, 1),
         events=[reasons.RENDEZVOUS_LOST],
     ),
-    # --- hot spares ------------------------------------------------------------------------------------------
+    # --- hot spares ---------------------------------------------------------------------------------
     Case(
         "hot spares are created ahead",
         running_job().spares(2).obj(),

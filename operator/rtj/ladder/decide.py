@@ -281,7 +281,8 @@ class _Pass:
                 current,
                 p.failed_pod_reason(current),
                 (
-                    f"pod {current.name} failed (exit code {current.exit_code}, {current.status_reason or 'no reason'})"
+                    f"pod {current.name} failed (exit code {current.exit_code}, "
+                    f"{current.status_reason or 'no reason'})"
                 ),
             )
         if current.deleting:
@@ -437,7 +438,8 @@ class _Pass:
                 self.event(
                     NORMAL,
                     reasons.SPARE_PROMOTED,
-                    f"hot spare {spare.name} on node {spare.node} takes slot {slot.slot} (attempt {slot.attempt})",
+                    f"hot spare {spare.name} on node {spare.node} takes slot {slot.slot} "
+                    f"(attempt {slot.attempt})",
                 )
                 # slot.pod stays empty until the relabelled pod is observed in the slot.
                 slot.node, slot.state = spare.node, "Starting"

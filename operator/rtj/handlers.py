@@ -1,0 +1,362 @@
+"""kopf wiring: level-based. `kopf run -m rtj.handlers` or `python -m rtj`.
+
+- Indexes of our pods, heartbeat Leases, rendezvous Services (label-selected: only objects
+  carrying LABEL_JOB are watched) and Nodes, so a pass needs no LIST call.
+- One timer per job (RTJ_RECONCILE_INTERVAL_SECONDS, default 1 s) runs a pass: observe (indexes)
+  -> decide (pure) -> ONE status write (resourceVersion precondition) -> act -> Events -> metrics.
+  Status first: a pass computed from a stale copy conflicts and has no side effect at all; a pass
+  whose actions fail half-way is completed by the next pass (every action is level-based).
+- create/resume: validate the spec (PermanentError + Failed/InvalidSpec) and ensure the checkpoint
+  volume; delete: remove what garbage collection cannot (the cluster-scoped FSx PV and our node
+  taints), hence kopf's finalizer on the job. Everything else is owned by the job and garbage
+  collected.
+
+Why Leases for heartbeats, at 10,000 pods: one Lease update per pod per heartbeatIntervalSeconds
+(default 10 s) is 1,000 writes/s of a ~1 KB object, the same load and mechanism as kubelet node
+leases (10,000 nodes renew every 10 s), which the API server and etcd are sized for; the operator
+reads them from one label-selected watch, never by polling. Status, in contrast, is written only
+when something other than heartbeat times changes (lastHeartbeatTime is refreshed at most every
+RTJ_HEARTBEAT_STATUS_RESOLUTION_SECONDS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from rtj import builders, contract, kube, metrics, reasons
+from rtj.api.models import ConditionType, JobStatus, ResilientTrainingJob
+from rtj.ladder import (
+    AssignLease,
+    CreateRendezvousPod,
+    CreateRendezvousService,
+    CreateSparePod,
+    CreateWorkerPod,
+    Decision,
+    DeleteJob,
+    DeletePod,
+    LadderConfig,
+    Observed,
+    PromoteSpare,
+    TaintNode,
+    decide,
+    goodput,
+    lease_from_dict,
+    node_from_dict,
+    pod_from_dict,
+)
+from rtj.ladder.conditions import set_condition
+from rtj.settings import Settings
+
+SETTINGS = Settings.from_env()
+GROUP, VERSION, PLURAL = contract.API_GROUP, contract.API_VERSION, contract.PLURAL
+OURS = {contract.LABEL_JOB: kopf.PRESENT}
+PARALLEL_CALLS = 16
+logger = logging.getLogger("rtj.operator")
+
+
+# --- startup / shutdown / probes -------------------------------------------------------------------
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    logging.getLogger("rtj").setLevel(SETTINGS.log_level)
+    settings.watching.server_timeout = SETTINGS.watch_server_timeout_seconds
+    settings.watching.client_timeout = SETTINGS.watch_server_timeout_seconds + 30
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = SETTINGS.request_timeout_seconds * 3
+    settings.networking.connect_timeout = 10
+    settings.posting.level = logging.WARNING  # kopf's own log-events: warnings and errors only
+    if SETTINGS.peering:
+        settings.peering.name, settings.peering.mandatory, settings.peering.standalone = (
+            SETTINGS.peering,
+            True,
+            False,
+        )
+    else:
+        settings.peering.standalone = True  # one replica (Deployment strategy Recreate)
+    # Progress and diff-base in our own annotations; status belongs to the ladder alone.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{GROUP}/cleanup"
+    memo.kube = kube.Kube.from_environment(SETTINGS.request_timeout_seconds)
+    memo.last_pass = time.monotonic()
+    metrics.serve(SETTINGS.metrics_port)
+    logger.info(
+        "rtj operator started (metrics on :%s, interval %ss)",
+        SETTINGS.metrics_port,
+        SETTINGS.reconcile_interval_seconds,
+    )
+
+
+@kopf.on.cleanup()
+async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    if getattr(memo, "kube", None) is not None:
+        memo.kube.close()
+
+
+@kopf.on.probe(id="apiClient")
+def api_client_ready(memo: kopf.Memo, **_: Any) -> bool:
+    return getattr(memo, "kube", None) is not None
+
+
+# --- indexes (label-selected watches; values are small immutable observations) ----------------------
+@kopf.index("pods", labels=OURS)
+def rtj_pods(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {(namespace, labels[contract.LABEL_JOB]): pod_from_dict(_plain(body))}
+
+
+@kopf.index("coordination.k8s.io", "v1", "leases", labels=OURS)
+def rtj_leases(
+    namespace: str, labels: kopf.Labels, meta: kopf.Meta, spec: kopf.Spec, **_: Any
+) -> dict[Any, Any]:
+    lease = {
+        "metadata": {"name": meta.get("name"), "annotations": dict(meta.get("annotations") or {})},
+        "spec": {"renewTime": spec.get("renewTime")},
+    }
+    return {(namespace, labels[contract.LABEL_JOB]): lease}
+
+
+@kopf.index(
+    "services", labels={contract.LABEL_JOB: kopf.PRESENT, contract.LABEL_ROLE: contract.ROLE_RENDEZVOUS}
+)
+def rtj_services(namespace: str, labels: kopf.Labels, name: str, **_: Any) -> dict[Any, Any]:
+    return {(namespace, labels[contract.LABEL_JOB]): name}
+
+
+@kopf.index("nodes")
+def rtj_nodes(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {name: node_from_dict(_plain(body))}
+
+
+def _plain(body: kopf.Body) -> dict[str, Any]:
+    return {
+        "metadata": dict(body.get("metadata") or {}),
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
+
+
+# --- validation -------------------------------------------------------------------------------------
+def parse_job(body: kopf.Body) -> tuple[ResilientTrainingJob | None, str]:
+    """The job, or None and a message naming the field that makes it invalid."""
+    try:
+        job = ResilientTrainingJob.model_validate(_plain_job(body))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return None, f"{where}: {first.get('msg')}"
+    if not SETTINGS.allow_privileged:
+        violations = builders.privileged_violations(job)
+        if violations:
+            return (
+                None,
+                "; ".join(violations) + " (privileged jobs are refused; the operator allows them "
+                "only with RTJ_ALLOW_PRIVILEGED_JOBS=true)",
+            )
+    return job, ""
+
+
+def _plain_job(body: kopf.Body) -> dict[str, Any]:
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": dict(body.metadata),
+        "spec": dict(body.spec),
+        "status": dict(body.status),
+    }
+
+
+async def _mark_invalid(k: kube.Kube, body: kopf.Body, message: str) -> None:
+    status = JobStatus.model_validate(dict(body.status)) if body.status else JobStatus()
+    now = datetime.now(UTC)
+    generation = body.metadata.get("generation")
+    status.conditions = set_condition(
+        status.conditions, ConditionType.FAILED, True, reasons.INVALID_SPEC, message, now, generation
+    )
+    status.state, status.reason, status.observed_generation = "Failed", reasons.INVALID_SPEC, generation
+    status.completion_time = status.completion_time or now
+    await k.patch_job_status(
+        body.metadata["namespace"], body.metadata["name"], status.model_dump(by_alias=True, mode="json"), None
+    )
+    await k.emit_event(_plain_job(body), "Warning", reasons.INVALID_SPEC, message)
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+async def admit(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Validate, then make sure the checkpoint volume exists (the timer does the rest)."""
+    job, message = parse_job(body)
+    if job is None:
+        await _mark_invalid(memo.kube, body, message)
+        raise kopf.PermanentError(f"invalid spec: {message}")
+    pv, pvc = builders.fsx_persistent_volume(job), builders.fsx_persistent_volume_claim(job)
+    try:
+        for obj in (pv, pvc):
+            if obj is not None:
+                await memo.kube.create(obj)
+    except kube.KubeError as exc:
+        raise kopf.TemporaryError(f"checkpoint volume not created yet: {exc}", delay=5) from exc
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def cleanup(body: kopf.Body, memo: kopf.Memo, namespace: str, name: str, **_: Any) -> None:
+    """Undo what garbage collection cannot: our node taints and the cluster-scoped FSx PV."""
+    k: kube.Kube = memo.kube
+    try:
+        for node in body.status.get("quarantinedNodes") or []:
+            await k.set_node_taint(node, builders.quarantine_taint(name), present=False)
+        if (body.spec.get("checkpoint") or {}).get("fsx"):
+            await k.delete("PersistentVolume", None, builders.fsx_pv_name(namespace, name))
+    except kube.KubeError as exc:
+        raise kopf.TemporaryError(f"cleanup not finished: {exc}", delay=5) from exc
+    metrics.forget(namespace, name)
+
+
+# --- the pass ----------------------------------------------------------------------------------------
+@kopf.timer(GROUP, VERSION, PLURAL, interval=SETTINGS.reconcile_interval_seconds, backoff=1.0)
+async def reconcile(
+    body: kopf.Body,
+    memo: kopf.Memo,
+    namespace: str,
+    name: str,
+    rtj_pods: kopf.Index,
+    rtj_leases: kopf.Index,
+    rtj_services: kopf.Index,
+    rtj_nodes: kopf.Index,
+    **_: Any,
+) -> None:
+    started = time.perf_counter()
+    memo.last_pass = time.monotonic()
+    try:
+        await run_pass(body, memo, namespace, name, rtj_pods, rtj_leases, rtj_services, rtj_nodes)
+    except Exception:  # a pass never crashes the operator; the next one retries
+        logger.exception("pass for %s/%s failed", namespace, name)
+    finally:
+        metrics.RECONCILE.observe(time.perf_counter() - started)
+
+
+async def run_pass(
+    body: kopf.Body,
+    memo: kopf.Memo,
+    namespace: str,
+    name: str,
+    pods: kopf.Index,
+    leases: kopf.Index,
+    services: kopf.Index,
+    nodes: kopf.Index,
+) -> None:
+    if body.metadata.get("deletionTimestamp"):
+        return
+    job, _message = parse_job(body)
+    if job is None:
+        return  # admit() marked it Failed/InvalidSpec
+    k: kube.Kube = memo.kube
+    rv = str(body.metadata.get("resourceVersion", ""))
+    # Read your own writes: kopf's copy may predate our last status write.
+    last = getattr(memo, "last_write", None)
+    if last is not None and last[0] == rv:
+        rv = last[1]
+        job = job.model_copy(update={"status": last[2]})
+    now = datetime.now(UTC)
+    observed = Observed(
+        pods={p.name: p for p in pods.get((namespace, name), [])},
+        leases={
+            lease["metadata"]["name"]: lease_from_dict(lease, now)
+            for lease in leases.get((namespace, name), [])
+        },
+        nodes={n.name: n for store in nodes.values() for n in store},
+        service_exists=bool(list(services.get((namespace, name), []))),
+    )
+    config = LadderConfig(
+        fault_grace_seconds=SETTINGS.fault_grace_seconds,
+        heartbeat_status_resolution_seconds=SETTINGS.heartbeat_status_resolution_seconds,
+    )
+    decision = decide(job, observed, now, config)
+    if decision.status != job.status:
+        try:
+            new_rv = await k.patch_job_status(
+                namespace, name, decision.status.model_dump(by_alias=True, mode="json"), rv
+            )
+        except kube.KubeError as exc:
+            if exc.conflict or exc.not_found:
+                logger.debug("status of %s/%s changed under this pass; next pass recomputes", namespace, name)
+                return
+            raise
+        memo.last_write = (rv, new_rv, decision.status)
+        metrics.committed(namespace, name, decision.restarts, decision.recoveries)
+        await act(k, job, decision)
+        plain = _plain_job(body)
+        for ev in decision.events:
+            await k.emit_event(plain, ev.type, ev.reason, ev.message)
+    else:
+        await act(k, job, decision)
+    status = decision.status
+    metrics.set_conditions(
+        namespace, name, frozenset(c.type for c in status.conditions if c.status == "True")
+    )
+    metrics.set_heartbeat_ages(namespace, name, decision.heartbeat_ages)
+    metrics.set_goodput(namespace, name, goodput(status, now))
+
+
+async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> None:
+    """Execute a decision's actions: deletions first, then the rest, bounded in parallel."""
+    ns, name = job.metadata["namespace"], job.metadata["name"]
+    bs = builders.BuildSettings(
+        trainer_service_account=SETTINGS.trainer_service_account,
+        termination_grace_seconds=SETTINGS.termination_grace_seconds,
+        allow_privileged=SETTINGS.allow_privileged,
+    )
+    gate = asyncio.Semaphore(PARALLEL_CALLS)
+
+    async def one(action: Any) -> None:
+        async with gate:
+            try:
+                match action:
+                    case DeletePod():
+                        await k.delete("Pod", ns, action.name, action.uid, action.grace_seconds)
+                    case CreateWorkerPod():
+                        await k.create(
+                            builders.worker_pod(
+                                job, action.slot, action.attempt, action.cause, action.avoid_nodes, bs
+                            )
+                        )
+                    case CreateSparePod():
+                        await k.create(
+                            builders.spare_pod(job, action.index, action.attempt, action.avoid_nodes, bs)
+                        )
+                    case CreateRendezvousPod():
+                        await k.create(builders.rendezvous_pod(job, bs))
+                    case CreateRendezvousService():
+                        await k.create(builders.rendezvous_service(job))
+                    case TaintNode():
+                        await k.set_node_taint(action.node, builders.quarantine_taint(name), present=True)
+                    case PromoteSpare():
+                        await k.patch(
+                            "Pod",
+                            ns,
+                            action.pod,
+                            builders.promotion_patch(action.slot, action.attempt, action.cause),
+                        )
+                    case AssignLease():
+                        await k.patch(
+                            "Lease",
+                            ns,
+                            contract.lease_name(action.lease),
+                            builders.assign_lease_patch(action.slot),
+                        )
+                    case DeleteJob():
+                        await k.delete_job(ns, name, str(job.metadata.get("uid", "")))
+            except kube.KubeError as exc:  # the next pass retries (level-based)
+                logger.warning("%s/%s: %s failed: %s", ns, name, type(action).__name__, exc)
+
+    deletes = [a for a in decision.actions if isinstance(a, DeletePod)]
+    others = [a for a in decision.actions if not isinstance(a, DeletePod)]
+    await asyncio.gather(*(one(a) for a in deletes))
+    await asyncio.gather(*(one(a) for a in others))

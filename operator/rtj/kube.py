@@ -1,0 +1,268 @@
+"""The one place where the operator talks to the Kubernetes API (besides kopf's own watching).
+
+Async for the handlers; the official `kubernetes` client does the HTTP (auth, TLS, token refresh)
+in worker threads. Objects travel as plain dicts (the builders' output) through the client's raw
+request layer, so nothing is lost or reshaped by its typed models.
+
+Semantics:
+- create: AlreadyExists is success (deterministic names make every create safe to repeat).
+- delete: NotFound is success; pods are deleted with a UID precondition, so a pass computed from
+  an old observation never deletes a newer pod of the same name.
+- status: one merge patch per pass carrying the resourceVersion it was computed from; a Conflict
+  means the pass saw stale state and is dropped (the next pass recomputes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+
+from rtj import contract
+
+logger = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+FIELD_MANAGER = "rtj-operator"
+_PATHS = {
+    "Pod": "/api/v1/namespaces/{ns}/pods",
+    "Service": "/api/v1/namespaces/{ns}/services",
+    "PersistentVolumeClaim": "/api/v1/namespaces/{ns}/persistentvolumeclaims",
+    "PersistentVolume": "/api/v1/persistentvolumes",
+    "Lease": "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+    "Event": "/api/v1/namespaces/{ns}/events",
+    "Node": "/api/v1/nodes",
+    "Job": f"/apis/{contract.API_GROUP}/{contract.API_VERSION}/namespaces/{{ns}}/{contract.PLURAL}",
+}
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, reason: str, body: str = "") -> None:
+        super().__init__(f"{status} {reason}: {body[:500]}")
+        self.status, self.reason, self.body = status, reason, body
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+class Kube:
+    """A thin async API over one `kubernetes.client.ApiClient`."""
+
+    def __init__(self, api_client: client.ApiClient, request_timeout: float = 10.0) -> None:
+        self.api = api_client
+        self.timeout = request_timeout
+
+    @classmethod
+    def from_environment(cls, request_timeout: float = 10.0, pool_size: int = 32) -> Kube:
+        """In-cluster config when running in a pod, else $KUBECONFIG / ~/.kube/config."""
+        cfg = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=cfg)
+        cfg.connection_pool_maxsize = pool_size
+        return cls(client.ApiClient(cfg), request_timeout)
+
+    # --- raw request ----------------------------------------------------------------------------
+    def _request_sync(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, Any] | None = None,
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        method_, url, headers_, body_, _ = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=params,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(
+            method_, url, header_params=headers_, body=body_, _request_timeout=self.timeout
+        )
+        data = response.read()
+        if response.status >= 400:
+            raise KubeError(
+                response.status, str(response.reason), data.decode("utf-8", "replace") if data else ""
+            )
+        return json.loads(data) if data else {}
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, Any] | None = None,
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        return await asyncio.to_thread(self._request_sync, method, path, body, query, content_type)
+
+    @staticmethod
+    def _collection(kind: str, namespace: str | None) -> str:
+        return _PATHS[kind].format(ns=namespace or "")
+
+    # --- children -----------------------------------------------------------------------------------
+    async def create(self, obj: dict[str, Any]) -> bool:
+        """Create; True if created, False if it already existed (both are success)."""
+        path = self._collection(obj["kind"], obj["metadata"].get("namespace"))
+        try:
+            await self.request("POST", path, obj, {"fieldManager": FIELD_MANAGER})
+        except KubeError as exc:
+            if exc.conflict and '"AlreadyExists"' in exc.body:
+                return False
+            raise
+        return True
+
+    async def delete(
+        self,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        uid: str | None = None,
+        grace_seconds: int | None = None,
+    ) -> bool:
+        """Delete; False when already gone or replaced by a newer object (UID precondition)."""
+        options: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": "Background",
+        }
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        try:
+            await self.request("DELETE", f"{self._collection(kind, namespace)}/{name}", options)
+        except KubeError as exc:
+            if exc.not_found or exc.conflict:
+                return False
+            raise
+        return True
+
+    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict[str, Any]) -> bool:
+        """Merge-patch; False when the object is gone."""
+        try:
+            await self.request(
+                "PATCH",
+                f"{self._collection(kind, namespace)}/{name}",
+                patch,
+                {"fieldManager": FIELD_MANAGER},
+                MERGE_PATCH,
+            )
+        except KubeError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
+
+    # --- the job -------------------------------------------------------------------------------------
+    async def patch_job_status(
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str | None,
+    ) -> str:
+        """The pass's one status write; returns the new resourceVersion. KubeError 409 on a stale pass."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        result = await self.request(
+            "PATCH",
+            f"{self._collection('Job', namespace)}/{name}/status",
+            body,
+            {"fieldManager": FIELD_MANAGER},
+            MERGE_PATCH,
+        )
+        return str((result.get("metadata") or {}).get("resourceVersion", ""))
+
+    async def delete_job(self, namespace: str, name: str, uid: str) -> bool:
+        return await self.delete("Job", namespace, name, uid)
+
+    # --- nodes (quarantine) ------------------------------------------------------------------------------
+    async def set_node_taint(self, node: str, taint: dict[str, str], present: bool) -> bool:
+        """Add (present) or remove a taint; read-modify-write guarded by resourceVersion.
+
+        Taints are a plain list (no merge key), so the whole list is written; a Conflict (someone
+        else changed the node) is retried by the next pass. A taint with the same key and effect but
+        another value (another job quarantined the node first) is left alone."""
+        try:
+            obj = await self.request("GET", f"{_PATHS['Node']}/{node}")
+        except KubeError as exc:
+            if exc.not_found:
+                return False
+            raise
+        taints = list((obj.get("spec") or {}).get("taints") or [])
+        same_slot = [t for t in taints if t.get("key") == taint["key"] and t.get("effect") == taint["effect"]]
+        if present:
+            if same_slot:
+                return False
+            new = [*taints, {**taint, "timeAdded": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}]
+        else:
+            if not any(t.get("value") == taint["value"] for t in same_slot):
+                return False
+            new = [
+                t for t in taints if not (t.get("key") == taint["key"] and t.get("value") == taint["value"])
+            ]
+        patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "spec": {"taints": new}}
+        await self.request(
+            "PATCH", f"{_PATHS['Node']}/{node}", patch, {"fieldManager": FIELD_MANAGER}, MERGE_PATCH
+        )
+        return True
+
+    # --- events ---------------------------------------------------------------------------------------------
+    async def emit_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the job (shown by `kubectl describe rtj`). Best effort: never fails a pass."""
+        meta = job.get("metadata") or {}
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta.get('name')}.{uuid.uuid4().hex[:16]}",
+                "namespace": meta.get("namespace"),
+            },
+            "involvedObject": {
+                "apiVersion": f"{contract.API_GROUP}/{contract.API_VERSION}",
+                "kind": contract.KIND,
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": f"{contract.API_GROUP}/operator",
+            "reportingInstance": FIELD_MANAGER,
+        }
+        try:
+            await self.request("POST", self._collection("Event", meta.get("namespace")), event)
+        except KubeError as exc:  # events are best effort; status is the record
+            logger.warning(
+                "event %s on %s/%s not posted: %s", reason, meta.get("namespace"), meta.get("name"), exc
+            )
+
+    def close(self) -> None:
+        self.api.close()

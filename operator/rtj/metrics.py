@@ -1,0 +1,103 @@
+"""Prometheus metrics of the operator (names are part of the chart/dashboard contract).
+
+- rtj_jobs{condition}: jobs whose condition of that type is True.
+- rtj_restarts_total{namespace,job,level,reason}: restarts per ladder level, incremented only from
+  the deltas of a status write that succeeded (so exactly once per observed restart, per process).
+- rtj_recovery_seconds{level}: fault detected -> the pod back to Training (heartbeat time).
+- rtj_heartbeat_age_seconds{namespace,job,slot}: now - last heartbeat of each slot's pod.
+- rtj_reconcile_duration_seconds: one pass of one job.
+- rtj_goodput_ratio{namespace,job}: 1 - lost / elapsed since the job first ran, where lost is the
+  wall time during which some slot was recovering (rtj.ladder.goodput).
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from rtj.ladder import RecoveryObserved, RestartObserved
+
+JOBS = Gauge("rtj_jobs", "ResilientTrainingJobs with this condition True.", ["condition"])
+RESTARTS = Counter(
+    "rtj_restarts_total", "Restarts observed per ladder level.", ["namespace", "job", "level", "reason"]
+)
+RECOVERY = Histogram(
+    "rtj_recovery_seconds",
+    "Fault detected to back in Training, per ladder level.",
+    ["level"],
+    buckets=(0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200),
+)
+HEARTBEAT_AGE = Gauge(
+    "rtj_heartbeat_age_seconds", "Seconds since the slot's pod last heartbeat.", ["namespace", "job", "slot"]
+)
+RECONCILE = Histogram(
+    "rtj_reconcile_duration_seconds",
+    "Duration of one reconcile pass of one job.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+GOODPUT = Gauge(
+    "rtj_goodput_ratio", "Productive fraction of wall time since the job first ran.", ["namespace", "job"]
+)
+
+_conditions: dict[tuple[str, str], frozenset[str]] = {}
+_tally: Tally[str] = Tally()
+_slots: dict[tuple[str, str], set[str]] = {}
+
+
+def serve(port: int) -> None:
+    if port > 0:
+        start_http_server(port)
+
+
+def committed(
+    namespace: str, job: str, restarts: list[RestartObserved], recoveries: list[RecoveryObserved]
+) -> None:
+    """Record what a successful status write committed."""
+    for r in restarts:
+        RESTARTS.labels(namespace, job, r.level, r.reason).inc(r.count)
+    for rec in recoveries:
+        RECOVERY.labels(rec.level).observe(max(0.0, rec.seconds))
+
+
+def set_conditions(namespace: str, job: str, true_conditions: frozenset[str]) -> None:
+    key = (namespace, job)
+    old = _conditions.get(key, frozenset())
+    if old == true_conditions:
+        return
+    for c in old - true_conditions:
+        _tally[c] -= 1
+        JOBS.labels(c).set(_tally[c])
+    for c in true_conditions - old:
+        _tally[c] += 1
+        JOBS.labels(c).set(_tally[c])
+    _conditions[key] = true_conditions
+
+
+def set_heartbeat_ages(namespace: str, job: str, ages: dict[int, float]) -> None:
+    key = (namespace, job)
+    seen = {str(s) for s in ages}
+    for slot in _slots.get(key, set()) - seen:
+        HEARTBEAT_AGE.remove(namespace, job, slot)
+    for slot, age in ages.items():
+        HEARTBEAT_AGE.labels(namespace, job, str(slot)).set(age)
+    _slots[key] = seen
+
+
+def set_goodput(namespace: str, job: str, ratio: float | None) -> None:
+    if ratio is not None:
+        GOODPUT.labels(namespace, job).set(ratio)
+
+
+def forget(namespace: str, job: str) -> None:
+    """Drop a deleted job's series."""
+    set_conditions(namespace, job, frozenset())
+    _conditions.pop((namespace, job), None)
+    set_heartbeat_ages(namespace, job, {})
+    _slots.pop((namespace, job), None)
+    for labels in list(GOODPUT._metrics):
+        if labels == (namespace, job):
+            GOODPUT.remove(namespace, job)
+    for labels in list(RESTARTS._metrics):
+        if labels[:2] == (namespace, job):
+            RESTARTS.remove(*labels)

@@ -1,0 +1,247 @@
+"""Pure object builders: pods, rendezvous, volumes (no cluster)."""
+
+from __future__ import annotations
+
+import pytest
+from ladder_testkit import make_job
+from rtj import builders, contract
+from rtj.ladder import CAUSE_ANNOTATION, pod_from_dict
+
+pytestmark = pytest.mark.unit
+
+
+def fsx_job(**spec: object):
+    fsx = {
+        "fileSystemId": "fs-0123456789abcdef0",
+        "dnsName": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+        "mountName": "abcdefgh",
+    }
+    return make_job().nodes(4).spec(checkpoint={"fsx": fsx}, **spec).obj()
+
+
+def test_worker_pod_identity_and_placement() -> None:
+    job = (
+        make_job()
+        .nodes(4)
+        .spec(
+            placement={
+                "nodeSelector": {"eks.amazonaws.com/nodegroup": "p5"},
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            }
+        )
+        .obj()
+    )
+    pod = builders.worker_pod(job, 2, 3, "HeartbeatTimeout", ("bad-node",))
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["name"] == "train-n2-a3"
+    assert meta["labels"] == {
+        contract.LABEL_JOB: "train",
+        contract.LABEL_ROLE: "worker",
+        contract.LABEL_SLOT: "2",
+        contract.LABEL_ATTEMPT: "3",
+    }
+    assert meta["annotations"][CAUSE_ANNOTATION] == "HeartbeatTimeout"
+    assert (
+        meta["ownerReferences"][0]["uid"] == "uid-train" and meta["ownerReferences"][0]["controller"] is True
+    )
+    assert spec["restartPolicy"] == "Never"
+    assert spec["nodeSelector"] == {
+        "node.kubernetes.io/instance-type": "p5.48xlarge",
+        "eks.amazonaws.com/nodegroup": "p5",
+    }
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert {"key": "dedicated", "operator": "Exists", "value": "", "effect": ""} in spec["tolerations"]
+    anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+    assert anti["labelSelector"]["matchLabels"] == {contract.LABEL_JOB: "train"}
+    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]
+    assert {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["bad-node"]} in term[
+        "matchExpressions"
+    ]
+    assert spec["serviceAccountName"] == "rtj-trainer"
+    assert spec["terminationGracePeriodSeconds"] >= 60
+    parsed = pod_from_dict(pod)
+    assert (parsed.slot, parsed.attempt, parsed.role, parsed.cause) == (2, 3, "worker", "HeartbeatTimeout")
+
+
+def test_user_node_affinity_terms_each_get_the_quarantine_exclusion() -> None:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+                ]
+            }
+        }
+    }
+    job = make_job().spec(placement={"affinity": affinity}).obj()
+    terms = builders.worker_pod(job, 0, 0, "Initial", ("n1",))["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert len(terms) == 2
+    assert all(
+        t["matchExpressions"][-1] == {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n1"]}
+        for t in terms
+    )
+    no_avoid = builders.worker_pod(job, 0, 0, "Initial")["spec"]["affinity"]
+    assert no_avoid["nodeAffinity"] == affinity["nodeAffinity"]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "efa", "expect"),
+    [
+        (8, 32, {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32", "cpu": "180", "memory": "1800Gi"}),
+        (0, 0, {"cpu": "180", "memory": "1800Gi"}),
+    ],
+)
+def test_resources_omit_zero_devices(gpus: int, efa: int, expect: dict[str, str]) -> None:
+    job = (
+        make_job()
+        .spec(
+            gpusPerNode=gpus,
+            resources={"efaPerNode": efa, "cpu": "180", "memory": "1800Gi", "sharedMemorySize": "128Gi"},
+        )
+        .obj()
+    )
+    spec = builders.worker_pod(job, 0, 0, "Initial")["spec"]
+    container = spec["containers"][0]
+    assert container["resources"] == {"requests": expect, "limits": expect}
+    shm = next(v for v in spec["volumes"] if v["name"] == builders.SHM_VOLUME)
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "128Gi"}
+    assert {"name": builders.SHM_VOLUME, "mountPath": "/dev/shm"} in container["volumeMounts"]
+
+
+def test_trainer_env_carries_config_and_downward_api() -> None:
+    job = (
+        make_job()
+        .nodes(4)
+        .spec(env=[{"name": "FOO", "value": "1"}, {"name": contract.ENV_TRAINER_CONFIG, "value": "spoof"}])
+        .obj()
+    )
+    container = builders.worker_pod(job, 0, 0, "Initial")["spec"]["containers"][0]
+    assert container["command"] == ["rtj-trainer", "launch"]
+    env = {e["name"]: e for e in container["env"]}
+    config = contract.TrainerConfig.from_env(env[contract.ENV_TRAINER_CONFIG]["value"])
+    assert (
+        config.nnodes == 4
+        and config.rdzv_endpoint == "train-rdzv.ns.svc:29400"
+        and config.rdzv_id == "uid-train"
+    )
+    assert config.command == ["python", "train.py"] and config.standby is False
+    assert env["FOO"]["value"] == "1"
+    assert [e["name"] for e in container["env"]].count(contract.ENV_TRAINER_CONFIG) == 1
+    assert env[contract.ENV_NODE_NAME]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env[contract.ENV_POD_UID]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+
+
+def test_spare_pod_runs_in_standby() -> None:
+    pod = builders.spare_pod(make_job().obj(), 1, 2)
+    assert pod["metadata"]["name"] == "train-spare-1-a2"
+    assert pod["metadata"]["labels"][contract.LABEL_ROLE] == contract.ROLE_SPARE
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert contract.TrainerConfig.from_env(env[contract.ENV_TRAINER_CONFIG]["value"]).standby is True
+    assert pod_from_dict(pod).spare_index == 1
+    promoted = builders.promotion_patch(3, 4, "PodFailed")["metadata"]["labels"]
+    assert promoted == {contract.LABEL_ROLE: "worker", contract.LABEL_SLOT: "3", contract.LABEL_ATTEMPT: "4"}
+
+
+def test_rendezvous_pod_and_service() -> None:
+    job = make_job().obj()
+    pod, svc = builders.rendezvous_pod(job), builders.rendezvous_service(job)
+    assert pod["metadata"]["name"] == svc["metadata"]["name"] == "train-rdzv"
+    container = pod["spec"]["containers"][0]
+    assert container["command"] == ["rtj-trainer", "rendezvous"]
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {contract.LABEL_JOB: "train", contract.LABEL_ROLE: "rendezvous"}
+    assert svc["spec"]["ports"] == [{"name": "rdzv", "port": 29400, "targetPort": 29400, "protocol": "TCP"}]
+
+
+def test_pvc_checkpoint_volume() -> None:
+    job = make_job().obj()
+    pod = builders.worker_pod(job, 0, 0, "Initial")
+    vol = next(v for v in pod["spec"]["volumes"] if v["name"] == builders.CHECKPOINT_VOLUME)
+    assert vol == {"name": builders.CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": "ckpt"}}
+    assert builders.fsx_persistent_volume(job) is None and builders.fsx_persistent_volume_claim(job) is None
+
+
+def test_fsx_static_pv_and_bound_pvc() -> None:
+    job = fsx_job()
+    pv, pvc = builders.fsx_persistent_volume(job), builders.fsx_persistent_volume_claim(job)
+    assert pv is not None and pvc is not None
+    assert pv["metadata"]["name"] == "rtj-ns-train-fsx"
+    assert "ownerReferences" not in pv["metadata"]
+    assert pv["spec"]["csi"] == {
+        "driver": "fsx.csi.aws.com",
+        "volumeHandle": "fs-0123456789abcdef0",
+        "volumeAttributes": {
+            "dnsname": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+            "mountname": "abcdefgh",
+        },
+    }
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert pvc["spec"]["volumeName"] == "rtj-ns-train-fsx" and pvc["spec"]["storageClassName"] == ""
+    assert pv["spec"]["claimRef"] == {"namespace": "ns", "name": pvc["metadata"]["name"]}
+    claim = next(
+        v
+        for v in builders.worker_pod(job, 0, 0, "Initial")["spec"]["volumes"]
+        if v["name"] == builders.CHECKPOINT_VOLUME
+    )
+    assert claim["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+
+
+def test_pod_template_overrides_and_service_account() -> None:
+    job = (
+        make_job()
+        .spec(
+            podTemplate={
+                "serviceAccountName": "custom",
+                "labels": {"team": "a", contract.LABEL_JOB: "spoof"},
+                "annotations": {"x": "y"},
+                "priorityClassName": "high",
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }
+        )
+        .obj()
+    )
+    pod = builders.worker_pod(
+        job, 0, 0, "Initial", settings=builders.BuildSettings(trainer_service_account="sa")
+    )
+    assert pod["spec"]["serviceAccountName"] == "custom"
+    assert (
+        pod["metadata"]["labels"]["team"] == "a" and pod["metadata"]["labels"][contract.LABEL_JOB] == "train"
+    )
+    assert pod["spec"]["priorityClassName"] == "high"
+    assert {"name": "data", "emptyDir": {}} in pod["spec"]["volumes"]
+    assert builders.privileged_violations(job) == []
+    default_sa = builders.worker_pod(
+        make_job().obj(), 0, 0, "Initial", settings=builders.BuildSettings(trainer_service_account="sa")
+    )
+    assert default_sa["spec"]["serviceAccountName"] == "sa"
+
+
+def test_privileged_overrides_are_named() -> None:
+    """The CRD refuses hostPath too (CEL); the operator checks again for objects that bypassed it
+    (e.g. an older CRD)."""
+    job = (
+        make_job()
+        .spec(
+            podTemplate={
+                "volumes": [{"name": "ok", "emptyDir": {}}, {"name": "h", "hostPath": {"path": "/"}}]
+            }
+        )
+        .obj()
+    )
+    assert builders.privileged_violations(job) == ["spec.podTemplate.volumes[1].hostPath must not be set"]
+
+
+def test_quarantine_taint() -> None:
+    assert builders.quarantine_taint("train") == {
+        "key": contract.QUARANTINE_TAINT_KEY,
+        "value": "train",
+        "effect": "NoSchedule",
+    }
