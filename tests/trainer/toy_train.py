@@ -12,7 +12,7 @@ Test hooks (environment):
 - TOY_STEPS (default: run forever), TOY_STEP_SECONDS (default 0.05).
 - RTJ_FAULT_INJECT="<kind>:<rank>:<step>[:always]" with kind one of
   exception (raise: in-process restart), sigkill (SIGKILL itself: in-job restart),
-  hang (stop stepping and reporting: NVRx heartbeat timeout), exit (os._exit(1)).
+  hang (block in a C call: NVRx heartbeat timeout), exit (os._exit(1)).
   Without ":always" the fault fires once per job (a marker file in the checkpoint dir);
   with it, every time the rank reaches that step after a (re)start, relative to the resumed step
   when the step is given as "+N".
@@ -78,8 +78,10 @@ class FaultInjector:
         if self.kind == "exit":
             os._exit(1)
         if self.kind == "hang":
-            while True:
-                time.sleep(1)
+            # Block inside a C call (like a stuck collective kernel): no Python-level abort
+            # reaches it, only NVRx's heartbeat timeout (or the in-process hard timeout).
+            r, _w = os.pipe()
+            os.read(r, 1)
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
 from pydantic import ValidationError
 from rtj.contract import (
     ENV_NAMESPACE,
@@ -193,6 +194,7 @@ def launch(grace_seconds: float) -> int:
     )
     env = {**os.environ, **rank_env_vars(cfg, status_dir=status_dir, progress_file=progress_file)}
     log.info("starting ft_launcher (NVRx %s): %s", ".".join(map(str, version)), " ".join(argv))
+    _become_subreaper()
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
 
     terminate = threading.Event()
@@ -269,8 +271,30 @@ def _signal_launcher(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the launcher and everything below it.
+
+    ft_launcher starts each rank in its own session, so the launcher's process group is not
+    enough; as a child subreaper this process also inherits ranks orphaned by a dead launcher.
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        children = psutil.Process(os.getpid()).children(recursive=True)
+    except psutil.Error:
+        return
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    psutil.wait_procs(children, timeout=5)
+
+
+def _become_subreaper() -> None:
+    """Orphaned ranks are re-parented to this process instead of init (Linux only)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        PR_SET_CHILD_SUBREAPER = 36
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def rendezvous(host: str, port: int | None) -> int:

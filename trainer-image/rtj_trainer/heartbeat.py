@@ -101,8 +101,10 @@ class Aggregator:
       finish) means the launcher is restarting its workers: InJobRestarting.
     - step: the minimum over ranks that reported one (the pod is only as far as its slowest rank);
       while no rank has reported yet (workers restarting), the last known step.
-    - in-job restarts: max TORCHELASTIC_RESTART_COUNT seen (the launcher's own counter).
-    - in-process restarts: counted per in-job generation (a restarted worker starts from 0
+    - in-job restarts: how often the launcher restarted this pod's workers, seen as new worker
+      PIDs per local rank (a restart caused by a peer pod's failure keeps the launcher's own
+      TORCHELASTIC_RESTART_COUNT unchanged but is a restart here too); never less than that count.
+    - in-process restarts: counted per worker generation (a restarted worker starts from 0
       again) and summed, so the reported total never goes down and never double-counts.
     - checkpoint: newest committed; faults: a hard fault wins over a soft one, newest first.
     """
@@ -110,6 +112,8 @@ class Aggregator:
     last_step: int = 0
     in_job_restarts: int = 0
     in_process_by_generation: dict[int, int] = field(default_factory=dict)
+    #: local rank -> worker PIDs seen, in order; a PID's index is its generation.
+    pids_by_local_rank: dict[int, list[int]] = field(default_factory=dict)
     checkpoint: CheckpointRef | None = None
     checkpoints_skipped: int = 0
     fault: Fault | None = None
@@ -136,8 +140,10 @@ class Aggregator:
             step = _counter(doc.get("step"))
             if step is not None and rank_state is not PodState.IN_JOB_RESTARTING:
                 steps.append(step)
-            generation = _counter(doc.get("inJobRestarts")) or 0
-            self.in_job_restarts = max(self.in_job_restarts, generation)
+            generation = self._generation(_counter(doc.get("localRank")), pid)
+            self.in_job_restarts = max(
+                self.in_job_restarts, generation, _counter(doc.get("inJobRestarts")) or 0
+            )
             ipr = _counter(doc.get("inProcessRestarts")) or 0
             self.in_process_by_generation[generation] = max(
                 self.in_process_by_generation.get(generation, 0), ipr
@@ -152,6 +158,14 @@ class Aggregator:
         if steps:
             self.last_step = min(steps)
         return self.heartbeat(state)
+
+    def _generation(self, local_rank: int | None, pid: int | None) -> int:
+        if local_rank is None or pid is None:
+            return 0
+        pids = self.pids_by_local_rank.setdefault(local_rank, [])
+        if pid not in pids:
+            pids.append(pid)
+        return pids.index(pid)
 
     def heartbeat(self, state: PodState) -> Heartbeat:
         return Heartbeat(

@@ -1,0 +1,201 @@
+"""The trainer runtime under faults: real `rtj-trainer` processes, real NVRx ft_launcher, gloo on CPU.
+
+2 "pods" (launchers) x 2 ranks + the rendezvous process on localhost, a toy DDP script
+(tests/trainer/toy_train.py) with fault hooks. Each test prints the recovery time it saw
+(time from the fault to the first completed step after recovery); bench/recovery_cpu.py
+prints them as a table.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rtj.contract import ExitCode
+from trainer_harness import ToyJob, first_step_after, wait_for
+
+pytestmark = [pytest.mark.trainer, pytest.mark.timeout(420)]
+
+
+@pytest.fixture
+def make_job(tmp_path: Path) -> Iterator:
+    jobs: list[ToyJob] = []
+
+    def _make(**kwargs) -> ToyJob:
+        job = ToyJob(tmp_path / f"job{len(jobs)}", **kwargs)
+        job.tmp.mkdir(parents=True)
+        jobs.append(job)
+        return job
+
+    yield _make
+    for job in jobs:
+        job.stop()
+
+
+def _pids_by_rank(events: list[dict]) -> dict[int, set[int]]:
+    out: dict[int, set[int]] = {}
+    for e in events:
+        out.setdefault(e["rank"], set()).add(e["pid"])
+    return out
+
+
+def _fault_time(events: list[dict], rank: int, step: int) -> float:
+    """When the fault at `step` fired: just after `rank` completed step-1 for the last time before it."""
+    before = [e for e in events if e["rank"] == rank and e["step"] == step - 1]
+    assert before, f"rank {rank} never completed step {step - 1}"
+    return min(e["t"] for e in before)
+
+
+def test_rank_exception_is_restarted_in_process(make_job) -> None:
+    job = make_job(env={"TOY_STEPS": "60", "RTJ_FAULT_INJECT": "exception:1:30"})
+    job.start()
+    job.wait_step(5, 180)
+    launchers = job.launcher_pids()
+    for name in job.pods:
+        assert job.wait_exit(name, 240) == ExitCode.SUCCEEDED, job.dump_logs()
+
+    events = job.events()
+    assert max(e["step"] for e in events) == 60
+    # Launchers untouched: every step ran under the original launchers, in the original workers.
+    assert {e["ppid"] for e in events} == set(launchers.values())
+    assert all(len(pids) == 1 for pids in _pids_by_rank(events).values()), _pids_by_rank(events)
+    assert {e["ijr"] for e in events} == {0}
+    assert {e["ipr"] for e in events} == {0, 1}
+    for name in job.pods:
+        hb = job.pods[name].last_heartbeat()
+        assert hb["state"] == "Finished"
+        assert hb["inProcessRestarts"] == 1
+        assert hb["inJobRestarts"] == 0
+        assert hb["fault"]["severity"] == "Soft"
+        assert hb["fault"]["reason"] == "RankException"
+
+    t_fault = _fault_time(events, 1, 30)
+    back = first_step_after(events, t_fault, ipr=1)
+    print(
+        f"\nRECOVERY in-process (rank exception): {back['t'] - t_fault:.2f} s to the first step after restart"
+    )
+
+
+def test_rank_sigkill_is_restarted_by_the_launcher(make_job) -> None:
+    job = make_job(env={"TOY_STEPS": "60", "RTJ_FAULT_INJECT": "sigkill:1:30"})
+    job.start()
+    job.wait_step(5, 180)
+    launchers = job.launcher_pids()
+    for name in job.pods:
+        assert job.wait_exit(name, 300) == ExitCode.SUCCEEDED, job.dump_logs()
+
+    events = job.events()
+    assert max(e["step"] for e in events) == 60
+    assert {e["ppid"] for e in events} == set(launchers.values()), "a launcher was replaced"
+    pids = _pids_by_rank(events)
+    assert all(len(p) == 2 for p in pids.values()), f"every worker restarted exactly once: {pids}"
+    killed_pod = job.pod_of_launcher(next(e["ppid"] for e in events if e["rank"] == 1))
+    assert max(e["ijr"] for e in events if e["rank"] == 1) == 1  # the launcher's own restart count
+    for name in job.pods:
+        hb = job.pods[name].last_heartbeat()
+        assert hb["state"] == "Finished"
+        assert hb["inJobRestarts"] == 1, (name, killed_pod, hb)
+
+    t_fault = _fault_time(events, 1, 30)
+    first_pid = min(pids[1], key=lambda p: min(e["t"] for e in events if e["pid"] == p))
+    back = first_step_after(events, t_fault, rank=1)
+    assert back["pid"] != first_pid
+    print(f"\nRECOVERY in-job (rank SIGKILL): {back['t'] - t_fault:.2f} s to the first step after restart")
+
+
+def test_rank_hang_is_detected_and_restarted(make_job) -> None:
+    job = make_job(
+        config={"rankHeartbeatTimeoutSeconds": 5},
+        env={"TOY_STEPS": "60", "RTJ_FAULT_INJECT": "hang:1:30"},
+    )
+    job.start()
+    job.wait_step(5, 180)
+    launchers = job.launcher_pids()
+    for name in job.pods:
+        assert job.wait_exit(name, 300) == ExitCode.SUCCEEDED, job.dump_logs()
+
+    events = job.events()
+    assert max(e["step"] for e in events) == 60
+    assert {e["ppid"] for e in events} == set(launchers.values())
+    logs = "".join(p.log_text() for p in job.pods.values())
+    assert "Did not get subsequent heartbeat" in logs, "NVRx rank heartbeat timeout did not fire"
+    pids = _pids_by_rank(events)
+    assert len(pids[1]) == 2, f"the hung rank was replaced: {pids}"
+
+    t_fault = _fault_time(events, 1, 30)
+    back = first_step_after(events, t_fault, rank=1)
+    print(
+        f"\nRECOVERY hang (NVRx heartbeat timeout 5 s): {back['t'] - t_fault:.2f} s "
+        "to the first step after restart"
+    )
+
+
+def test_no_progress_stops_with_do_not_restart(make_job) -> None:
+    # Rank 1 dies at step 6 after every (re)start; checkpoints every 4 steps: the checkpoint
+    # iteration stays at 4, so after maxNoProgressCycles cycles the pods stop with 93.
+    job = make_job(
+        config={"checkpointIntervalSteps": 4, "maxInJobRestarts": 10, "maxNoProgressCycles": 2},
+        env={"RTJ_FAULT_INJECT": "exit:1:6:always"},
+    )
+    job.start()
+    codes = {name: job.wait_exit(name, 360) for name in job.pods}
+    assert codes == {name: ExitCode.DO_NOT_RESTART for name in job.pods}, job.dump_logs()
+    for name in job.pods:
+        hb = job.pods[name].last_heartbeat()
+        assert hb["fault"]["severity"] == "Hard"
+        assert hb["fault"]["reason"] == "NoProgress"
+        assert hb["checkpoint"]["step"] == 4
+        assert 2 <= hb["inJobRestarts"] < 10
+
+
+@pytest.mark.parametrize("victim", ["pod hosting rank 0", "pod without rank 0"])
+def test_lost_pod_is_replaced_and_training_continues(make_job, victim: str) -> None:
+    job = make_job(config={"rankHeartbeatTimeoutSeconds": 5})
+    job.start()
+    events = job.wait_step(40, 240)
+    rank0_launcher = max((e for e in events if e["rank"] == 0), key=lambda e: e["t"])["ppid"]
+    rank0_pod = job.pod_of_launcher(rank0_launcher)
+    name = rank0_pod if victim == "pod hosting rank 0" else next(n for n in job.pods if n != rank0_pod)
+    survivor = next(n for n in job.pods if n != name)
+
+    before = job.max_step()
+    t_kill = job.kill_pod(name)
+    job.start_pod("replacement")
+    back = wait_for(
+        lambda: first_step_after(job.events(), t_kill, step_above=before),
+        300,
+        "training to continue past the kill",
+    )
+    # The replacement really trains: its launcher runs ranks that complete steps past the kill.
+    wait_for(lambda: job.max_step() >= before + 20, 120, "20 more steps")
+    replacement_launcher = job.launcher_pids()["replacement"]
+    assert any(e["ppid"] == replacement_launcher and e["step"] > before for e in job.events())
+    assert job.pods[survivor].proc.poll() is None, "the surviving pod must keep running"
+    print(
+        f"\nRECOVERY lost pod ({victim}): {back['t'] - t_kill:.2f} s from SIGKILL to the first step past "
+        f"step {before} (replacement started 0 s after the kill)"
+    )
+
+
+def test_sigterm_stops_gracefully_with_143(make_job) -> None:
+    job = make_job()
+    job.start()
+    job.wait_step(5, 180)
+    t = time.monotonic()
+    os.kill(job.pods["pod0"].proc.pid, signal.SIGTERM)
+    assert job.wait_exit("pod0", 60) == ExitCode.TERMINATED
+    print(f"\nSIGTERM to exit: {time.monotonic() - t:.2f} s")
+
+
+def test_invalid_config_exits_78_naming_the_field(make_job) -> None:
+    job = make_job()
+    job.trainer_config = '{"jobName": "x", "nnodes": "two"}'
+    pod = job.start_pod("bad")
+    assert job.wait_exit("bad", 60) == ExitCode.CONFIG_ERROR
+    text = pod.log_text()
+    assert "RTJ_TRAINER_CONFIG is invalid" in text
+    assert "nnodes" in text and "command" in text

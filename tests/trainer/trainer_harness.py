@@ -1,0 +1,247 @@
+"""Runs a trainer job on localhost the way pods would: one `rtj-trainer rendezvous` process and one
+`rtj-trainer launch` process per "pod", each in its own session, all real processes.
+
+A pod's loss is emulated by SIGKILL of its whole process tree (entrypoint, ft_launcher, rank
+monitors, ranks), like a node going away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rtj.contract import TrainerConfig
+
+VENV_BIN = Path(sys.executable).parent
+TOY_TRAIN = Path(__file__).with_name("toy_train.py")
+LAST_HEARTBEAT = re.compile(r"last heartbeat (\{.*\})\s*$", re.M)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Poll `predicate` until it returns something truthy; fail with `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Pod:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    status_dir: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def last_heartbeat(self) -> dict[str, Any]:
+        found = LAST_HEARTBEAT.findall(self.log_text())
+        assert found, f"{self.name}: no final heartbeat in its log"
+        return json.loads(found[-1])
+
+
+@dataclass
+class ToyJob:
+    tmp: Path
+    nnodes: int = 2
+    nproc_per_node: int = 2
+    config: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    pods: dict[str, Pod] = field(default_factory=dict)
+    rdzv: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        self.port = free_port()
+        self.events_file = self.tmp / "events.jsonl"
+        self.ckpt_dir = self.tmp / "ckpt"
+        cfg = {
+            "jobName": "toy",
+            "command": [str(VENV_BIN / "python"), str(TOY_TRAIN)],
+            "nnodes": self.nnodes,
+            "nprocPerNode": self.nproc_per_node,
+            "rdzvEndpoint": f"127.0.0.1:{self.port}",
+            "rdzvId": f"toy-{self.port}",
+            "maxInJobRestarts": 3,
+            "heartbeatIntervalSeconds": 1,
+            "rankHeartbeatTimeoutSeconds": 8,
+            "rankInitialTimeoutSeconds": 90,
+            "inProcess": {
+                "enabled": True,
+                "softTimeoutSeconds": 15,
+                "hardTimeoutSeconds": 30,
+                "maxRestarts": 5,
+            },
+            "checkpointDir": str(self.ckpt_dir),
+            "checkpointIntervalSteps": 20,
+            "maxNoProgressCycles": 2,
+        }
+        cfg.update(self.config)
+        TrainerConfig.model_validate(cfg)  # a typo in a test fails here, not in a pod
+        self.trainer_config = json.dumps(cfg)
+
+    def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> Pod:
+        status_dir = self.tmp / f"status-{name}"
+        log = self.tmp / f"{name}.log"
+        env = {
+            **os.environ,
+            "RTJ_TRAINER_CONFIG": self.trainer_config,
+            "RTJ_POD_NAME": name,
+            "RTJ_NAMESPACE": "default",
+            "RTJ_POD_IP": "127.0.0.1",
+            "RTJ_STATUS_DIR": str(status_dir),
+            "TOY_EVENTS": str(self.events_file),
+            "TOY_STEP_SECONDS": "0.05",
+            # Fail collectives fast on a dead peer (well under the in-process hard timeout).
+            "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "3",
+            "RTJ_TERMINATION_GRACE_SECONDS": "10",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+            **self.env,
+            **(extra_env or {}),
+        }
+        if "KUBECONFIG" not in {**self.env, **(extra_env or {})}:
+            env.pop("KUBECONFIG", None)  # no Lease writes unless a test asks for them
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [str(VENV_BIN / "rtj-trainer"), *args],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return Pod(name, proc, log, status_dir)
+
+    def start_rendezvous(self) -> None:
+        pod = self._spawn("rdzv", ["rendezvous"])
+        self.rdzv = pod.proc
+        wait_for(lambda: _port_open(self.port), 60, "the rendezvous store to listen")
+
+    def start_pod(self, name: str, extra_env: dict[str, str] | None = None) -> Pod:
+        pod = self._spawn(name, ["launch"], extra_env)
+        self.pods[name] = pod
+        return pod
+
+    def start(self) -> None:
+        self.start_rendezvous()
+        for i in range(self.nnodes):
+            self.start_pod(f"pod{i}")
+
+    # --- observations -----------------------------------------------------------------------
+    def events(self) -> list[dict[str, Any]]:
+        try:
+            lines = self.events_file.read_text().splitlines(keepends=True)
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in lines if line.endswith("\n")]
+
+    def max_step(self) -> int:
+        return max((e["step"] for e in self.events()), default=0)
+
+    def wait_step(self, step: int, timeout: float) -> list[dict[str, Any]]:
+        return wait_for(lambda: self.max_step() >= step and self.events(), timeout, f"step {step}")
+
+    def pod_of_launcher(self, launcher_pid: int) -> str:
+        for name, pod in self.pods.items():
+            try:
+                if launcher_pid in {c.pid for c in psutil.Process(pod.proc.pid).children()}:
+                    return name
+            except psutil.NoSuchProcess:
+                continue
+        raise AssertionError(f"no pod runs launcher {launcher_pid}")
+
+    def launcher_pids(self) -> dict[str, int]:
+        out = {}
+        for name, pod in self.pods.items():
+            with_children = psutil.Process(pod.proc.pid).children()
+            out[name] = next(
+                c.pid for c in with_children if "fault_tolerance.launcher" in " ".join(c.cmdline())
+            )
+        return out
+
+    def wait_exit(self, name: str, timeout: float) -> int:
+        pod = self.pods[name]
+        try:
+            return pod.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{name} did not exit within {timeout:.0f} s") from None
+
+    # --- faults -----------------------------------------------------------------------------
+    def kill_pod(self, name: str) -> float:
+        """SIGKILL everything the pod runs at once; returns the time of the kill."""
+        root = psutil.Process(self.pods[name].proc.pid)
+        procs = [root, *root.children(recursive=True)]
+        t = time.time()
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(procs, timeout=10)
+        return t
+
+    def stop(self) -> None:
+        """Tear everything down (test cleanup): every process tree we started."""
+        roots = [p.proc for p in self.pods.values()] + ([self.rdzv] if self.rdzv else [])
+        for proc in roots:
+            try:
+                root = psutil.Process(proc.pid)
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            for p in procs:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.send_signal(signal.SIGKILL)
+            psutil.wait_procs(procs, timeout=10)
+        # Ranks orphaned by a killed launcher run in their own sessions: find them by their env file.
+        for p in psutil.process_iter(["cmdline", "environ"]):
+            try:
+                if str(TOY_TRAIN) in " ".join(p.info["cmdline"] or []) and (p.info["environ"] or {}).get(
+                    "TOY_EVENTS"
+                ) == str(self.events_file):
+                    p.kill()
+            except (psutil.Error, TypeError):
+                continue
+
+    def dump_logs(self) -> str:
+        parts = []
+        for name, pod in self.pods.items():
+            text = pod.log_text()
+            parts.append(f"===== {name} (last 3000 chars) =====\n{text[-3000:]}")
+        return "\n".join(parts)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def first_step_after(
+    events: list[dict[str, Any]], t: float, step_above: int = -1, **match: Any
+) -> dict[str, Any] | None:
+    """The first event after wall time `t` (optionally past a step, matching fields)."""
+    for e in sorted(events, key=lambda e: e["t"]):
+        if e["t"] > t and e["step"] > step_above and all(e.get(k) == v for k, v in match.items()):
+            return e
+    return None

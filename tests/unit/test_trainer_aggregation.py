@@ -1,0 +1,195 @@
+"""Heartbeat aggregation (rank files -> contract.Heartbeat), the no-progress rule, RankReporter files."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from rtj.contract import HEARTBEAT_ANNOTATION, FaultSeverity, Heartbeat, PodState, parse_heartbeat
+from rtj_trainer.heartbeat import Aggregator, LeaseWriter, PodIdentity, read_rank_files
+from rtj_trainer.nvrx_compat import NoProgressTracker
+from rtj_trainer.report import RankReporter
+
+pytestmark = pytest.mark.unit
+
+ALIVE = {100, 101, 200, 201}
+
+
+def alive(pid: int) -> bool:
+    return pid in ALIVE
+
+
+def doc(local_rank: int, pid: int, state: str = "Training", step: int | None = 10, **kw) -> dict:
+    return {
+        "rank": local_rank,
+        "localRank": local_rank,
+        "pid": pid,
+        "state": state,
+        "step": step,
+        "inProcessRestarts": kw.get("ipr", 0),
+        "inJobRestarts": kw.get("ijr", 0),
+        "checkpoint": kw.get("checkpoint"),
+        "checkpointsSkipped": kw.get("skipped", 0),
+        "fault": kw.get("fault"),
+    }
+
+
+def test_step_is_the_slowest_rank_and_state_the_most_severe() -> None:
+    agg = Aggregator()
+    hb = agg.update([doc(0, 100, step=12), doc(1, 101, "Checkpointing", step=11)], alive)
+    assert (hb.state, hb.step) == (PodState.CHECKPOINTING, 11)
+    hb = agg.update([doc(0, 100, "InProcessRestarting", step=12), doc(1, 101, step=13)], alive)
+    assert hb.state == PodState.IN_PROCESS_RESTARTING
+
+
+def test_no_rank_files_means_starting() -> None:
+    assert Aggregator().update([], alive).state == PodState.STARTING
+
+
+def test_finished_only_when_every_rank_finished() -> None:
+    agg = Aggregator()
+    assert agg.update([doc(0, 100, "Finished"), doc(1, 101)], alive).state == PodState.TRAINING
+    assert agg.update([doc(0, 100, "Finished"), doc(1, 999, "Finished")], alive).state == PodState.FINISHED
+
+
+def test_dead_rank_means_in_job_restart_and_keeps_the_last_step() -> None:
+    agg = Aggregator()
+    agg.update([doc(0, 100, step=30), doc(1, 101, step=31)], alive)
+    hb = agg.update([doc(0, 100, step=31), doc(1, 555, step=31)], alive)  # 555 is dead
+    assert hb.state == PodState.IN_JOB_RESTARTING
+    assert hb.step == 31
+    # New workers have not reported a step yet: the pod's step does not drop to 0.
+    hb = agg.update([doc(0, 200, "Starting", step=None), doc(1, 201, "Starting", step=None)], alive)
+    assert (hb.state, hb.step) == (PodState.STARTING, 31)
+
+
+def test_in_job_restarts_count_worker_generations_and_the_launcher_counter() -> None:
+    agg = Aggregator()
+    agg.update([doc(0, 100), doc(1, 101)], alive)
+    # Restarted because a peer pod failed: the launcher's counter stays 0, the workers are new.
+    hb = agg.update([doc(0, 200), doc(1, 201)], alive)
+    assert hb.in_job_restarts == 1
+    hb = agg.update([doc(0, 200), doc(1, 201)], alive)  # same generation again: no double count
+    assert hb.in_job_restarts == 1
+    assert agg.update([doc(0, 200, ijr=3), doc(1, 201, ijr=3)], alive).in_job_restarts == 3
+
+
+def test_in_process_restarts_sum_over_generations_and_never_decrease() -> None:
+    agg = Aggregator()
+    assert agg.update([doc(0, 100, ipr=2), doc(1, 101, ipr=2)], alive).in_process_restarts == 2
+    # New workers start counting at 0 again; the pod total keeps the earlier 2.
+    assert agg.update([doc(0, 200, ipr=0), doc(1, 201, ipr=0)], alive).in_process_restarts == 2
+    assert agg.update([doc(0, 200, ipr=1), doc(1, 201, ipr=1)], alive).in_process_restarts == 3
+
+
+def test_newest_checkpoint_and_hard_fault_wins() -> None:
+    agg = Aggregator()
+    t1, t2 = "2026-01-01T00:00:01+00:00", "2026-01-01T00:00:02+00:00"
+    soft = {"severity": "Soft", "reason": "RankException", "message": "x", "time": t2}
+    hard = {"severity": "Hard", "reason": "GpuXid", "message": "79", "time": t1}
+    hb = agg.update(
+        [
+            doc(0, 100, checkpoint={"step": 40, "time": t1}, fault=hard),
+            doc(1, 101, checkpoint={"step": 20, "time": t2}, fault=soft, skipped=2),
+        ],
+        alive,
+    )
+    assert hb.checkpoint.step == 40
+    assert hb.fault.severity == FaultSeverity.HARD and hb.fault.reason == "GpuXid"
+    assert hb.checkpoints_skipped == 2
+
+
+def test_malformed_rank_content_is_ignored_not_fatal() -> None:
+    agg = Aggregator()
+    bad = doc(0, 100, step=-5, checkpoint={"step": "x"}, fault={"severity": "Weird"})
+    bad["state"] = "Dancing"
+    bad["pid"] = True
+    hb = agg.update([bad, doc(1, 101, step=2**60)], alive)
+    assert hb.step == 0 and hb.checkpoint is None and hb.fault is None
+    assert hb.state == PodState.STARTING
+
+
+def test_reporter_files_feed_the_aggregator(tmp_path) -> None:
+    r0 = RankReporter(str(tmp_path), rank=4, local_rank=0, write_interval=0.0)
+    r1 = RankReporter(str(tmp_path), rank=5, local_rank=1, write_interval=0.0)
+    for r in (r0, r1):
+        r.state(PodState.TRAINING)
+    r0.step(7)
+    r1.step(6)
+    r1.checkpoint_committed(5, datetime(2026, 1, 1, tzinfo=UTC))
+    r0.in_process_restart(1)
+    r0.fault(FaultSeverity.SOFT, "RankException", "boom")
+    hb = Aggregator().update(read_rank_files(str(tmp_path)))
+    assert hb.step == 6
+    assert hb.state == PodState.IN_PROCESS_RESTARTING
+    assert hb.checkpoint.step == 5
+    assert hb.in_process_restarts == 1
+    assert hb.fault.reason == "RankException"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0.json", "rank-1.json"]  # no tmp left
+
+
+def test_step_writes_are_throttled(tmp_path) -> None:
+    r = RankReporter(str(tmp_path), write_interval=3600)
+    r.step(1)  # first write happened at construction; this one is throttled
+    r.step(2)
+    assert json.loads((tmp_path / "rank-0.json").read_text())["step"] is None
+    r.state(PodState.TRAINING)  # a state change writes at once, with the latest step
+    assert json.loads((tmp_path / "rank-0.json").read_text())["step"] == 2
+
+
+def test_progress_file_is_written_by_local_rank_0_only(tmp_path) -> None:
+    progress = tmp_path / "p"
+    RankReporter(str(tmp_path), local_rank=1, progress_file=str(progress)).checkpoint_committed(8)
+    assert not progress.exists()
+    RankReporter(str(tmp_path), local_rank=0, progress_file=str(progress)).checkpoint_committed(8)
+    assert progress.read_text().strip() == "8"
+
+
+def test_reporter_without_status_dir_is_a_no_op() -> None:
+    r = RankReporter(None)
+    r.step(1)
+    r.state(PodState.TRAINING)
+    r.checkpoint_committed(1)
+    assert not r.enabled
+
+
+def test_no_progress_rule_matches_nvrx(tmp_path) -> None:
+    f = tmp_path / "iter"
+    t = NoProgressTracker(2, str(f))
+    assert not t.observe(1)  # cycle 0 ended before any checkpoint: unknown, skipped
+    f.write_text("4\n")
+    assert not t.observe(2)  # cycle 1 reached 4: progress
+    assert not t.observe(3)  # cycle 2: still 4 -> 1 without progress
+    assert t.observe(4)  # cycle 3: still 4 -> 2 -> stop
+    t2 = NoProgressTracker(2, str(f))  # baseline 4 from the file at start
+    f.write_text("8")
+    assert not t2.observe(1)
+    assert not t2.observe(2)
+    assert t2.observe(3)
+
+
+def test_no_progress_disabled_with_zero(tmp_path) -> None:
+    assert not NoProgressTracker(0, str(tmp_path / "x")).observe(50)
+
+
+def test_lease_body_carries_heartbeat_owner_and_times() -> None:
+    w = LeaseWriter.__new__(LeaseWriter)
+    w._pod = PodIdentity(name="j-n0-a0", namespace="ml", uid="u-1")
+    w._duration = 30
+    w._acquire_time = None
+    hb = Heartbeat(state=PodState.TRAINING, step=3)
+    t = datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    body = w.body(hb, t)
+    assert body["metadata"]["name"] == "j-n0-a0"
+    assert body["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "j-n0-a0", "uid": "u-1"}
+    ]
+    assert body["spec"] == {
+        "holderIdentity": "j-n0-a0",
+        "leaseDurationSeconds": 30,
+        "acquireTime": "2026-05-01T12:00:00.123456Z",
+        "renewTime": "2026-05-01T12:00:00.123456Z",
+    }
+    assert parse_heartbeat(body["metadata"]["annotations"]) == hb
+    assert HEARTBEAT_ANNOTATION in body["metadata"]["annotations"]

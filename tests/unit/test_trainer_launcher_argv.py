@@ -1,0 +1,144 @@
+"""build_launcher_argv, map_exit_code and load_config: the entrypoint's pure parts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rtj.contract import ExitCode, TrainerConfig
+from rtj_trainer.entrypoint import ConfigError, build_launcher_argv, load_config, map_exit_code
+from rtj_trainer.runtime_env import RankEnv, rank_env_vars
+
+pytestmark = pytest.mark.unit
+
+CFG = {
+    "jobName": "llama",
+    "command": ["python", "-u", "train.py"],
+    "args": ["--lr", "3e-4"],
+    "nnodes": 4,
+    "nprocPerNode": 8,
+    "rdzvEndpoint": "llama-rdzv.ml.svc:29400",
+    "rdzvId": "llama-uid",
+    "maxInJobRestarts": 5,
+    "heartbeatIntervalSeconds": 10,
+    "rankHeartbeatTimeoutSeconds": 300,
+    "rankInitialTimeoutSeconds": 900.5,
+    "inProcess": {"enabled": True, "softTimeoutSeconds": 60, "hardTimeoutSeconds": 90, "maxRestarts": 3},
+    "checkpointDir": "/ckpt/llama",
+    "checkpointIntervalSteps": 500,
+    "maxNoProgressCycles": 3,
+}
+
+
+def _argv(version=(0, 4, 1), local_addr="10.0.0.7", **over):
+    cfg = TrainerConfig.model_validate({**CFG, **over})
+    return build_launcher_argv(
+        cfg,
+        launcher=["ft_launcher"],
+        local_addr=local_addr,
+        progress_file="/tmp/s/checkpoint-iteration",
+        term_timeout_seconds=25,
+        nvrx_version=version,
+    )
+
+
+def test_argv_carries_topology_rendezvous_budget_and_hang_detection() -> None:
+    argv = _argv()
+    assert argv[0] == "ft_launcher"
+    for flag in (
+        "--nnodes=4",
+        "--nproc-per-node=8",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=llama-rdzv.ml.svc:29400",
+        "--rdzv-id=llama-uid",
+        "--rdzv-conf=is_host=false",
+        "--max-restarts=5",
+        "--ft-rank-heartbeat-timeout=300",
+        "--ft-initial-rank-heartbeat-timeout=900.5",
+        "--term-timeout=25",
+        "--local-addr=10.0.0.7",
+    ):
+        assert flag in argv, flag
+
+
+def test_user_command_comes_last_verbatim_after_no_python() -> None:
+    argv = _argv()
+    i = argv.index("--no-python")
+    assert argv[i + 1 :] == ["python", "-u", "train.py", "--lr", "3e-4"]
+    assert all(a.startswith("--") for a in argv[1:i])
+
+
+def test_041_uses_the_restart_policy_flag_and_no_native_progress_flags() -> None:
+    argv = _argv((0, 4, 1))
+    assert "--ft-restart-policy=any-failed" in argv
+    assert not any(a.startswith("--ft-max-no-progress-cycles") for a in argv)
+
+
+def test_07_has_native_no_progress_and_no_deprecated_policy_flag() -> None:
+    argv = _argv((0, 7, 0))
+    assert "--ft-max-no-progress-cycles=3" in argv
+    assert "--ft-checkpoint-iteration-file=/tmp/s/checkpoint-iteration" in argv
+    assert not any(a.startswith("--ft-restart-policy") for a in argv)
+
+
+def test_no_local_addr_flag_without_a_pod_ip() -> None:
+    assert not any(a.startswith("--local-addr") for a in _argv(local_addr=None))
+
+
+@pytest.mark.parametrize(
+    ("rc", "terminated", "no_progress", "expected"),
+    [
+        (0, False, False, ExitCode.SUCCEEDED),
+        (1, False, False, ExitCode.LAUNCHER_BUDGET_EXHAUSTED),
+        (93, False, False, ExitCode.DO_NOT_RESTART),
+        (78, False, False, ExitCode.DO_NOT_RESTART),
+        (1, False, True, ExitCode.DO_NOT_RESTART),
+        (1, True, False, ExitCode.TERMINATED),
+        (0, True, False, ExitCode.TERMINATED),
+        (-9, False, False, ExitCode.LAUNCHER_BUDGET_EXHAUSTED),
+    ],
+)
+def test_exit_code_mapping(rc: int, terminated: bool, no_progress: bool, expected: int) -> None:
+    got = map_exit_code(rc, terminated=terminated, no_progress=no_progress, do_not_restart=[93, 78])
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        (None, "is not set"),
+        ("{not json", "not valid JSON"),
+        (json.dumps({**CFG, "nnodes": "four"}), "nnodes"),
+        (json.dumps({k: v for k, v in CFG.items() if k != "rdzvEndpoint"}), "rdzvEndpoint"),
+        (json.dumps({**CFG, "command": []}), "command"),
+        (json.dumps({**CFG, "nprocPerNode": 0}), "nproc_per_node"),
+    ],
+)
+def test_invalid_config_is_a_clear_error(raw: str | None, needle: str) -> None:
+    env = {} if raw is None else {"RTJ_TRAINER_CONFIG": raw}
+    with pytest.raises(ConfigError, match="RTJ_TRAINER_CONFIG") as e:
+        load_config(env)
+    assert needle in str(e.value)
+
+
+def test_rank_env_round_trips_through_rank_env() -> None:
+    cfg = TrainerConfig.model_validate(CFG)
+    env = {
+        **rank_env_vars(cfg, status_dir="/tmp/s", progress_file="/tmp/s/p"),
+        "RANK": "9",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "32",
+        "LOCAL_WORLD_SIZE": "8",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "41000",
+        "TORCHELASTIC_RESTART_COUNT": "2",
+        "RTJ_DIST_BACKEND": "gloo",
+    }
+    r = RankEnv.from_env(env)
+    assert (r.rank, r.local_rank, r.world_size, r.restart_count) == (9, 1, 32, 2)
+    assert r.checkpoint_dir == "/ckpt/llama" and r.checkpoint_interval_steps == 500
+    assert r.status_dir == "/tmp/s" and r.progress_file == "/tmp/s/p"
+    assert r.in_process.enabled and r.in_process.max_restarts == 3
+    assert (r.in_process.soft_timeout_seconds, r.in_process.hard_timeout_seconds) == (60, 90)
+    assert r.collective_timeout_seconds < r.in_process.hard_timeout_seconds
+    assert r.dist_backend == "gloo"
