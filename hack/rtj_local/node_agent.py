@@ -55,6 +55,7 @@ from rtj_local.nodes import P5_RESOURCES, p5_node
 from rtj_local.podrun import (
     HOST_IP,
     POD_IP,
+    MissingReference,
     PlanContext,
     PodSpecError,
     ProcessPlan,
@@ -538,18 +539,27 @@ class NodeAgent:
                 os.kill(pid, signal.SIGKILL)
 
     def _run_pod(self, run: _PodRun, pod: dict[str, Any]) -> None:
-        try:
-            plan = self._prepare(run, pod)
-        except PodSpecError as e:
-            log.warning("pod %s/%s cannot run locally: %s", run.namespace, run.name, e)
-            self._report_start_error(run, pod, str(e))
-            return
-        except Exception as e:
-            log.exception("prepare pod %s/%s", run.namespace, run.name)
-            self._report_start_error(run, pod, f"local node agent: {e}")
-            return
+        waiting_reported = False
+        plan: ProcessPlan | None = None
+        while plan is None:
+            try:
+                plan = self._prepare(run, pod)
+            except MissingReference as e:  # as kubelet: wait (ContainerCreating) and retry
+                if not waiting_reported:
+                    waiting_reported = True
+                    self._report_waiting(run, pod, "CreateContainerConfigError", str(e))
+                if run.stop_requested.is_set() or run.abandoned or self._stop.wait(1.0):
+                    break
+            except PodSpecError as e:
+                log.warning("pod %s/%s cannot run locally: %s", run.namespace, run.name, e)
+                self._report_start_error(run, pod, str(e))
+                return
+            except Exception as e:
+                log.exception("prepare pod %s/%s", run.namespace, run.name)
+                self._report_start_error(run, pod, f"local node agent: {e}")
+                return
         policy = _get(pod, "spec", "restartPolicy") or "Always"
-        while not run.stop_requested.is_set() and not run.abandoned:
+        while plan is not None and not run.stop_requested.is_set() and not run.abandoned:
             started = _now()
             with run.log_path.open("ab") as out:
                 run.proc = subprocess.Popen(
@@ -589,14 +599,21 @@ class NodeAgent:
 
     @staticmethod
     def _await_ns(proc: subprocess.Popen[bytes]) -> str | None:
+        """The pod's mount namespace, once the launcher has set it up and exec'd the command (or
+        None if it exited first)."""
         own = _mnt_ns(os.getpid())
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline and proc.poll() is None:
             ns = _mnt_ns(proc.pid)
-            if ns is not None and ns != own:
+            try:
+                cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                cmdline = []
+            launching = cmdline[:1] == [b"unshare"] or cmdline[3:4] == [b"rtj-pod"]
+            if ns is not None and ns != own and not launching:
                 return ns
             time.sleep(0.005)
-        return None
+        return _mnt_ns(proc.pid) if proc.poll() is None else None
 
     # --- plan inputs ------------------------------------------------------------------------------------
     def _prepare(self, run: _PodRun, pod: dict[str, Any]) -> ProcessPlan:
@@ -728,7 +745,7 @@ class NodeAgent:
                 if data is None:
                     if ref.get("optional"):
                         continue
-                    raise PodSpecError(f"{kind} {ref.get('name') or ref.get('secretName')!r} not found")
+                    raise MissingReference(f"{kind} {ref.get('name') or ref.get('secretName')!r} not found")
                 items = ref.get("items") or [{"key": k, "path": k} for k in data]
                 for item in items:
                     if item["key"] in data:
@@ -807,6 +824,10 @@ class NodeAgent:
             "restartCount": run.restart_count,
             "state": state,
         }
+
+    def _report_waiting(self, run: _PodRun, pod: dict[str, Any], reason: str, message: str) -> None:
+        waiting = {"waiting": {"reason": reason, "message": message}}
+        self._patch_status(run, {"containerStatuses": [self._container_status(run, pod, waiting, False)]})
 
     def _report_running(self, run: _PodRun, pod: dict[str, Any], plan: ProcessPlan, started: str) -> None:
         status = {

@@ -32,6 +32,10 @@ class PodSpecError(ValueError):
     """The pod cannot be run locally (reported as the container's start error)."""
 
 
+class MissingReference(PodSpecError):
+    """A ConfigMap/Secret the pod refers to does not exist (yet): kubelet keeps retrying."""
+
+
 @dataclass(frozen=True)
 class Mount:
     target: str
@@ -162,7 +166,7 @@ def container_env(pod: Mapping[str, Any], container: Mapping[str, Any], ctx: Pla
             if data is None:
                 if ref.get("optional"):
                     continue
-                raise PodSpecError(f"envFrom {kind} {ref.get('name')!r} not found")
+                raise MissingReference(f"envFrom {kind} {ref.get('name')!r} not found")
             env.update({prefix + k: v for k, v in data.items()})
     for var in container.get("env") or []:
         name = var["name"]
@@ -187,7 +191,7 @@ def container_env(pod: Mapping[str, Any], container: Mapping[str, Any], ctx: Pla
             if value is None:
                 if ref.get("optional"):
                     continue
-                raise PodSpecError(f"env {name}: {kind} {ref.get('name')}/{ref.get('key')} not found")
+                raise MissingReference(f"env {name}: {kind} {ref.get('name')}/{ref.get('key')} not found")
             env[name] = value
     return env
 
