@@ -1,0 +1,379 @@
+"""Run the operator as a real subprocess (`python -m rtj`) against the test cluster, and act as the
+trainer would (heartbeat Leases written through rtj.contract, pod exits as pod status).
+
+Used by tests/integration/test_operator_*.py through the fixtures in `operator_fixtures()`.
+Each test gets its own namespace, its own KWOK p5 nodes (labelled with a node group named after the
+namespace, which the job selects) and its own operator process watching only that namespace, so tests
+never see each other's pods, nodes or taints.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from rtj import contract
+from rtj_local.nodes import KWOK_ANNOTATION_KEY, p5_node
+from rtj_local.wait import wait_for
+
+NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def micro_time(t: datetime | None = None) -> str:
+    return (t or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class OperatorProcess:
+    """`python -m rtj` watching one namespace, with test-friendly intervals."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, **env: str) -> None:
+        self.kubeconfig, self.namespace, self.log_path = kubeconfig, namespace, log_path
+        self.metrics_port, self.health_port = free_port(), free_port()
+        self.env = {
+            "KUBECONFIG": str(kubeconfig),
+            "RTJ_NAMESPACES": namespace,
+            "RTJ_METRICS_PORT": str(self.metrics_port),
+            "RTJ_HEALTH_ENDPOINT": f"http://127.0.0.1:{self.health_port}/healthz",
+            "RTJ_RECONCILE_INTERVAL_SECONDS": "0.5",
+            "RTJ_FAULT_GRACE_SECONDS": "0",
+            "RTJ_TERMINATION_GRACE_SECONDS": "5",
+            **env,
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.log_path.open("ab")
+        log.write(f"\n===== operator start #{self.starts} =====\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rtj"],
+            env={**os.environ, **self.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        wait_for(
+            self._healthy, timeout=60, interval=0.2, message=lambda: f"operator liveness\n{self.log_tail()}"
+        )
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"operator exited with {self.proc.returncode}\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def stop(self, kill: bool = False) -> None:
+        """SIGTERM (clean shutdown) or SIGKILL (crash)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def make_nodes(core: client.CoreV1Api, nodegroup: str, count: int, timeout: float = 60) -> list[str]:
+    names = [f"{nodegroup[:40]}-n{i}" for i in range(count)]
+    for name in names:
+        core.create_node(p5_node(name, labels={NODEGROUP_LABEL: nodegroup}))
+
+    def ready() -> bool:
+        for name in names:
+            node = core.read_node(name)
+            if not any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
+                return False
+        return True
+
+    wait_for(ready, timeout=timeout, message=f"nodes {names} Ready")
+    return names
+
+
+def make_node_not_ready(core: client.CoreV1Api, name: str) -> None:
+    """Take the node away from KWOK (no more heartbeats), then report it NotReady as a dead kubelet
+    would be seen by the node lifecycle controller."""
+    core.patch_node(name, {"metadata": {"annotations": {KWOK_ANNOTATION_KEY: None}}})
+    node = core.read_node(name)
+    conditions = [
+        {
+            "type": c.type,
+            "status": "False" if c.type == "Ready" else c.status,
+            "reason": "KubeletStopped",
+            "message": "test: kubelet stopped",
+            "lastHeartbeatTime": micro_time()[:19] + "Z",
+            "lastTransitionTime": micro_time()[:19] + "Z",
+        }
+        for c in node.status.conditions or []
+    ]
+    core.patch_node_status(name, {"status": {"conditions": conditions}})
+
+
+def job_manifest(name: str, nodegroup: str, nodes: int, **spec: Any) -> dict[str, Any]:
+    ft = {
+        "heartbeatIntervalSeconds": 1,
+        "heartbeatTimeoutSeconds": 4,
+        "startupTimeoutSeconds": 30,
+        "maxPodReschedules": 4,
+    }
+    ft.update(spec.pop("faultTolerance", {}))
+    return {
+        "apiVersion": f"{contract.API_GROUP}/{contract.API_VERSION}",
+        "kind": contract.KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "image": "rtj-trainer:local",
+            "command": ["python", "train.py"],
+            "nodes": nodes,
+            "placement": {"nodeSelector": {NODEGROUP_LABEL: nodegroup}},
+            "resources": {"cpu": "4", "memory": "16Gi"},
+            "checkpoint": {"pvc": {"claimName": "checkpoints"}},
+            "faultTolerance": ft,
+            **spec,
+        },
+    }
+
+
+@dataclass
+class Trainers:
+    """Plays the trainers of one job: renews each running pod's Lease as the heartbeat agent would.
+
+    `heartbeats[pod]` is what that pod reports (default: Training); pods in `silent` stop renewing.
+    Call `beat()` from inside wait predicates: no background thread, no sleep.
+    """
+
+    core: client.CoreV1Api
+    coord: client.CoordinationV1Api
+    namespace: str
+    job: str
+    heartbeats: dict[str, contract.Heartbeat] = field(default_factory=dict)
+    silent: set[str] = field(default_factory=set)
+
+    def pods(self) -> list[client.V1Pod]:
+        return self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{contract.LABEL_JOB}={self.job}"
+        ).items
+
+    def beat(self) -> None:
+        for pod in self.pods():
+            role = pod.metadata.labels.get(contract.LABEL_ROLE)
+            if (
+                role == contract.ROLE_RENDEZVOUS
+                or pod.status.phase != "Running"
+                or pod.metadata.deletion_timestamp
+            ):
+                continue
+            if pod.metadata.name in self.silent:
+                continue
+            default = contract.PodState.STANDBY if role == contract.ROLE_SPARE else contract.PodState.TRAINING
+            hb = self.heartbeats.get(pod.metadata.name) or contract.Heartbeat(state=default)
+            self.write_lease(pod, hb)
+
+    def write_lease(self, pod: client.V1Pod, hb: contract.Heartbeat) -> None:
+        name = contract.lease_name(pod.metadata.name)
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "labels": {contract.LABEL_JOB: self.job},
+                "annotations": {contract.HEARTBEAT_ANNOTATION: hb.to_annotation()},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name, "uid": pod.metadata.uid}
+                ],
+            },
+            "spec": {
+                "holderIdentity": pod.metadata.name,
+                "leaseDurationSeconds": 4,
+                "renewTime": micro_time(),
+            },
+        }
+        try:  # merge patch keeps annotations the operator added (assigned-slot), as the agent must
+            self.coord.patch_namespaced_lease(
+                name, self.namespace, {"metadata": body["metadata"], "spec": body["spec"]}
+            )
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            self.coord.create_namespaced_lease(self.namespace, body)
+
+
+def end_pod(core: client.CoreV1Api, namespace: str, name: str, exit_code: int) -> None:
+    """The trainer container exited: what a kubelet would report."""
+    phase = "Succeeded" if exit_code == 0 else "Failed"
+    pod = core.read_namespaced_pod(name, namespace)
+    now = micro_time()[:19] + "Z"
+    status = {
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
+        "containerStatuses": [
+            {
+                "name": "trainer",
+                "image": pod.spec.containers[0].image,
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {
+                    "terminated": {
+                        "exitCode": exit_code,
+                        "reason": "Error" if exit_code else "Completed",
+                        "startedAt": now,
+                        "finishedAt": now,
+                    }
+                },
+            }
+        ],
+    }
+    core.patch_namespaced_pod_status(name, namespace, {"status": status})
+
+
+def condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next(
+        (c for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None
+    )
+
+
+def is_true(job: dict[str, Any], type_: str) -> bool:
+    cond = condition(job, type_)
+    return cond is not None and cond.get("status") == "True"
+
+
+def events(core: client.CoreV1Api, namespace: str, job: str) -> list[client.CoreV1Event]:
+    items = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={job}").items
+    return sorted(items, key=lambda e: e.last_timestamp or e.event_time or datetime.min.replace(tzinfo=UTC))
+
+
+def reasons_of(evs: list[client.CoreV1Event]) -> list[str]:
+    return [e.reason for e in evs]
+
+
+def until(
+    predicate: Callable[[], Any], trainers: Trainers | None, timeout: float, message: str | Callable[[], str]
+) -> Any:
+    """wait_for, renewing the heartbeats of the job's running pods on every poll."""
+
+    def step() -> Any:
+        if trainers is not None:
+            trainers.beat()
+        return predicate()
+
+    return wait_for(step, timeout=timeout, interval=0.3, message=message)
+
+
+@dataclass
+class OperatorEnv:
+    """Everything one operator test needs: clients, its namespace, nodes and operator process."""
+
+    kube: client.ApiClient
+    namespace: str
+    nodes: list[str]
+    operator: OperatorProcess
+    rtj: Any  # tests/integration/conftest.py RtjApi
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.kube)
+
+    @property
+    def nodegroup(self) -> str:
+        return self.namespace
+
+    def trainers(self, job: str) -> Trainers:
+        return Trainers(self.core, client.CoordinationV1Api(self.kube), self.namespace, job)
+
+    def create_job(self, name: str, nodes: int, **spec: Any) -> dict[str, Any]:
+        return self.rtj.create(self.namespace, job_manifest(name, self.nodegroup, nodes, **spec))
+
+    def job(self, name: str) -> dict[str, Any]:
+        return self.rtj.get(self.namespace, name)
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.job(name).get("status") or {}
+
+    def workers(self, job: str) -> dict[int, client.V1Pod]:
+        """Live (not deleting) worker pods by slot."""
+        pods = self.core.list_namespaced_pod(
+            self.namespace,
+            label_selector=f"{contract.LABEL_JOB}={job},{contract.LABEL_ROLE}={contract.ROLE_WORKER}",
+        ).items
+        return {
+            int(p.metadata.labels[contract.LABEL_SLOT]): p for p in pods if not p.metadata.deletion_timestamp
+        }
+
+    def explain(self, job: str) -> Callable[[], str]:
+        def text() -> str:
+            pods = self.core.list_namespaced_pod(self.namespace).items
+            lines = [
+                f"{p.metadata.name} {p.status.phase} node={p.spec.node_name} "
+                f"deleting={bool(p.metadata.deletion_timestamp)}"
+                for p in pods
+            ]
+            return (
+                f"job {job} status: {self.status(job)}\npods:\n"
+                + "\n".join(lines)
+                + f"\nevents: {reasons_of(events(self.core, self.namespace, job))}\n"
+                f"operator log:\n{self.operator.log_tail(40)}"
+            )
+
+        return text
+
+
+def operator_env_factory(
+    kube: client.ApiClient, kubeconfig: Path, namespace: str, rtj_api: Any, log_dir: Path
+) -> tuple[Callable[..., OperatorEnv], Callable[[], None]]:
+    """(start(nodes=4, **env), teardown)."""
+    created: list[OperatorEnv] = []
+
+    def start(nodes: int = 4, **env: str) -> OperatorEnv:
+        core = client.CoreV1Api(kube)
+        names = make_nodes(core, namespace, nodes)
+        op = OperatorProcess(kubeconfig, namespace, log_dir / "operator.log", **env)
+        created.append(OperatorEnv(kube, namespace, names, op, rtj_api))
+        op.start()
+        return created[-1]
+
+    def teardown() -> None:
+        core = client.CoreV1Api(kube)
+        for env in created:
+            env.operator.stop()
+            for name in env.nodes:
+                try:
+                    core.delete_node(name)
+                except client.ApiException as exc:
+                    if exc.status != 404:
+                        raise
+
+    return start, teardown

@@ -1,0 +1,166 @@
+"""Job lifecycle against the real API server: success, suspend/resume, deletion through garbage
+collection, and an operator restart (crash) that changes nothing and counts nothing twice."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from operator_harness import OperatorEnv, end_pod, events, is_true, operator_env_factory, reasons_of, until
+from rtj import contract, reasons
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+@pytest.fixture
+def env(
+    kube: client.ApiClient, kubeconfig: Path, namespace: str, rtj_api: Any, tmp_path: Path
+) -> Iterator[Callable[..., OperatorEnv]]:
+    start, teardown = operator_env_factory(kube, kubeconfig, namespace, rtj_api, tmp_path)
+    try:
+        yield start
+    finally:
+        teardown()
+
+
+def running(e: OperatorEnv, job: str, n: int) -> Callable[[], bool]:
+    def check() -> bool:
+        st = e.status(job)
+        return is_true(e.job(job), "Running") and st.get("nodesReady") == n and st.get("state") == "Running"
+
+    return check
+
+
+def passes(e: OperatorEnv) -> float:
+    match = re.search(r"^rtj_reconcile_duration_seconds_count (\S+)$", e.operator.metrics(), re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def test_all_workers_succeeded_means_job_succeeded(env: Callable[..., OperatorEnv], kubectl: Any) -> None:
+    e = env(nodes=2)
+    e.create_job("train", 2)
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    for name in ("train-n0-a0", "train-n1-a0"):
+        end_pod(e.core, e.namespace, name, 0)
+    kubectl("wait", "--for=condition=Succeeded", "rtj/train", "-n", e.namespace, "--timeout=60s", timeout=70)
+    st = e.status("train")
+    assert st["state"] == "Succeeded" and st["reason"] == reasons.ALL_PODS_SUCCEEDED and st["completionTime"]
+    until(
+        lambda: not e.core.list_namespaced_pod(e.namespace, field_selector="metadata.name=train-rdzv").items,
+        None,
+        60,
+        e.explain("train"),
+    )
+    assert {p.status.phase for p in e.workers("train").values()} == {"Succeeded"}, (
+        "completed pods kept for logs"
+    )
+
+
+def test_suspend_removes_pods_and_resume_recreates_them(env: Callable[..., OperatorEnv]) -> None:
+    e = env(nodes=2)
+    e.create_job("train", 2)
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    t.heartbeats["train-n0-a0"] = contract.Heartbeat(state=contract.PodState.TRAINING, in_job_restarts=1)
+    until(lambda: e.status("train")["restarts"]["inJob"] == 1, t, 30, e.explain("train"))
+
+    e.rtj.patch(e.namespace, "train", {"spec": {"suspend": True}})
+    until(lambda: is_true(e.job("train"), "Suspended") and not t.pods(), None, 60, e.explain("train"))
+    st = e.status("train")
+    assert (
+        st["state"] == "Suspended" and st["restarts"]["inJob"] == 1 and not is_true(e.job("train"), "Running")
+    )
+
+    e.rtj.patch(e.namespace, "train", {"spec": {"suspend": False}})
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    assert sorted(p.metadata.name for p in e.workers("train").values()) == ["train-n0-a1", "train-n1-a1"]
+    st = e.status("train")
+    assert st["restarts"] == {"inProcess": 0, "inJob": 1, "podReschedules": 0}, "resume is not a reschedule"
+    evs = reasons_of(events(e.core, e.namespace, "train"))
+    assert evs.count(reasons.SUSPENDED) == 1 and evs.count(reasons.RESUMED) == 1
+    assert reasons.RENDEZVOUS_LOST not in evs
+
+
+def test_deletion_cleans_up_children_and_quarantine(env: Callable[..., OperatorEnv]) -> None:
+    e = env(nodes=3)
+    e.create_job("train", 2)
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    bad = e.workers("train")[1]
+    t.silent.add(bad.metadata.name)
+    until(
+        lambda: e.status("train").get("quarantinedNodes") == [bad.spec.node_name], t, 60, e.explain("train")
+    )
+    until(running(e, "train", 2), t, 60, e.explain("train"))
+    coord = client.CoordinationV1Api(e.kube)
+    assert coord.list_namespaced_lease(e.namespace, label_selector=f"{contract.LABEL_JOB}=train").items
+
+    e.rtj.api.delete_namespaced_custom_object(
+        contract.API_GROUP, contract.API_VERSION, e.namespace, contract.PLURAL, "train"
+    )
+
+    def gone() -> bool:
+        try:
+            e.job("train")
+            return False
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        return (
+            not t.pods()
+            and not e.core.list_namespaced_service(e.namespace).items
+            and not coord.list_namespaced_lease(
+                e.namespace, label_selector=f"{contract.LABEL_JOB}=train"
+            ).items
+        )
+
+    until(gone, None, 90, e.explain("train"))  # garbage collection: pods -> Leases, job -> pods, Service
+    taints = e.core.read_node(bad.spec.node_name).spec.taints or []
+    assert not [x for x in taints if x.key == contract.QUARANTINE_TAINT_KEY], "finalizer removed our taint"
+
+
+def test_operator_restart_changes_nothing_and_counts_nothing_twice(env: Callable[..., OperatorEnv]) -> None:
+    e = env(nodes=3)
+    e.create_job("train", 2)
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    t.heartbeats["train-n0-a0"] = contract.Heartbeat(state=contract.PodState.TRAINING, in_process_restarts=3)
+    until(lambda: e.status("train")["restarts"]["inProcess"] == 3, t, 30, e.explain("train"))
+    end_pod(e.core, e.namespace, "train-n1-a0", 1)
+    until(
+        lambda: (p := e.workers("train").get(1)) is not None and p.metadata.name == "train-n1-a1",
+        t,
+        60,
+        e.explain("train"),
+    )
+    until(running(e, "train", 2), t, 60, e.explain("train"))
+    before = e.status("train")
+    uids = {s: p.metadata.uid for s, p in e.workers("train").items()}
+    n_events = len(events(e.core, e.namespace, "train"))
+
+    e.operator.stop(kill=True)  # a crash, no clean shutdown
+    e.operator.start()
+    until(lambda: passes(e) >= 20, t, 60, e.explain("train"))  # ~10 s of passes by the new process
+    after = e.status("train")
+    assert after["restarts"] == before["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 1}
+    assert after["nodeSlots"] == before["nodeSlots"]
+    assert {s: p.metadata.uid for s, p in e.workers("train").items()} == uids
+    assert len(events(e.core, e.namespace, "train")) == n_events
+
+    # A fault while the operator is down is counted exactly once when it comes back.
+    e.operator.stop(kill=True)
+    e.core.delete_namespaced_pod("train-n0-a0", e.namespace)
+    e.operator.start()
+    until(
+        lambda: (p := e.workers("train").get(0)) is not None and p.metadata.name == "train-n0-a1",
+        t,
+        60,
+        e.explain("train"),
+    )
+    until(running(e, "train", 2), t, 60, e.explain("train"))
+    assert e.status("train")["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 2}
