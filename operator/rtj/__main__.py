@@ -12,8 +12,11 @@ from rtj import handlers
 
 def main() -> None:
     settings = handlers.SETTINGS
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    kopf.configure(verbose=False)
+    kopf.configure(debug=settings.log_level == "DEBUG")
+    # kopf logs "Timer 'reconcile' succeeded." for every pass of every job at INFO: keep its
+    # per-object log for warnings; our own "rtj" loggers keep RTJ_LOG_LEVEL.
+    if settings.log_level != "DEBUG":
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     kopf.run(
         clusterwide=not settings.namespaces,
         namespaces=list(settings.namespaces),

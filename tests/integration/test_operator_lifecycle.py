@@ -148,7 +148,12 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(env: Callable
     until(lambda: passes(e) >= 20, t, 60, e.explain("train"))  # ~10 s of passes by the new process
     after = e.status("train")
     assert after["restarts"] == before["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 1}
-    assert after["nodeSlots"] == before["nodeSlots"]
+
+    # lastHeartbeatTime is refreshed coarsely (every 60 s) by design; everything else must be equal.
+    def slots(st: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in s.items() if k != "lastHeartbeatTime"} for s in st["nodeSlots"]]
+
+    assert slots(after) == slots(before)
     assert {s: p.metadata.uid for s, p in e.workers("train").items()} == uids
     assert len(events(e.core, e.namespace, "train")) == n_events
 

@@ -146,9 +146,9 @@ class ObservedBuilder:
         )
         return self
 
-    def rdzv(self, uid: str = "rdzv-1", phase: str = "Running") -> ObservedBuilder:
+    def rdzv(self, uid: str = "rdzv-1", phase: str = "Running", node: str = "") -> ObservedBuilder:
         name = f"{self.job}-rdzv"
-        self.pods[name] = PodObs(name=name, uid=uid, role=contract.ROLE_RENDEZVOUS, phase=phase)
+        self.pods[name] = PodObs(name=name, uid=uid, role=contract.ROLE_RENDEZVOUS, phase=phase, node=node)
         return self
 
     def lease(

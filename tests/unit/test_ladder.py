@@ -541,6 +541,12 @@ CASES = [
         [DeletePod("train-rdzv", "rdzv-1", 0)],
     ),
     Case(
+        "rendezvous pod on a NotReady node: force-deleted",
+        running_job().obj(),
+        observe().running(2).rdzv(node="cpu-1").node("cpu-1", "False").obj(),
+        [DeletePod("train-rdzv", "rdzv-1", 0)],
+    ),
+    Case(
         "new rendezvous pod counted as a pod-level recovery",
         running_job().obj(),
         observe().running(2).rdzv(uid="rdzv-2").obj(),

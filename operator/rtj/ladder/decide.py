@@ -225,7 +225,7 @@ class _Pass:
         if pod is None:
             self.d.actions.append(CreateRendezvousPod())
             return
-        if pod.terminal:
+        if pod.terminal or p.node_fault(pod, self.obs.nodes, self.obs.nodes_known):
             self.delete(pod, 0)
             return
         if pod.uid and pod.uid != self.st.rendezvous_pod_uid:
