@@ -27,6 +27,7 @@ from rtj_local.nodes import KWOK_ANNOTATION_KEY, p5_node
 from rtj_local.wait import wait_for
 
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
+TRAINER_SERVICE_ACCOUNT = "rtj-trainer"
 
 
 def free_port() -> int:
@@ -160,7 +161,15 @@ def job_manifest(name: str, nodegroup: str, nodes: int, **spec: Any) -> dict[str
             "nodes": nodes,
             "placement": {"nodeSelector": {NODEGROUP_LABEL: nodegroup}},
             "resources": {"cpu": "4", "memory": "16Gi"},
-            "checkpoint": {"pvc": {"claimName": "checkpoints"}},
+            # FSx: the operator creates the static PV and its PVC (the PV controller binds them, so
+            # the scheduler accepts the pods; KWOK mounts nothing).
+            "checkpoint": {
+                "fsx": {
+                    "fileSystemId": "fs-0123456789abcdef0",
+                    "mountName": "abcdefgh",
+                    "dnsName": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+                }
+            },
             "faultTolerance": ft,
             **spec,
         },
@@ -359,6 +368,8 @@ def operator_env_factory(
 
     def start(nodes: int = 4, **env: str) -> OperatorEnv:
         core = client.CoreV1Api(kube)
+        # The trainer ServiceAccount the chart creates per trainer namespace (pods need it to exist).
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": TRAINER_SERVICE_ACCOUNT}})
         names = make_nodes(core, namespace, nodes)
         op = OperatorProcess(kubeconfig, namespace, log_dir / "operator.log", **env)
         created.append(OperatorEnv(kube, namespace, names, op, rtj_api))
@@ -375,5 +386,24 @@ def operator_env_factory(
                 except client.ApiException as exc:
                     if exc.status != 404:
                         raise
+        # A job left behind keeps its finalizer (the operator is gone): release it so the namespace
+        # can go; its cluster-scoped PV is removed here.
+        custom = client.CustomObjectsApi(kube)
+        for job in custom.list_namespaced_custom_object(
+            contract.API_GROUP, contract.API_VERSION, namespace, contract.PLURAL
+        )["items"]:
+            custom.patch_namespaced_custom_object(
+                contract.API_GROUP,
+                contract.API_VERSION,
+                namespace,
+                contract.PLURAL,
+                job["metadata"]["name"],
+                {"metadata": {"finalizers": None}},
+            )
+            try:
+                core.delete_persistent_volume(f"rtj-{namespace}-{job['metadata']['name']}-fsx")
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
 
     return start, teardown

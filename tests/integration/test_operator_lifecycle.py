@@ -98,6 +98,8 @@ def test_deletion_cleans_up_children_and_quarantine(env: Callable[..., OperatorE
     )
     until(running(e, "train", 2), t, 60, e.explain("train"))
     coord = client.CoordinationV1Api(e.kube)
+    pvc = e.core.read_namespaced_persistent_volume_claim("train-checkpoints", e.namespace)
+    assert pvc.spec.volume_name == f"rtj-{e.namespace}-train-fsx" and pvc.status.phase == "Bound"
     assert coord.list_namespaced_lease(e.namespace, label_selector=f"{contract.LABEL_JOB}=train").items
 
     e.rtj.api.delete_namespaced_custom_object(
@@ -122,6 +124,9 @@ def test_deletion_cleans_up_children_and_quarantine(env: Callable[..., OperatorE
     until(gone, None, 90, e.explain("train"))  # garbage collection: pods -> Leases, job -> pods, Service
     taints = e.core.read_node(bad.spec.node_name).spec.taints or []
     assert not [x for x in taints if x.key == contract.QUARANTINE_TAINT_KEY], "finalizer removed our taint"
+    with pytest.raises(client.ApiException) as missing:
+        e.core.read_persistent_volume(f"rtj-{e.namespace}-train-fsx")
+    assert missing.value.status == 404, "finalizer removed the cluster-scoped FSx PV"
 
 
 def test_operator_restart_changes_nothing_and_counts_nothing_twice(env: Callable[..., OperatorEnv]) -> None:
