@@ -65,7 +65,7 @@ logger = logging.getLogger("rtj.operator")
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     logging.getLogger("rtj").setLevel(SETTINGS.log_level)
-    settings.watching.server_timeout = SETTINGS.watch_server_timeout_seconds
+    settings.watching.server_timeout = int(SETTINGS.watch_server_timeout_seconds)  # the API wants an int
     settings.watching.client_timeout = SETTINGS.watch_server_timeout_seconds + 30
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = SETTINGS.request_timeout_seconds * 3

@@ -23,6 +23,7 @@ from typing import Any
 
 from kubernetes import client
 from rtj import contract
+from rtj.kube import Kube
 from rtj_local.nodes import KWOK_ANNOTATION_KEY, p5_node
 from rtj_local.wait import wait_for
 
@@ -110,8 +111,8 @@ class OperatorProcess:
 
 def make_nodes(core: client.CoreV1Api, nodegroup: str, count: int, timeout: float = 60) -> list[str]:
     names = [f"{nodegroup[:40]}-n{i}" for i in range(count)]
-    for name in names:
-        core.create_node(p5_node(name, labels={NODEGROUP_LABEL: nodegroup}))
+    for name in names:  # raw POST: the typed client would drop/refuse parts of the fake status
+        raw(core.api_client, "POST", "/api/v1/nodes", p5_node(name, labels={NODEGROUP_LABEL: nodegroup}))
 
     def ready() -> bool:
         for name in names:
@@ -122,6 +123,11 @@ def make_nodes(core: client.CoreV1Api, nodegroup: str, count: int, timeout: floa
 
     wait_for(ready, timeout=timeout, message=f"nodes {names} Ready")
     return names
+
+
+def raw(api: client.ApiClient, method: str, path: str, body: Any = None) -> dict[str, Any]:
+    """A plain-JSON request through the client (auth and TLS from the kubeconfig)."""
+    return Kube(api)._request_sync(method, path, body)
 
 
 def make_node_not_ready(core: client.CoreV1Api, name: str) -> None:
@@ -237,7 +243,12 @@ class Trainers:
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
-            self.coord.create_namespaced_lease(self.namespace, body)
+            raw(
+                self.core.api_client,
+                "POST",
+                f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases",
+                body,
+            )
 
 
 def end_pod(core: client.CoreV1Api, namespace: str, name: str, exit_code: int) -> None:

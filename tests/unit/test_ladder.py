@@ -383,9 +383,9 @@ CASES = [
         events=[reasons.RECOVERED],
     ),
     Case(
-        "two slots fault in one pass: both replaced, each counted",
-        running_job(3).obj(),
-        observe().running(3).lease("train-n0-a0", 40, hb()).lease("train-n2-a0", 40, hb()).obj(),
+        "two of five slots fault in one pass: both replaced, each counted, both nodes quarantined",
+        running_job(5).obj(),
+        observe().running(5).lease("train-n0-a0", 40, hb()).lease("train-n2-a0", 40, hb()).obj(),
         [
             DeletePod("train-n0-a0", "uid-train-n0-a0", 5),
             TaintNode("node-0"),
@@ -394,6 +394,14 @@ CASES = [
         ],
         restarts=(0, 0, 2),
         events=[reasons.HEARTBEAT_TIMEOUT, reasons.NODE_QUARANTINED] * 2,
+    ),
+    Case(
+        "most slots silent at once is a correlated fault: replaced, no node quarantined",
+        running_job(3).obj(),
+        observe().running(3).lease("train-n0-a0", 40, hb()).lease("train-n2-a0", 40, hb()).obj(),
+        [DeletePod("train-n0-a0", "uid-train-n0-a0", 5), DeletePod("train-n2-a0", "uid-train-n2-a0", 5)],
+        restarts=(0, 0, 2),
+        events=[reasons.HEARTBEAT_TIMEOUT] * 2,
     ),
     # --- level 4: the job ends -----------------------------------------------------------------------
     Case(

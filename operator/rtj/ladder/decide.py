@@ -116,6 +116,7 @@ class _Pass:
             elif pod.role == contract.ROLE_RENDEZVOUS and pod.name == rendezvous_name(self.name):
                 self.rdzv = pod
         self.failed: tuple[str, str] | None = None
+        self.correlated = False
         self.promoted_spares: set[str] = set()
 
     # --- helpers ---------------------------------------------------------------------------------
@@ -201,6 +202,9 @@ class _Pass:
             fault = self.observe_slot(slot)
             if fault is not None:
                 faults.append((slot, *fault))
+        # Many slots failing in one pass is a correlated fault (network, the API, the heartbeat
+        # path itself), not several bad nodes: replace the pods, quarantine no node.
+        self.correlated = len(faults) > 1 and len(faults) * 2 > self.spec.nodes
         if self.failed is None:
             for slot, pod, reason, message in faults:
                 self.hard_fault(slot, pod, reason, message)
@@ -405,6 +409,7 @@ class _Pass:
         )
         if (
             self.ft.quarantine_faulty_nodes
+            and not self.correlated
             and node
             and reason in reasons.NODE_SUSPECT
             and node not in self.st.quarantined_nodes
