@@ -93,12 +93,12 @@ def test_rank_sigkill_is_restarted_by_the_launcher(make_job) -> None:
     assert {e["ppid"] for e in events} == set(launchers.values()), "a launcher was replaced"
     pids = _pids_by_rank(events)
     assert all(len(p) == 2 for p in pids.values()), f"every worker restarted exactly once: {pids}"
-    killed_pod = job.pod_of_launcher(next(e["ppid"] for e in events if e["rank"] == 1))
     assert max(e["ijr"] for e in events if e["rank"] == 1) == 1  # the launcher's own restart count
     for name in job.pods:
         hb = job.pods[name].last_heartbeat()
         assert hb["state"] == "Finished"
-        assert hb["inJobRestarts"] == 1, (name, killed_pod, hb)
+        # Both pods' workers were restarted (the other pod's through the new rendezvous round).
+        assert hb["inJobRestarts"] == 1, (name, hb)
 
     t_fault = _fault_time(events, 1, 30)
     first_pid = min(pids[1], key=lambda p: min(e["t"] for e in events if e["pid"] == p))

@@ -173,12 +173,16 @@ class ToyJob:
         raise AssertionError(f"no pod runs launcher {launcher_pid}")
 
     def launcher_pids(self) -> dict[str, int]:
+        """ft_launcher PID of every pod still running."""
         out = {}
         for name, pod in self.pods.items():
-            with_children = psutil.Process(pod.proc.pid).children()
-            out[name] = next(
-                c.pid for c in with_children if "fault_tolerance.launcher" in " ".join(c.cmdline())
-            )
+            try:
+                children = psutil.Process(pod.proc.pid).children()
+                out[name] = next(
+                    c.pid for c in children if "fault_tolerance.launcher" in " ".join(c.cmdline())
+                )
+            except (psutil.NoSuchProcess, StopIteration):
+                continue
         return out
 
     def wait_exit(self, name: str, timeout: float) -> int:

@@ -1,0 +1,128 @@
+"""The heartbeat Lease written by `rtj-trainer launch`, read back from the real API server.
+
+A real Pod object gives the Lease its owner; the trainer (real processes on this host) writes the
+Lease through KUBECONFIG; the test checks what the operator will read, and that garbage collection
+removes the Lease with its pod.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from rtj.contract import ExitCode, PodState, lease_name, parse_heartbeat
+from trainer_harness import ToyJob, wait_for
+
+pytestmark = [pytest.mark.trainer, pytest.mark.timeout(300)]
+
+HEARTBEAT_INTERVAL = 1.0
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[ToyJob]:
+    j = ToyJob(
+        tmp_path,
+        nnodes=1,
+        config={"heartbeatIntervalSeconds": HEARTBEAT_INTERVAL},
+        env={"TOY_STEPS": "120", "RTJ_FAULT_INJECT": "exception:0:30"},
+    )
+    try:
+        yield j
+    finally:
+        j.stop()
+
+
+def _read_lease(coord: client.CoordinationV1Api, name: str, namespace: str) -> client.V1Lease | None:
+    try:
+        return coord.read_namespaced_lease(name, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+@pytest.mark.integration
+def test_heartbeat_lease_content_and_lifecycle(
+    job: ToyJob, kube: client.ApiClient, kubeconfig: Path, namespace: str
+) -> None:
+    core, coord = client.CoreV1Api(kube), client.CoordinationV1Api(kube)
+    pod = core.create_namespaced_pod(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "toy-n0-a0"},
+            "spec": {"containers": [{"name": "trainer", "image": "trainer:test"}]},
+        },
+    )
+    job.start_rendezvous()
+    job.start_pod(
+        pod.metadata.name,
+        extra_env={
+            "KUBECONFIG": str(kubeconfig),
+            "RTJ_POD_UID": pod.metadata.uid,
+            "RTJ_NAMESPACE": namespace,
+            "RTJ_NODE_NAME": "node-a",
+        },
+    )
+    name = lease_name(pod.metadata.name)
+
+    def training_lease():
+        lease = _read_lease(coord, name, namespace)
+        hb = lease and parse_heartbeat(lease.metadata.annotations)
+        return (lease, hb) if hb and hb.state == PodState.TRAINING and hb.step > 0 else None
+
+    lease, hb1 = wait_for(training_lease, 180, "a Lease saying Training with a step")
+    assert lease.spec.holder_identity == pod.metadata.name
+    assert lease.spec.lease_duration_seconds == math.ceil(3 * HEARTBEAT_INTERVAL)
+    [owner] = lease.metadata.owner_references
+    assert (owner.kind, owner.name, owner.uid, owner.api_version) == (
+        "Pod",
+        pod.metadata.name,
+        pod.metadata.uid,
+        "v1",
+    )
+    renew1: datetime = lease.spec.renew_time
+
+    # Renewed, and the step moves.
+    lease2, _hb2 = wait_for(
+        lambda: (r := training_lease()) and r[0].spec.renew_time > renew1 and r[1].step > hb1.step and r,
+        30,
+        "the Lease to be renewed with a newer step",
+    )
+    assert lease2.spec.acquire_time == lease.spec.acquire_time
+
+    assert job.wait_exit(pod.metadata.name, 240) == ExitCode.SUCCEEDED, job.dump_logs()
+    final = parse_heartbeat(_read_lease(coord, name, namespace).metadata.annotations)
+    assert final.state == PodState.FINISHED
+    assert final.step == 120
+    assert final.in_process_restarts == 1
+    assert final.in_job_restarts == 0
+    assert final.checkpoint is not None and final.checkpoint.step == 120
+    assert final.fault is not None and final.fault.reason == "RankException"
+
+    # Owned by the pod: garbage collection deletes it with the pod.
+    core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+    wait_for(lambda: _read_lease(coord, name, namespace) is None, 120, "garbage collection of the Lease")
+
+
+def test_api_errors_never_stop_training(job: ToyJob, tmp_path: Path) -> None:
+    """An unreachable API server: the Lease writes fail, are logged without secrets, training finishes."""
+    bad = tmp_path / "kubeconfig"
+    bad.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: sekrit-token-123}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    job.start_rendezvous()
+    pod = job.start_pod("toy-n0-a0", extra_env={"KUBECONFIG": str(bad)})
+    assert job.wait_exit("toy-n0-a0", 240) == ExitCode.SUCCEEDED
+    text = pod.log_text()
+    assert "heartbeat Lease write failed" in text
+    assert "sekrit-token-123" not in text
