@@ -47,6 +47,8 @@ NODES = [f"local-p5-{i}" for i in range(3)]
 EXCEPTION_STEP = 30
 #: Each training step is padded to this many seconds so the faults land mid-run on any machine.
 MIN_STEP_TIME = 0.25
+#: Four ranks importing torch on 2 shared cores can take a minute or more to reach their first step.
+STARTUP_TIMEOUT = 240
 #: Inside each pod (its private /tmp): one JSON line per step per rank, and "resume" lines.
 TRAIN_LOG_DIR = "/tmp/train-logs"
 JOB_TIMEOUT = 480.0
@@ -100,6 +102,8 @@ class Demo:
                     ]
                 )
                 spec["args"] = [*spec.get("args", []), "--min-step-time", str(MIN_STEP_TIME)]
+                ft = spec.setdefault("faultTolerance", {})
+                ft["startupTimeoutSeconds"] = max(ft.get("startupTimeoutSeconds", 0), STARTUP_TIMEOUT)
             if doc["kind"] == "PersistentVolume" and (doc["spec"].get("hostPath") or {}).get("path"):
                 self.checkpoint_dirs.append(Path(doc["spec"]["hostPath"]["path"]))
         return docs
@@ -124,7 +128,7 @@ class Demo:
         docs = self._example()
         for path in self.checkpoint_dirs:  # a fresh demo starts from no checkpoint
             shutil.rmtree(path, ignore_errors=True)
-        self.out(f"== kubectl apply -f {EXAMPLE.relative_to(REPO_ROOT)} (+ RTJ_FAULT_INJECT, step pacing)")
+        self.out(f"== kubectl apply -f {EXAMPLE.relative_to(REPO_ROOT)} (+ RTJ_FAULT_INJECT, step pacing, startup timeout)")
         self.cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps({"kind": "List",
                              "apiVersion": "v1", "items": docs}))  # fmt: skip
         job = next(d for d in docs if d["kind"] == "ResilientTrainingJob")
