@@ -128,7 +128,9 @@ class Demo:
         docs = self._example()
         for path in self.checkpoint_dirs:  # a fresh demo starts from no checkpoint
             shutil.rmtree(path, ignore_errors=True)
-        self.out(f"== kubectl apply -f {EXAMPLE.relative_to(REPO_ROOT)} (+ RTJ_FAULT_INJECT, step pacing, startup timeout)")
+        self.out(f"== kubectl apply -f {EXAMPLE.relative_to(REPO_ROOT)}")
+        self.out(f"   + env RTJ_FAULT_INJECT, RTJ_TRAIN_LOG_DIR; args --min-step-time {MIN_STEP_TIME};"
+                 f" startupTimeoutSeconds {STARTUP_TIMEOUT}")  # fmt: skip
         self.cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps({"kind": "List",
                              "apiVersion": "v1", "items": docs}))  # fmt: skip
         job = next(d for d in docs if d["kind"] == "ResilientTrainingJob")
