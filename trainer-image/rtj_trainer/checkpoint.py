@@ -163,7 +163,9 @@ def _unflatten(skel: Any, current: Any, loaded: list[torch.Tensor]) -> Any:
         cur = current if isinstance(current, dict) else {}
         return {k: _unflatten(v, cur.get(k), loaded) for k, v in skel.items()}
     if isinstance(skel, list | tuple):
-        cur = current if isinstance(current, list | tuple) and len(current) == len(skel) else [None] * len(skel)
+        cur = (
+            current if isinstance(current, list | tuple) and len(current) == len(skel) else [None] * len(skel)
+        )
         items = [_unflatten(v, c, loaded) for v, c in zip(skel, cur, strict=True)]
         return items if isinstance(skel, list) else tuple(items)
     return skel
@@ -240,6 +242,7 @@ class CheckpointManager:
         self._host: list[torch.Tensor] = []
         self._stream: Any = None
         self._fence_event: Any = None
+        self._copy_events: tuple[Any, Any] | None = None
         self._hooked: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self._awaiting_commit: int | None = None
         self._last_commit_poll = 0.0
@@ -327,6 +330,13 @@ class CheckpointManager:
         ev, self._fence_event = self._fence_event, None
         if ev is not None:
             torch.cuda.current_stream().wait_event(ev)
+
+    def copy_seconds(self) -> float | None:
+        """GPU time of the last snapshot's device-to-host copy, once it has finished (else None)."""
+        if self._copy_events is None or not self._copy_events[1].query():
+            return None
+        start, end = self._copy_events
+        return start.elapsed_time(end) / 1000.0
 
     def poll(self) -> list[CheckpointEvent]:
         """Report what the writer did (commits, faults) from the training thread; cheap."""
@@ -451,13 +461,16 @@ class CheckpointManager:
         stream = self._stream
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
+            start = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
             for buf, t in zip(host, tensors, strict=True):
                 buf.copy_(t, non_blocking=t.is_cuda)
                 if t.is_cuda:
                     t.record_stream(stream)
-            ready = torch.cuda.Event()
+            ready = torch.cuda.Event(enable_timing=True)
             ready.record(stream)
         self._fence_event = ready
+        self._copy_events = (start, ready)
         if optimizer is not None and optimizer not in self._hooked:
             optimizer.register_step_pre_hook(lambda *_: self.fence())
             self._hooked.add(optimizer)
@@ -502,7 +515,9 @@ class CheckpointManager:
             self._drop(partial, mine)
         except _Abandoned as e:
             self._drop(partial, mine)
-            self._events.put(CheckpointEvent("fault", snap.step, datetime.now(UTC), REASON_COMMIT_ABANDONED, str(e)))
+            self._events.put(
+                CheckpointEvent("fault", snap.step, datetime.now(UTC), REASON_COMMIT_ABANDONED, str(e))
+            )
         except OSError as e:
             reason = REASON_STORAGE_FULL if e.errno in (errno.ENOSPC, errno.EDQUOT) else REASON_WRITE_FAILED
             write_failed_marker(partial, self.rank, f"{reason}: {e}")
@@ -532,7 +547,9 @@ class CheckpointManager:
         with open(tmp, "wb", buffering=0) as f:
             for t in snap.host:
                 view = _as_bytes(t)
-                entries.append(TensorEntry(str(t.dtype).removeprefix("torch."), tuple(t.shape), offset, len(view)))
+                entries.append(
+                    TensorEntry(str(t.dtype).removeprefix("torch."), tuple(t.shape), offset, len(view))
+                )
                 for start in range(0, len(view), CHUNK_BYTES):
                     if self._abort.is_set():
                         raise _Aborted
@@ -622,8 +639,11 @@ def read_shard(ckpt_dir: str, rank: int, manifest: Manifest) -> tuple[Any, list[
     if crc != bin_meta["crc32"]:
         raise CheckpointError(f"{ckpt_dir}: {shard_bin(rank)} fails its checksum")
     skeleton = index.skeleton
-    return {"model": skeleton["state"]["model"], "optim": skeleton["state"]["optim"],
-            "extra": skeleton["extra"]}, tensors
+    return {
+        "model": skeleton["state"]["model"],
+        "optim": skeleton["state"]["optim"],
+        "extra": skeleton["extra"],
+    }, tensors
 
 
 def latest_committed(root: str, *, world_size: int | None = None) -> int | None:

@@ -205,9 +205,8 @@ def read_done_marker(partial_dir: str, rank: int) -> dict[str, dict[str, int]] |
 
 
 def write_failed_marker(partial_dir: str, rank: int, reason: str) -> None:
-    with contextlib.suppress(OSError):
-        with open(os.path.join(partial_dir, failed_marker(rank)), "w") as f:
-            f.write(reason[:1024])
+    with contextlib.suppress(OSError), open(os.path.join(partial_dir, failed_marker(rank)), "w") as f:
+        f.write(reason[:1024])
 
 
 def any_failed(partial_dir: str, world_size: int) -> bool:
@@ -266,7 +265,9 @@ class Manifest:
                 except OSError as e:
                     raise CheckpointError(f"{ckpt_dir}: missing {name}") from e
                 if size != meta["size"]:
-                    raise CheckpointError(f"{ckpt_dir}: {name} has {size} bytes, manifest says {meta['size']}")
+                    raise CheckpointError(
+                        f"{ckpt_dir}: {name} has {size} bytes, manifest says {meta['size']}"
+                    )
                 if checksums and file_crc32(path) != meta["crc32"]:
                     raise CheckpointError(f"{ckpt_dir}: {name} fails its checksum")
 

@@ -1,0 +1,1 @@
+"""Example training scripts for the trainer runtime."""

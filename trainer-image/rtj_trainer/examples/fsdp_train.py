@@ -1,0 +1,365 @@
+"""FSDP2 training of a small transformer on synthetic data, with every resilience piece switched on.
+
+Run under the trainer runtime (`rtj-trainer launch`, i.e. ft_launcher) or any torchrun-style
+launcher; one code path for CPU (gloo, fp32) and GPU (NCCL, bf16 compute, fp32 master weights):
+
+    python -m rtj_trainer.examples.fsdp_train --steps 200 --dim 256 --layers 4 --log-dir /tmp/logs
+
+- `torch.distributed.fsdp.fully_shard` per block and at the root; AdamW.
+- Synthetic data: batch `s` of rank `r` is a pure function of (seed, s, r), a learnable sequence
+  rule, so the loss falls and a resumed run sees exactly the batches it would have seen.
+- In-process restart via `rtj_trainer.inprocess.run_with_inprocess_restart`: on re-entry the
+  model is rebuilt on the new process group and loaded from the last committed checkpoint.
+- NVRx heartbeats (hang detection by ft_launcher), step/checkpoint/fault reports (RankReporter),
+  asynchronous checkpoints (`rtj_trainer.checkpoint`), resume from the last committed one.
+- Fault injection for tests, env `RTJ_FAULT_INJECT` (`;`-separated, each fires once per job:
+  a marker under `<checkpoint dir>/.rtj-faults/` survives restarts):
+      exception@step=20,rank=1      raise in the training loop before step 20 (in-process restart)
+      sigkill@step=20,rank=1        SIGKILL this rank (ft_launcher restarts the workers)
+      hang@step=20,rank=1           stop making progress (soft timeout / heartbeat timeout)
+      kill-during-save@step=20,rank=0,delay=0.05
+                                    SIGKILL `delay` s after the save of step 20 started
+  `rank` defaults to 0; `step` is the step about to run (for kill-during-save, the saved step).
+- One JSON line per step per rank in `<log-dir>/rank-<r>.jsonl`: step, loss, step seconds, save
+  outcome, snapshot seconds, in-process iteration, in-job restart count; "resume" lines on start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from rtj_trainer import nvrx_compat
+from rtj_trainer.checkpoint import CheckpointManager
+from rtj_trainer.inprocess import run_with_inprocess_restart
+from rtj_trainer.report import RankReporter
+from rtj_trainer.runtime_env import RankEnv
+
+ENV_FAULT_INJECT = "RTJ_FAULT_INJECT"
+FAULT_KINDS = ("exception", "sigkill", "hang", "kill-during-save")
+
+
+# --- model ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab: int = 256
+    dim: int = 128
+    layers: int = 2
+    heads: int = 4
+    seq: int = 64
+
+    def params(self) -> int:
+        return self.vocab * self.dim * 2 + self.layers * (12 * self.dim * self.dim + 4 * self.dim)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.heads = cfg.heads
+        self.ln1 = nn.LayerNorm(cfg.dim)
+        self.qkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
+        self.proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.ln2 = nn.LayerNorm(cfg.dim)
+        self.fc1 = nn.Linear(cfg.dim, 4 * cfg.dim, bias=False)
+        self.fc2 = nn.Linear(4 * cfg.dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        a = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(cfg.vocab, cfg.dim)
+        self.pos = nn.Parameter(torch.zeros(cfg.seq, cfg.dim))
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.ln = nn.LayerNorm(cfg.dim)
+        self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.emb(tokens) + self.pos[: tokens.shape[1]]
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln(x))
+
+
+def synthetic_batch(
+    cfg: ModelConfig, *, seed: int, step: int, rank: int, batch: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences x[t+1] = (5*x[t] + 1) mod vocab from random starts, with 10% of tokens replaced by
+    noise: a pure function of (seed, step, rank), learnable, so the loss falls (towards the noise
+    floor) and a resumed run replays exactly the same data."""
+    g = torch.Generator().manual_seed((seed * 1_000_003 + step) * 4099 + rank)
+    x = torch.empty(batch, cfg.seq + 1, dtype=torch.int64)
+    x[:, 0] = torch.randint(0, cfg.vocab, (batch,), generator=g)
+    for t in range(1, cfg.seq + 1):
+        x[:, t] = (5 * x[:, t - 1] + 1) % cfg.vocab
+    noise = torch.rand(x.shape, generator=g) < 0.1
+    x = torch.where(noise, torch.randint(0, cfg.vocab, x.shape, generator=g), x)
+    x = x.to(device, non_blocking=True)
+    return x[:, :-1], x[:, 1:]
+
+
+def build(
+    cfg: ModelConfig, device: torch.device, *, lr: float, seed: int, bf16: bool, init_weights: bool = True
+) -> tuple[nn.Module, Any]:
+    """The FSDP2-sharded model (fp32 master weights; bf16 compute when asked) and its AdamW.
+
+    `init_weights=False` leaves the weights uninitialised (the caller loads or copies them).
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    torch.manual_seed(seed)  # same initial weights on every rank, before sharding
+    with torch.device("meta"):
+        model = TinyTransformer(cfg)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
+    kw: dict[str, Any] = {"mp_policy": mp} if mp else {}
+    for blk in model.blocks:
+        fully_shard(blk, **kw)
+    fully_shard(model, **kw)
+    model.to_empty(device=device)
+    optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, fused=device.type == "cuda")
+    if not init_weights:
+        return model, optim
+    with torch.no_grad():
+        # Each local shard is cut from a full tensor generated identically on every rank.
+        for name, p in model.named_parameters():
+            g = torch.Generator(device=device).manual_seed(seed + sum(map(ord, name)))
+            if p.dim() > 1:
+                w = torch.randn(p.shape, generator=g, device=device) * 0.02
+                if "fc2" in name or "proj" in name:
+                    w /= math.sqrt(2 * cfg.layers)
+            elif name.endswith("weight"):
+                w = torch.ones(p.shape, device=device)
+            else:
+                w = torch.zeros(p.shape, device=device)
+            p.to_local().copy_(_local_chunk(w, p))
+    return model, optim
+
+
+def _local_chunk(full: torch.Tensor, dtensor: Any) -> torch.Tensor:
+    """The part of `full` this rank holds under the DTensor's Shard(0) placement."""
+    from torch.distributed.tensor import distribute_tensor
+
+    return distribute_tensor(full, dtensor.device_mesh, dtensor.placements, src_data_rank=None).to_local()
+
+
+# --- fault injection ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    step: int
+    rank: int = 0
+    delay: float = 0.05
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}-step{self.step}-rank{self.rank}"
+
+
+def parse_faults(spec: str | None) -> list[Fault]:
+    """`kind@step=N,rank=R[,delay=S]` items separated by `;` (see the module docstring)."""
+    faults: list[Fault] = []
+    for item in (spec or "").split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        kind, _, rest = item.partition("@")
+        if kind not in FAULT_KINDS:
+            raise ValueError(
+                f"{ENV_FAULT_INJECT}: unknown fault kind {kind!r} (one of {', '.join(FAULT_KINDS)})"
+            )
+        opts = dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+        unknown = set(opts) - {"step", "rank", "delay"}
+        if unknown or "step" not in opts:
+            raise ValueError(f"{ENV_FAULT_INJECT}: {item!r} needs step=N and takes rank=, delay=")
+        faults.append(
+            Fault(kind, int(opts["step"]), int(opts.get("rank", 0)), float(opts.get("delay", 0.05)))
+        )
+    return faults
+
+
+class FaultInjector:
+    def __init__(self, faults: list[Fault], rank: int, state_dir: str) -> None:
+        self.faults = [f for f in faults if f.rank == rank]
+        self.state_dir = state_dir
+
+    def _claim(self, fault: Fault) -> bool:
+        """True once per job: the marker file is created before the fault fires."""
+        os.makedirs(self.state_dir, exist_ok=True)
+        try:
+            fd = os.open(os.path.join(self.state_dir, fault.key), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return False
+        os.close(fd)
+        return True
+
+    def before_step(self, step: int) -> None:
+        for f in self.faults:
+            if f.step != step or f.kind == "kill-during-save" or not self._claim(f):
+                continue
+            if f.kind == "exception":
+                raise RuntimeError(f"injected fault: exception before step {step}")
+            if f.kind == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if f.kind == "hang":
+                while True:  # no progress, no heartbeats: only a timeout gets us out
+                    time.sleep(1.0)
+
+    def after_save(self, step: int) -> None:
+        for f in self.faults:
+            if f.kind == "kill-during-save" and f.step == step and self._claim(f):
+                time.sleep(f.delay)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+# --- training -------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--batch", type=int, default=8, help="sequences per rank per step")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--min-step-time", type=float, default=0.0, help="pad each step to this many seconds")
+    p.add_argument("--log-dir", default=os.environ.get("RTJ_TRAIN_LOG_DIR"))
+    p.add_argument("--checkpoint-dir", default=None, help="default: RankEnv (RTJ_CHECKPOINT_DIR)")
+    p.add_argument("--checkpoint-interval", type=int, default=None, help="steps; default: RankEnv")
+    p.add_argument("--no-checkpoint", action="store_true", help="benchmarks: train without checkpoints")
+    p.add_argument("--write-bytes-per-s", type=float, default=None, help="throttle the writer (slow storage)")
+    return p.parse_args(argv)
+
+
+class StepLog:
+    def __init__(self, log_dir: str | None, rank: int) -> None:
+        self._f = None
+        if log_dir:
+            os.makedirs(log_dir, exist_ok=True)
+            self._f = open(os.path.join(log_dir, f"rank-{rank}.jsonl"), "a", buffering=1)  # noqa: SIM115
+
+    def write(self, **rec: Any) -> None:
+        if self._f is not None:
+            self._f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    env = RankEnv.from_env()
+    reporter = RankReporter.from_env()
+    cfg = ModelConfig(vocab=args.vocab, dim=args.dim, layers=args.layers, heads=args.heads, seq=args.seq)
+    ckpt_dir = args.checkpoint_dir or env.checkpoint_dir
+    interval = args.checkpoint_interval or env.checkpoint_interval_steps
+    ckpt = (
+        None
+        if args.no_checkpoint
+        else CheckpointManager(
+            ckpt_dir,
+            rank=env.rank,
+            world_size=env.world_size,
+            interval_steps=interval,
+            keep=env.checkpoints_to_keep,
+            reporter=reporter,
+            write_bytes_per_s=args.write_bytes_per_s,
+        )
+    )
+    faults = FaultInjector(
+        parse_faults(os.environ.get(ENV_FAULT_INJECT)), env.rank, os.path.join(ckpt_dir, ".rtj-faults")
+    )
+    log = StepLog(args.log_dir, env.rank)
+    monitor = nvrx_compat.make_rank_monitor_client()
+    use_cuda = env.dist_backend == "nccl"
+
+    def train(*, call_wrapper: Any, restart_count: int) -> int:
+        device = torch.device("cuda", env.local_rank) if use_cuda else torch.device("cpu")
+        rank = dist.get_rank()
+        # Saves are agreed on with one tiny CPU all-reduce; NCCL cannot reduce a CPU tensor.
+        group = dist.new_group(backend="gloo") if use_cuda else None
+        model, optim = build(cfg, device, lr=args.lr, seed=args.seed, bf16=use_cuda)
+        start = 0
+        if ckpt is not None:
+            ckpt.set_group(group)
+            resumed = ckpt.load_latest(model, optim)
+            start = resumed.step if resumed else 0
+        log.write(
+            event="resume", step=start, iteration=restart_count, restart=env.restart_count, t=time.time()
+        )
+        prepared, copy_pending = False, False
+        for step in range(start, args.steps):
+            t0 = time.perf_counter()
+            faults.before_step(step + 1)
+            inputs, targets = synthetic_batch(
+                cfg, seed=args.seed, step=step, rank=rank, batch=args.batch, device=device
+            )
+            logits = model(inputs)
+            loss = F.cross_entropy(logits.float().reshape(-1, cfg.vocab), targets.reshape(-1))
+            loss.backward()
+            optim.step()
+            optim.zero_grad(set_to_none=True)
+            loss_value = float(loss.detach())  # one host sync per step: the loss is logged
+            outcome, snap, copy_s = "", 0.0, None
+            if ckpt is not None and copy_pending:
+                copy_s = ckpt.copy_seconds()  # the last snapshot's GPU copy (done: the step synced)
+                copy_pending = False
+            if ckpt is not None:
+                if not prepared:
+                    ckpt.prepare(model, optim)  # pinned buffers now, not inside the first save
+                    prepared = True
+                ts = time.perf_counter()
+                outcome = ckpt.maybe_save(step + 1, model, optim, extra={"seed": args.seed})
+                snap = time.perf_counter() - ts if outcome else 0.0
+                if outcome == "saved":
+                    copy_pending = use_cuda
+                    faults.after_save(step + 1)
+            if monitor is not None:
+                monitor.send_heartbeat()
+            reporter.step(step + 1)
+            if args.min_step_time:
+                time.sleep(max(0.0, args.min_step_time - (time.perf_counter() - t0)))
+            log.write(
+                step=step + 1,
+                loss=round(loss_value, 5),
+                dt=round(time.perf_counter() - t0, 5),
+                save=outcome,
+                snap=round(snap, 5),
+                copy=copy_s,
+                committed=ckpt.last_committed if ckpt else None,
+                iteration=restart_count,
+                restart=env.restart_count,
+                t=time.time(),
+            )
+        if ckpt is not None:
+            ckpt.close(timeout=ckpt.commit_timeout_s)
+        if use_cuda:
+            torch.cuda.synchronize()
+        with contextlib.suppress(Exception):
+            dist.barrier(group=group)
+        return args.steps
+
+    run_with_inprocess_restart(train, env=env, reporter=reporter)
+    reporter.finished()
+
+
+if __name__ == "__main__":
+    main()
