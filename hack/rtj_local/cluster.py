@@ -19,44 +19,30 @@ import os
 import secrets
 import shutil
 import socket
-import ssl
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from rtj_local import nodes as nodes_mod
+from rtj_local.components import (
+    ADMIN_USER,
+    COMPONENTS,
+    ClusterOptions,
+    argv,
+    component_kubeconfig,
+    probe,
+)
 from rtj_local.kubeconfig import build_kubeconfig, write_kubeconfig
 from rtj_local.pki import make_pki
 from rtj_local.procs import log_tail, read_pidfile, spawn, stop
-from rtj_local.versions import BUILD_SCRIPT, REPO_ROOT, bin_path, kwok_stages_path, missing_binaries, versions
+from rtj_local.versions import BUILD_SCRIPT, REPO_ROOT, bin_path, missing_binaries, versions
 from rtj_local.wait import WaitTimeout, wait_for
-
-# Start order; stopped in reverse.
-COMPONENTS: tuple[str, ...] = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-SERVICE_CIDR = "10.96.0.0/16"
-POD_CIDR = "10.244.0.0/16"  # KWOK hands out pod IPs from here
-SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
-ADMIN_USER = "rtj-admin"
 
 
 class ClusterError(RuntimeError):
     """A component failed to start or become healthy; the message carries its log tail."""
-
-
-@dataclass(frozen=True)
-class ClusterOptions:
-    # How long the node lifecycle controller waits for a node's Lease/heartbeat before marking it
-    # NotReady (upstream default 50s). Shortened so outage tests run quickly.
-    node_monitor_grace_period: str = "20s"
-    node_monitor_period: str = "2s"
-    # KWOK renews each fake node's Lease every quarter of this (upstream default 40s).
-    node_lease_duration_seconds: int = 20
-    start_timeout: float = 120.0
 
 
 def default_run_dir() -> Path:
@@ -140,23 +126,32 @@ class LocalCluster:
             self._down_locked()
             self._ensure_binaries()
             t0 = time.monotonic()
+            timings: dict[str, float] = {}
+
+            def mark(step: str) -> None:
+                timings[step] = round(time.monotonic() - t0, 1)
+
             try:
                 self._prepare_run_dir()
                 for component in COMPONENTS:
                     self._spawn(component)
                     if component in ("etcd", "kube-apiserver"):  # the rest start in parallel
                         self._wait_healthy(component)
+                        mark(component)
                 for component in COMPONENTS[2:]:
                     self._wait_healthy(component)
+                    mark(component)
                 self._wait_default_service_account()
+                mark("default-service-account")
                 if nodes:
                     self.create_nodes(nodes_mod.p5_nodes(nodes))
+                    mark("nodes-ready")
             except BaseException:
                 self._down_locked()
                 raise
             self._write_env_file()
             state = self._state()
-            state["started_seconds"] = round(time.monotonic() - t0, 1)
+            state["started_seconds"] = timings
             (self.run_dir / "state.json").write_text(json.dumps(state, indent=2))
         return self
 
@@ -236,138 +231,27 @@ class LocalCluster:
         (self.run_dir / "state.json").write_text(json.dumps(state, indent=2))
         write_kubeconfig(self.kubeconfig, self._kubeconfig_dict(tokens[ADMIN_USER], ADMIN_USER))
         for user in ("system:kube-controller-manager", "system:kube-scheduler", "kwok"):
-            write_kubeconfig(self._component_kubeconfig(user), self._kubeconfig_dict(tokens[user], user))
-
-    def _component_kubeconfig(self, user: str) -> Path:
-        return self.run_dir / "kubeconfigs" / f"{user.removeprefix('system:')}.kubeconfig"
+            write_kubeconfig(
+                component_kubeconfig(self.run_dir, user), self._kubeconfig_dict(tokens[user], user)
+            )
 
     def _kubeconfig_dict(self, token: str, user: str, namespace: str | None = None) -> dict:
         return build_kubeconfig(self.server, self.ca_file.read_bytes(), token, user, namespace)
 
     # ---- processes --------------------------------------------------------------------------------
-    def _argv(self, component: str) -> list[str]:
-        p, pki, opts = self.ports, self.pki, self.options
-        b = str(bin_path(component))
-        loop = "127.0.0.1"
-        if component == "etcd":
-            peer = f"http://{loop}:{p['etcd-peer']}"
-            client = f"http://{loop}:{p['etcd']}"
-            return [
-                b,
-                "--name=rtj",
-                f"--data-dir={self.run_dir / 'etcd'}",
-                f"--listen-client-urls={client}",
-                f"--advertise-client-urls={client}",
-                f"--listen-peer-urls={peer}",
-                f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster=rtj={peer}",
-                "--initial-cluster-state=new",
-                # A throwaway test store: skip fsync (much faster on slow disks).
-                "--unsafe-no-fsync",
-                "--log-level=warn",
-            ]
-        if component == "kube-apiserver":
-            return [
-                b,
-                f"--etcd-servers=http://{loop}:{p['etcd']}",
-                f"--bind-address={loop}",
-                f"--advertise-address={loop}",
-                f"--secure-port={p[component]}",
-                f"--cert-dir={pki / 'apiserver-certs'}",
-                f"--tls-cert-file={pki / 'apiserver.crt'}",
-                f"--tls-private-key-file={pki / 'apiserver.key'}",
-                f"--client-ca-file={pki / 'ca.crt'}",
-                f"--token-auth-file={pki / 'tokens.csv'}",
-                "--authorization-mode=Node,RBAC",
-                f"--service-account-key-file={pki / 'sa.pub'}",
-                f"--service-account-signing-key-file={pki / 'sa.key'}",
-                f"--service-account-issuer={SA_ISSUER}",
-                f"--api-audiences={SA_ISSUER}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--allow-privileged=true",
-                "--profiling=false",
-                # Default admission plugins (ServiceAccount, DefaultTolerationSeconds, ResourceQuota,
-                # PodSecurity, TaintNodesByCondition, webhooks, ...) plus NodeRestriction.
-                "--enable-admission-plugins=NodeRestriction",
-            ]
-        if component == "kube-controller-manager":
-            kc = self._component_kubeconfig("system:kube-controller-manager")
-            return [
-                b,
-                f"--kubeconfig={kc}",
-                f"--authentication-kubeconfig={kc}",
-                f"--authorization-kubeconfig={kc}",
-                f"--bind-address={loop}",
-                f"--secure-port={p[component]}",
-                f"--cert-dir={pki / 'kcm-certs'}",
-                "--leader-elect=false",
-                "--use-service-account-credentials=true",
-                f"--service-account-private-key-file={pki / 'sa.key'}",
-                f"--root-ca-file={pki / 'ca.crt'}",
-                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
-                f"--cluster-signing-key-file={pki / 'ca.key'}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--allocate-node-cidrs=false",
-                "--cluster-name=rtj-local",
-                "--controllers=*",
-                f"--node-monitor-grace-period={opts.node_monitor_grace_period}",
-                f"--node-monitor-period={opts.node_monitor_period}",
-                "--profiling=false",
-            ]
-        if component == "kube-scheduler":
-            kc = self._component_kubeconfig("system:kube-scheduler")
-            return [
-                b,
-                f"--kubeconfig={kc}",
-                f"--authentication-kubeconfig={kc}",
-                f"--authorization-kubeconfig={kc}",
-                f"--bind-address={loop}",
-                f"--secure-port={p[component]}",
-                f"--cert-dir={pki / 'scheduler-certs'}",
-                "--leader-elect=false",
-                "--profiling=false",
-            ]
-        if component == "kwok":
-            selector = f"{nodes_mod.KWOK_ANNOTATION_KEY}={nodes_mod.KWOK_ANNOTATION_VALUE}"
-            return [
-                b,
-                f"--kubeconfig={self._component_kubeconfig('kwok')}",
-                f"--config={kwok_stages_path()}",
-                # Only nodes carrying the annotation: nodes of the local node agent are left alone.
-                "--manage-all-nodes=false",
-                f"--manage-nodes-with-annotation-selector={selector}",
-                f"--server-address={loop}:{p[component]}",
-                f"--cidr={POD_CIDR}",
-                f"--node-ip={loop}",
-                f"--node-lease-duration-seconds={opts.node_lease_duration_seconds}",
-            ]
-        raise ValueError(component)
-
     def _spawn(self, component: str) -> None:
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env["HOME"] = str(self.run_dir)  # kwok reads ~/.kwok; keep components off the user's home
-        proc = spawn(self._argv(component), self.log_file(component), self._pidfile(component), env=env)
+        proc = spawn(
+            argv(component, self.run_dir, self.ports, self.options),
+            self.log_file(component),
+            self._pidfile(component),
+            env=env,
+        )
         self._children[proc.pid] = proc
 
     def _probe(self, component: str) -> bool:
-        p = self.ports[component]
-        if component == "etcd":
-            url, ctx, token = f"http://127.0.0.1:{p}/health", None, None
-        elif component == "kube-apiserver":
-            url, token = f"https://127.0.0.1:{p}/readyz", self.admin_token
-            ctx = ssl.create_default_context(cafile=str(self.ca_file))
-        elif component == "kwok":
-            url, ctx, token = f"http://127.0.0.1:{p}/healthz", None, None
-        else:  # controller-manager and scheduler serve /healthz with a self-signed cert of their own
-            url, token = f"https://127.0.0.1:{p}/healthz", None
-            ctx = ssl._create_unverified_context()
-        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-        try:
-            with urllib.request.urlopen(req, timeout=2, context=ctx) as resp:
-                body = resp.read()
-        except (urllib.error.URLError, OSError):
-            return False
-        return b'"health":"true"' in body if component == "etcd" else True
+        return probe(component, self.ports[component], self.ca_file, self.admin_token)
 
     def _wait_healthy(self, component: str) -> None:
         def check() -> bool:

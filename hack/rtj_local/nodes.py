@@ -90,7 +90,6 @@ def p5_node(
         "status": {
             "capacity": dict(P5_RESOURCES),
             "allocatable": dict(P5_RESOURCES),
-            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"},
         },
     }
 
