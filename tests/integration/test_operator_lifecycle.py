@@ -129,7 +129,9 @@ def test_deletion_cleans_up_children_and_quarantine(env: Callable[..., OperatorE
     assert missing.value.status == 404, "finalizer removed the cluster-scoped FSx PV"
 
 
-def test_operator_restart_changes_nothing_and_counts_nothing_twice(env: Callable[..., OperatorEnv]) -> None:
+def test_operator_restart_changes_nothing_and_counts_nothing_twice(
+    env: Callable[..., OperatorEnv], kubectl: Any
+) -> None:
     e = env(nodes=3)
     e.create_job("train", 2)
     t = e.trainers("train")
@@ -174,3 +176,6 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(env: Callable
     )
     until(running(e, "train", 2), t, 60, e.explain("train"))
     assert e.status("train")["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 2}
+    # What a user sees (shown with pytest -rP).
+    print(kubectl("get", "rtj", "-n", e.namespace, "-o", "wide").stdout)
+    print(kubectl("describe", "rtj", "train", "-n", e.namespace).stdout)
