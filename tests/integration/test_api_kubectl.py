@@ -28,14 +28,10 @@ def explain(kubectl, path: str) -> str:
 def test_explain_spec_prints_the_model_descriptions(rtj_chart, kubectl) -> None:
     out = explain(kubectl, "rtj.spec")
     print(out)  # shown with -s; quoted in the report
-    assert "KIND:       ResilientTrainingJob" in out
-    for name in ("image", "nodes", "checkpoint", "faultTolerance", "gpusPerNode"):
-        description = JobSpec.model_fields[
-            {"faultTolerance": "fault_tolerance", "gpusPerNode": "gpus_per_node"}.get(name, name)
-        ].description
-        assert name in out
-        assert description.split()[0] in out
-    assert "Trainer image (with NVRx and the rtj-trainer entrypoint)" in out
+    assert re.search(r"KIND:\s+ResilientTrainingJob", out)
+    flat = " ".join(out.split())
+    for field in JobSpec.model_fields.values():
+        assert " ".join(field.description.split()) in flat, field.description
 
 
 def test_explain_fault_tolerance_prints_each_budget(rtj_chart, kubectl) -> None:
@@ -80,4 +76,5 @@ def test_apply_with_a_typo_names_the_field(rtj_chart, kubectl, namespace: str, t
         "apply", "--server-side", "--validate=strict", "-n", namespace, "-f", str(bad), check=False
     )
     assert result.returncode != 0
-    assert 'unknown field "spec.node"' in result.stderr, result.stderr
+    # Server-side apply reports unknown fields itself, naming the path.
+    assert ".spec.node: field not declared in schema" in result.stderr, result.stderr

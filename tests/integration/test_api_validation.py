@@ -143,7 +143,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     (
         "hostpath-volume",
         job(podTemplate={"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}),
-        "spec.podTemplate.volumes[0]",
+        "spec.podTemplate.volumes[0].hostPath",
     ),
     ("volume-without-name", job(podTemplate={"volumes": [{"emptyDir": {}}]}), "spec.podTemplate.volumes[0]"),
     ("too-many-nodes", job(nodes=10001), "spec.nodes"),

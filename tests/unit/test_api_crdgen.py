@@ -10,6 +10,7 @@ import pytest
 import yaml
 from rtj import contract
 from rtj.api import crdgen
+from rtj.api.models import FaultTolerance, Resources
 
 pytestmark = pytest.mark.unit
 
@@ -99,8 +100,11 @@ def test_hostpath_volumes_are_refused_by_cel() -> None:
     assert {
         "rule": "!has(self.hostPath)",
         "message": "hostPath volumes are not allowed in podTemplate.volumes",
+        "fieldPath": ".hostPath",
     } in (items["x-kubernetes-validations"])
     assert items["x-kubernetes-preserve-unknown-fields"] is True
+    # CEL sees only declared properties, never preserved unknown ones: hostPath must be declared.
+    assert "hostPath" in items["properties"] and items["required"] == ["name"]
 
 
 def test_rules_on_lists_are_bounded_for_the_cel_cost_budget() -> None:
@@ -120,12 +124,17 @@ def test_defaults_and_bounds_survive() -> None:
         "PreferNoSchedule",
         "NoExecute",
     ]
-    assert props["faultTolerance"]["default"] == {}  # so the server fills in the effective budgets
+    # Spelled-out defaults (the server fills in, and checks against CEL, the effective budgets) that
+    # agree with what the operator's models default to.
+    ft_default = props["faultTolerance"]["default"]
+    assert ft_default == FaultTolerance().model_dump(by_alias=True, exclude={"do_not_restart_exit_codes"})
+    assert props["resources"]["default"] == Resources().model_dump(by_alias=True, exclude_none=True)
     assert "default" not in props["checkpoint"]  # required, and {} would fail its exactly-one rule
 
 
 def test_status_is_typed() -> None:
-    assert STATUS["x-kubernetes-preserve-unknown-fields"] is False
+    assert "x-kubernetes-preserve-unknown-fields" not in STATUS  # typed: unknown fields pruned or rejected
+    assert STATUS["properties"]["restarts"]["properties"]["podReschedules"]["type"] == "integer"
     conditions = STATUS["properties"]["conditions"]
     assert conditions["x-kubernetes-list-type"] == "map" and conditions["x-kubernetes-list-map-keys"] == [
         "type"

@@ -62,9 +62,11 @@ def structural(schema: dict[str, Any], defs: dict[str, Any], *, in_spec: bool) -
             for name, sub in value.items():
                 prop = structural(sub, defs, in_spec=in_spec)
                 if in_spec and name not in required and _defaultable_object(prop):
-                    # An optional sub-object without required fields defaults to {}, so that the
-                    # API server fills in (and `kubectl get -o yaml` shows) the effective settings.
-                    prop = _ordered({**prop, "default": {}})
+                    # An optional sub-object without required fields defaults to its fields' defaults, so
+                    # that the API server fills in (and `kubectl get -o yaml` shows) the effective
+                    # settings. Spelled out rather than `{}`: the server checks a default against the CEL
+                    # rules without applying the nested defaults first.
+                    prop = _ordered({**prop, "default": _object_default(prop)})
                 out[key][name] = prop
         elif key == "items":
             out[key] = structural(value, defs, in_spec=in_spec)
@@ -85,6 +87,10 @@ def structural(schema: dict[str, Any], defs: dict[str, Any], *, in_spec: bool) -
 
 def _defaultable_object(node: dict[str, Any]) -> bool:
     return node.get("type") == "object" and "properties" in node and not node.get("required")
+
+
+def _object_default(node: dict[str, Any]) -> dict[str, Any]:
+    return {name: sub["default"] for name, sub in node["properties"].items() if "default" in sub}
 
 
 _ORDER = (
@@ -144,7 +150,8 @@ def crd() -> dict[str, Any]:
     spec_schema["description"] = "What to run and how to keep it alive."
     status_schema = _model_schema(JobStatus, in_spec=False)
     status_schema["description"] = "What the operator observed (written only by the operator)."
-    status_schema["x-kubernetes-preserve-unknown-fields"] = False
+    # Typed: unknown status fields are pruned (or rejected under fieldValidation=Strict). The API server
+    # refuses an explicit `x-kubernetes-preserve-unknown-fields: false` ("must be true or undefined").
     root = {
         "description": "A PyTorch training job kept alive through faults by NVRx (in-process and in-job "
         "restarts) and the operator's escalation ladder (pod rescheduling, node quarantine).",

@@ -304,7 +304,13 @@ class PodTemplateOverrides(ApiModel):
                 },
                 "required": ["name"],
                 "x-kubernetes-preserve-unknown-fields": True,
-                **cel(("!has(self.hostPath)", "hostPath volumes are not allowed in podTemplate.volumes")),
+                **cel(
+                    (
+                        "!has(self.hostPath)",
+                        "hostPath volumes are not allowed in podTemplate.volumes",
+                        ".hostPath",
+                    )
+                ),
             }
         },
         max_length=64,
