@@ -40,6 +40,8 @@ INVALID_SPEC = "InvalidSpec"
 
 # --- Lifecycle --------------------------------------------------------------------------------------
 PODS_PENDING = "PodsPending"
+#: Most slots' heartbeats stale at once: replacements held (see ladder.decide).
+HEARTBEATS_STALE = "HeartbeatsStale"
 ALL_PODS_RUNNING = "AllPodsRunning"
 POD_RESCHEDULED = "PodRescheduled"
 RECOVERED = "Recovered"

@@ -154,7 +154,9 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(
     e.operator.start()
     until(lambda: passes(e) >= 20, t, 60, e.explain("train"))  # ~10 s of passes by the new process
     after = e.status("train")
-    assert after["restarts"] == before["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 1}
+    assert after["restarts"] == before["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 1}, (
+        e.explain("train")()
+    )
 
     # lastHeartbeatTime is refreshed coarsely (every 60 s) by design; everything else must be equal.
     def slots(st: dict[str, Any]) -> list[dict[str, Any]]:

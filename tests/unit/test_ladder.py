@@ -396,12 +396,39 @@ CASES = [
         events=[reasons.HEARTBEAT_TIMEOUT, reasons.NODE_QUARANTINED] * 2,
     ),
     Case(
-        "most slots silent at once is a correlated fault: replaced, no node quarantined",
+        "most slots silent at once (API outage, RBAC): replacements held, Degraded HeartbeatsStale",
         running_job(3).obj(),
         observe().running(3).lease("train-n0-a0", 40, hb()).lease("train-n2-a0", 40, hb()).obj(),
-        [DeletePod("train-n0-a0", "uid-train-n0-a0", 5), DeletePod("train-n2-a0", "uid-train-n2-a0", 5)],
+        [],
+        restarts=(0, 0, 0),
+        events=[reasons.HEARTBEATS_STALE],
+        slots={0: {"state": "Silent", "attempt": 0}, 1: {"state": "Training"}},
+        conditions={"Degraded": "True"},
+    ),
+    Case(
+        "one slot past the deadline, another half-way there: held as correlated",
+        running_job(2).obj(),
+        observe().running(2).lease("train-n0-a0", 31, hb()).lease("train-n1-a0", 16, hb()).obj(),
+        [],
+        events=[reasons.HEARTBEATS_STALE],
+    ),
+    Case(
+        "held silence already reported: no second event",
+        running_job(
+            2, conditions=[{"type": "Degraded", "status": "True", "reason": "HeartbeatsStale"}]
+        ).obj(),
+        observe().running(2).lease("train-n0-a0", 31, hb()).lease("train-n1-a0", 31, hb()).obj(),
+        [],
+        events=[],
+        conditions={"Degraded": "True"},
+    ),
+    Case(
+        "many nodes NotReady at once (a zone): pods replaced, no node quarantined",
+        running_job(3).obj(),
+        observe().running(3).node("node-0", "Unknown").node("node-1", "Unknown").obj(),
+        [DeletePod("train-n0-a0", "uid-train-n0-a0", 0), DeletePod("train-n1-a0", "uid-train-n1-a0", 0)],
         restarts=(0, 0, 2),
-        events=[reasons.HEARTBEAT_TIMEOUT] * 2,
+        events=[reasons.NODE_NOT_READY] * 2,
     ),
     # --- level 4: the job ends -----------------------------------------------------------------------
     Case(

@@ -117,6 +117,7 @@ class _Pass:
                 self.rdzv = pod
         self.failed: tuple[str, str] | None = None
         self.correlated = False
+        self.stale_heartbeats = ""
         self.promoted_spares: set[str] = set()
 
     # --- helpers ---------------------------------------------------------------------------------
@@ -202,8 +203,9 @@ class _Pass:
             fault = self.observe_slot(slot)
             if fault is not None:
                 faults.append((slot, *fault))
-        # Many slots failing in one pass is a correlated fault (network, the API, the heartbeat
-        # path itself), not several bad nodes: replace the pods, quarantine no node.
+        faults = self.hold_correlated_silence(faults)
+        # Many slots failing in one pass is a correlated fault (network, a zone), not several bad
+        # nodes: replace the pods, quarantine no node.
         self.correlated = len(faults) > 1 and len(faults) * 2 > self.spec.nodes
         if self.failed is None:
             for slot, pod, reason, message in faults:
@@ -220,6 +222,29 @@ class _Pass:
             self.fill_slot(slot, causes.get(slot.slot))
         self.keep_spares()
         self.summarize()
+
+    def hold_correlated_silence(
+        self, faults: list[tuple[NodeSlotStatus, PodObs | None, str, str]]
+    ) -> list[tuple[NodeSlotStatus, PodObs | None, str, str]]:
+        """Heartbeats of most slots going stale together point at the heartbeat path (API server
+        outage, trainer RBAC, a network partition), not at the pods: replacing them all would turn a
+        control-plane blip into a job-wide restart. Such silence is held (Degraded/HeartbeatsStale)
+        until heartbeats resume; real deaths still surface as pod exits or node status. A stale
+        slot is one silent past its deadline or older than half of heartbeatTimeoutSeconds."""
+        silent = [f for f in faults if f[2] in (reasons.HEARTBEAT_TIMEOUT, reasons.STARTUP_TIMEOUT)]
+        if not silent:
+            return faults
+        half = self.ft.heartbeat_timeout_seconds / 2
+        stale = len(silent) + sum(1 for age in self.d.heartbeat_ages.values() if age > half)
+        if stale < 2 or stale * 2 <= self.spec.nodes:
+            return faults
+        for slot, _pod, _reason, _message in silent:
+            slot.state = "Silent"
+        self.stale_heartbeats = (
+            f"{stale} of {self.spec.nodes} slots' heartbeats are stale at once; holding "
+            "replacements until heartbeats resume (pod exits and node failures still act)"
+        )
+        return [f for f in faults if f not in silent]
 
     # --- rendezvous ------------------------------------------------------------------------------
     def rendezvous(self) -> None:
@@ -577,13 +602,21 @@ class _Pass:
             )
         else:
             self.cond(ConditionType.RECOVERING, False, reasons.NOT_RECOVERING, "")
-        degraded = not all_running
-        self.cond(
-            ConditionType.DEGRADED,
-            degraded,
-            reasons.PODS_PENDING if degraded else reasons.ALL_PODS_RUNNING,
-            f"{nodes - running} of {nodes} slots without a running pod" if degraded else "",
-        )
+        if self.stale_heartbeats:
+            if not is_true(self.old.conditions, ConditionType.DEGRADED) or (
+                next((c.reason for c in self.old.conditions if c.type == ConditionType.DEGRADED), "")
+                != reasons.HEARTBEATS_STALE
+            ):
+                self.event(WARNING, reasons.HEARTBEATS_STALE, self.stale_heartbeats)
+            self.cond(ConditionType.DEGRADED, True, reasons.HEARTBEATS_STALE, self.stale_heartbeats)
+        else:
+            degraded = not all_running
+            self.cond(
+                ConditionType.DEGRADED,
+                degraded,
+                reasons.PODS_PENDING if degraded else reasons.ALL_PODS_RUNNING,
+                f"{nodes - running} of {nodes} slots without a running pod" if degraded else "",
+            )
         if recovering:
             self.st.state, self.st.reason = (
                 "Recovering",
