@@ -60,7 +60,9 @@ class OperatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
-    def start(self) -> None:
+    def start(self, tick: Callable[[], None] | None = None) -> None:
+        """Start and wait for liveness; `tick` runs on every poll (e.g. the trainers' heartbeats,
+        which keep going while the operator restarts)."""
         self.starts += 1
         log = self.log_path.open("ab")
         log.write(f"\n===== operator start #{self.starts} =====\n".encode())
@@ -73,9 +75,13 @@ class OperatorProcess:
             start_new_session=True,
         )
         log.close()
-        wait_for(
-            self._healthy, timeout=60, interval=0.2, message=lambda: f"operator liveness\n{self.log_tail()}"
-        )
+
+        def healthy() -> bool:
+            if tick is not None:
+                tick()
+            return self._healthy()
+
+        wait_for(healthy, timeout=60, interval=0.2, message=lambda: f"operator liveness\n{self.log_tail()}")
 
     def _healthy(self) -> bool:
         assert self.proc is not None

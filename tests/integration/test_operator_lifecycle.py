@@ -150,8 +150,8 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(
     uids = {s: p.metadata.uid for s, p in e.workers("train").items()}
     n_events = len(events(e.core, e.namespace, "train"))
 
-    e.operator.stop(kill=True)  # a crash, no clean shutdown
-    e.operator.start()
+    e.operator.stop(kill=True)  # a crash, no clean shutdown; the trainers keep heartbeating
+    e.operator.start(tick=t.beat)
     until(lambda: passes(e) >= 20, t, 60, e.explain("train"))  # ~10 s of passes by the new process
     after = e.status("train")
     assert after["restarts"] == before["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 1}, (
@@ -169,7 +169,7 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(
     # A fault while the operator is down is counted exactly once when it comes back.
     e.operator.stop(kill=True)
     e.core.delete_namespaced_pod("train-n0-a0", e.namespace)
-    e.operator.start()
+    e.operator.start(tick=t.beat)
     until(
         lambda: (p := e.workers("train").get(0)) is not None and p.metadata.name == "train-n0-a1",
         t,
