@@ -97,7 +97,7 @@ class Demo:
                 spec = doc["spec"]
                 spec.setdefault("env", []).extend(
                     [
-                        {"name": "RTJ_FAULT_INJECT", "value": f"exception@step={EXCEPTION_STEP},rank=1"},
+                        {"name": "RTJ_FAULT_INJECT", "value": f"exception:1:{EXCEPTION_STEP}"},
                         {"name": "RTJ_TRAIN_LOG_DIR", "value": TRAIN_LOG_DIR},
                     ]
                 )

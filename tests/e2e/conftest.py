@@ -223,8 +223,9 @@ class JobRun:
             assert all(a <= b for a, b in itertools.pairwise(seen)), f"{pod}: {seen}"
 
     def fault_fired(self, key: str) -> bool:
-        """The trainer's fault hook leaves a marker per fault (once per job) in the checkpoint dir."""
-        return (self.checkpoint_dir / ".rtj-faults" / key).exists()
+        """The trainer's fault hook leaves a marker `.fault-<kind>-<rank>-<step>` per fault (once per
+        job) in the checkpoint dir."""
+        return (self.checkpoint_dir / f".fault-{key}").exists()
 
 
 def succeeded(snap: Snapshot) -> bool:

@@ -38,9 +38,9 @@ def soft_fault_run(run_job, name: str, fault: str) -> tuple[JobRun, dict[str, st
 
 
 def test_exception_in_a_rank_is_restarted_in_process_pods_untouched(run_job) -> None:
-    job, pods = soft_fault_run(run_job, "exc", "exception@step=15,rank=1")
+    job, pods = soft_fault_run(run_job, "exc", "exception:1:15")
     last = job.history[-1]
-    assert job.fault_fired("exception-step15-rank1")
+    assert job.fault_fired("exception-1-15")
     assert last.restarts["inProcess"] >= 1
     assert (last.restarts["inJob"], last.restarts["podReschedules"]) == (0, 0)
     assert "InProcessRestart" in job.event_reasons()
@@ -49,9 +49,9 @@ def test_exception_in_a_rank_is_restarted_in_process_pods_untouched(run_job) -> 
 
 
 def test_hang_of_a_rank_is_restarted_below_the_pod_level_pods_untouched(run_job) -> None:
-    job, pods = soft_fault_run(run_job, "hang", "hang@step=15,rank=1")
+    job, pods = soft_fault_run(run_job, "hang", "hang:1:15")
     last = job.history[-1]
-    assert job.fault_fired("hang-step15-rank1")
+    assert job.fault_fired("hang-1-15")
     assert last.restarts["inProcess"] + last.restarts["inJob"] >= 1
     assert last.restarts["podReschedules"] == 0
     assert job.event_reasons() & {"InProcessRestart", "InJobRestart"}
@@ -60,9 +60,9 @@ def test_hang_of_a_rank_is_restarted_below_the_pod_level_pods_untouched(run_job)
 
 
 def test_sigkill_of_a_rank_is_an_in_job_restart_pods_untouched(run_job) -> None:
-    job, pods = soft_fault_run(run_job, "kill", "sigkill@step=15,rank=1")
+    job, pods = soft_fault_run(run_job, "kill", "sigkill:1:15")
     last = job.history[-1]
-    assert job.fault_fired("sigkill-step15-rank1")
+    assert job.fault_fired("sigkill-1-15")
     assert last.restarts["inJob"] >= 1
     assert last.restarts["podReschedules"] == 0
     assert "InJobRestart" in job.event_reasons()
@@ -78,7 +78,7 @@ def test_launcher_budget_exhausted_replaces_that_pod_and_the_job_continues(run_j
     # Budget 1: the second SIGKILL of rank 1 (slot 1) exhausts slot 1's launcher, the pod fails (70).
     job = run_job(
         "budget",
-        env={"RTJ_FAULT_INJECT": "sigkill@step=12,rank=1;sigkill@step=14,rank=1"},
+        env={"RTJ_FAULT_INJECT": "sigkill:1:12;sigkill:1:14"},
         steps=40,
         interval=5,
         fault_tolerance={"maxInJobRestarts": 1, "maxNoProgressCycles": 10},
@@ -131,7 +131,7 @@ def test_do_not_restart_exit_code_fails_the_job_and_restarts_nothing(run_job) ->
     # Two in-job restarts without a newer checkpoint in between: the trainer stops with 93.
     job = run_job(
         "dnr",
-        env={"RTJ_FAULT_INJECT": "sigkill@step=12,rank=1;sigkill@step=14,rank=1"},
+        env={"RTJ_FAULT_INJECT": "sigkill:1:12;sigkill:1:14"},
         steps=40,
         interval=5,
         fault_tolerance={"maxInJobRestarts": 5, "maxNoProgressCycles": 1},
@@ -149,7 +149,7 @@ def test_do_not_restart_exit_code_fails_the_job_and_restarts_nothing(run_job) ->
 def test_pod_budget_exhausted_fails_the_job_and_restarts_nothing(run_job) -> None:
     job = run_job(
         "podbudget",
-        env={"RTJ_FAULT_INJECT": "sigkill@step=12,rank=1"},
+        env={"RTJ_FAULT_INJECT": "sigkill:1:12"},
         steps=40,
         interval=5,
         fault_tolerance={"maxInJobRestarts": 0, "maxPodReschedules": 0},
