@@ -10,16 +10,17 @@ launcher; one code path for CPU (gloo, fp32) and GPU (NCCL, bf16 compute, fp32 m
   rule, so the loss falls and a resumed run sees exactly the batches it would have seen.
 - In-process restart via `rtj_trainer.inprocess.run_with_inprocess_restart`: on re-entry the
   model is rebuilt on the new process group and loaded from the last committed checkpoint.
-- NVRx heartbeats (hang detection by ft_launcher), step/checkpoint/fault reports (RankReporter),
+- Step/checkpoint/fault reports and NVRx heartbeats (hang detection) through RankReporter,
   asynchronous checkpoints (`rtj_trainer.checkpoint`), resume from the last committed one.
-- Fault injection for tests, env `RTJ_FAULT_INJECT` (`;`-separated, each fires once per job:
-  a marker under `<checkpoint dir>/.rtj-faults/` survives restarts):
-      exception@step=20,rank=1      raise in the training loop before step 20 (in-process restart)
-      sigkill@step=20,rank=1        SIGKILL this rank (ft_launcher restarts the workers)
-      hang@step=20,rank=1           stop making progress (soft timeout / heartbeat timeout)
-      kill-during-save@step=20,rank=0,delay=0.05
-                                    SIGKILL `delay` s after the save of step 20 started
-  `rank` defaults to 0; `step` is the step about to run (for kill-during-save, the saved step).
+- Fault injection for tests, env `RTJ_FAULT_INJECT` (the syntax of tests/trainer/toy_train.py;
+  `;`-separated), `<kind>:<rank>:<step>[:always][:delay=S]`:
+      exception:1:20            raise before step 20 on rank 1 (in-process restart)
+      sigkill:1:20              SIGKILL rank 1 (ft_launcher restarts the workers)
+      exit:1:20                 os._exit(1)
+      hang:1:20                 block in a C call (NVRx heartbeat timeout / hard timeout)
+      kill-during-save:0:20:delay=0.05   SIGKILL 0.05 s after the save of step 20 started
+  A step "+N" counts from the step the run resumed at. Each fault fires once per job (a marker
+  file `.fault-*` in the checkpoint directory) unless `:always` is given.
 - One JSON line per step per rank in `<log-dir>/rank-<r>.jsonl`: step, loss, step seconds, save
   outcome, snapshot seconds, in-process iteration, in-job restart count; "resume" lines on start.
 """
@@ -41,14 +42,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from rtj_trainer import nvrx_compat
 from rtj_trainer.checkpoint import CheckpointManager
 from rtj_trainer.inprocess import run_with_inprocess_restart
 from rtj_trainer.report import RankReporter
 from rtj_trainer.runtime_env import RankEnv
 
 ENV_FAULT_INJECT = "RTJ_FAULT_INJECT"
-FAULT_KINDS = ("exception", "sigkill", "hang", "kill-during-save")
+FAULT_KINDS = ("exception", "sigkill", "hang", "exit", "kill-during-save")
 
 
 # --- model ----------------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ def build(
         fully_shard(blk, **kw)
     fully_shard(model, **kw)
     model.to_empty(device=device)
-    optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, fused=device.type == "cuda")
+    optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     if not init_weights:
         return model, optim
     with torch.no_grad():
@@ -166,67 +166,85 @@ def _local_chunk(full: torch.Tensor, dtensor: Any) -> torch.Tensor:
 @dataclass(frozen=True)
 class Fault:
     kind: str
+    rank: int
     step: int
-    rank: int = 0
+    relative: bool = False
+    always: bool = False
     delay: float = 0.05
 
     @property
     def key(self) -> str:
-        return f"{self.kind}-step{self.step}-rank{self.rank}"
+        return f".fault-{self.kind}-{self.rank}-{'+' if self.relative else ''}{self.step}"
 
 
 def parse_faults(spec: str | None) -> list[Fault]:
-    """`kind@step=N,rank=R[,delay=S]` items separated by `;` (see the module docstring)."""
+    """`<kind>:<rank>:<step>[:always][:delay=S]` items separated by `;` (module docstring)."""
     faults: list[Fault] = []
     for item in (spec or "").split(";"):
-        item = item.strip()
-        if not item:
+        parts = [p.strip() for p in item.strip().split(":")] if item.strip() else []
+        if not parts:
             continue
-        kind, _, rest = item.partition("@")
-        if kind not in FAULT_KINDS:
+        if len(parts) < 3 or parts[0] not in FAULT_KINDS:
             raise ValueError(
-                f"{ENV_FAULT_INJECT}: unknown fault kind {kind!r} (one of {', '.join(FAULT_KINDS)})"
+                f"{ENV_FAULT_INJECT}: {item!r} is not <kind>:<rank>:<step>[:always][:delay=S] "
+                f"with kind one of {', '.join(FAULT_KINDS)}"
             )
-        opts = dict(kv.split("=", 1) for kv in rest.split(",") if kv)
-        unknown = set(opts) - {"step", "rank", "delay"}
-        if unknown or "step" not in opts:
-            raise ValueError(f"{ENV_FAULT_INJECT}: {item!r} needs step=N and takes rank=, delay=")
+        opts = parts[3:]
+        delay = next((float(o.split("=", 1)[1]) for o in opts if o.startswith("delay=")), 0.05)
         faults.append(
-            Fault(kind, int(opts["step"]), int(opts.get("rank", 0)), float(opts.get("delay", 0.05)))
+            Fault(
+                parts[0],
+                int(parts[1]),
+                int(parts[2].lstrip("+")),
+                parts[2].startswith("+"),
+                "always" in opts,
+                delay,
+            )
         )
     return faults
 
 
 class FaultInjector:
+    """Fires the faults meant for this rank; each once per job unless `always` (marker files)."""
+
     def __init__(self, faults: list[Fault], rank: int, state_dir: str) -> None:
         self.faults = [f for f in faults if f.rank == rank]
         self.state_dir = state_dir
+        self.start_step = 0
 
-    def _claim(self, fault: Fault) -> bool:
-        """True once per job: the marker file is created before the fault fires."""
+    def _due(self, fault: Fault, step: int) -> bool:
+        if step != (self.start_step + fault.step if fault.relative else fault.step):
+            return False
+        if fault.always:
+            return True
         os.makedirs(self.state_dir, exist_ok=True)
         try:
-            fd = os.open(os.path.join(self.state_dir, fault.key), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.close(os.open(os.path.join(self.state_dir, fault.key), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return False
-        os.close(fd)
         return True
 
     def before_step(self, step: int) -> None:
         for f in self.faults:
-            if f.step != step or f.kind == "kill-during-save" or not self._claim(f):
+            if f.kind == "kill-during-save" or not self._due(f, step):
                 continue
+            print(f"[fsdp_train] injecting {f.kind} before step {step} (pid {os.getpid()})", flush=True)
             if f.kind == "exception":
-                raise RuntimeError(f"injected fault: exception before step {step}")
+                raise RuntimeError(f"injected exception at step {step}")
             if f.kind == "sigkill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if f.kind == "exit":
+                os._exit(1)
             if f.kind == "hang":
-                while True:  # no progress, no heartbeats: only a timeout gets us out
-                    time.sleep(1.0)
+                # Block inside a C call (like a stuck collective): only NVRx's heartbeat timeout
+                # or the in-process hard timeout gets the job out of it.
+                r, _w = os.pipe()
+                os.read(r, 1)
 
     def after_save(self, step: int) -> None:
         for f in self.faults:
-            if f.kind == "kill-during-save" and f.step == step and self._claim(f):
+            if f.kind == "kill-during-save" and self._due(f, step):
+                print(f"[fsdp_train] SIGKILL {f.delay} s into the save of step {step}", flush=True)
                 time.sleep(f.delay)
                 os.kill(os.getpid(), signal.SIGKILL)
 
@@ -284,11 +302,8 @@ def main(argv: list[str] | None = None) -> None:
             write_bytes_per_s=args.write_bytes_per_s,
         )
     )
-    faults = FaultInjector(
-        parse_faults(os.environ.get(ENV_FAULT_INJECT)), env.rank, os.path.join(ckpt_dir, ".rtj-faults")
-    )
+    faults = FaultInjector(parse_faults(os.environ.get(ENV_FAULT_INJECT)), env.rank, ckpt_dir)
     log = StepLog(args.log_dir, env.rank)
-    monitor = nvrx_compat.make_rank_monitor_client()
     use_cuda = env.dist_backend == "nccl"
 
     def train(*, call_wrapper: Any, restart_count: int) -> int:
@@ -332,9 +347,7 @@ def main(argv: list[str] | None = None) -> None:
                 if outcome == "saved":
                     copy_pending = use_cuda
                     faults.after_save(step + 1)
-            if monitor is not None:
-                monitor.send_heartbeat()
-            reporter.step(step + 1)
+            reporter.step(step + 1)  # also the NVRx rank heartbeat under ft_launcher
             if args.min_step_time:
                 time.sleep(max(0.0, args.min_step_time - (time.perf_counter() - t0)))
             log.write(
