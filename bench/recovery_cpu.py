@@ -57,9 +57,14 @@ def _run_lost_pod(tmp: Path, rank0: bool) -> tuple[float, float]:
         r0_pod = job.pod_of_launcher(r0)
         victim = r0_pod if rank0 else next(n for n in job.pods if n != r0_pod)
         before = job.max_step()
+        old_pids = {e["pid"] for e in job.events()}
         t_kill = job.kill_pod(victim)
         job.start_pod("replacement")
-        back = wait_for(lambda: first_step_after(job.events(), t_kill, step_above=before), 300, "recovery")
+        back = wait_for(
+            lambda: first_step_after(job.events(), t_kill, step_above=before, exclude_pids=old_pids),
+            300,
+            "recovery",
+        )
         return back["t"] - t_kill, cold
     finally:
         job.stop()

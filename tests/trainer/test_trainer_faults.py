@@ -163,10 +163,11 @@ def test_lost_pod_is_replaced_and_training_continues(make_job, victim: str) -> N
     survivor = next(n for n in job.pods if n != name)
 
     before = job.max_step()
+    old_pids = {e["pid"] for e in job.events()}
     t_kill = job.kill_pod(name)
     job.start_pod("replacement")
     back = wait_for(
-        lambda: first_step_after(job.events(), t_kill, step_above=before),
+        lambda: first_step_after(job.events(), t_kill, step_above=before, exclude_pids=old_pids),
         300,
         "training to continue past the kill",
     )

@@ -24,7 +24,6 @@ from typing import Any
 import psutil
 from rtj.contract import TrainerConfig
 
-VENV_BIN = Path(sys.executable).parent
 TOY_TRAIN = Path(__file__).with_name("toy_train.py")
 LAST_HEARTBEAT = re.compile(r"last heartbeat (\{.*\})\s*$", re.M)
 
@@ -79,7 +78,7 @@ class ToyJob:
         self.ckpt_dir = self.tmp / "ckpt"
         cfg = {
             "jobName": "toy",
-            "command": [str(VENV_BIN / "python"), str(TOY_TRAIN)],
+            "command": [sys.executable, str(TOY_TRAIN)],
             "nnodes": self.nnodes,
             "nprocPerNode": self.nproc_per_node,
             "rdzvEndpoint": f"127.0.0.1:{self.port}",
@@ -126,7 +125,8 @@ class ToyJob:
             env.pop("KUBECONFIG", None)  # no Lease writes unless a test asks for them
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [str(VENV_BIN / "rtj-trainer"), *args],
+                # = the `rtj-trainer` console script, without needing the distribution installed.
+                [sys.executable, "-m", "rtj_trainer.entrypoint", *args],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -242,10 +242,20 @@ def _port_open(port: int) -> bool:
 
 
 def first_step_after(
-    events: list[dict[str, Any]], t: float, step_above: int = -1, **match: Any
+    events: list[dict[str, Any]],
+    t: float,
+    step_above: int = -1,
+    exclude_pids: frozenset[int] | set[int] = frozenset(),
+    **match: Any,
 ) -> dict[str, Any] | None:
-    """The first event after wall time `t` (optionally past a step, matching fields)."""
+    """The first event after wall time `t` (optionally past a step, matching fields), from a worker
+    process not in `exclude_pids` (the workers that ran before the fault)."""
     for e in sorted(events, key=lambda e: e["t"]):
-        if e["t"] > t and e["step"] > step_above and all(e.get(k) == v for k, v in match.items()):
+        if (
+            e["t"] > t
+            and e["step"] > step_above
+            and e["pid"] not in exclude_pids
+            and all(e.get(k) == v for k, v in match.items())
+        ):
             return e
     return None
