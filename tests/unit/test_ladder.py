@@ -189,7 +189,13 @@ CASES = [
         restarts=(0, 0, 1),
         events=[reasons.HEARTBEAT_TIMEOUT, reasons.NODE_QUARANTINED],
         slots={
-            1: {"attempt": 1, "pod": "", "state": "Replacing", "lastFaultReason": reasons.HEARTBEAT_TIMEOUT}
+            1: {
+                "attempt": 1,
+                "pod": "",
+                "state": "Replacing",
+                "lastFaultReason": reasons.HEARTBEAT_TIMEOUT,
+                "lastHeartbeatTime": None,
+            }
         },
         quarantined=["node-1"],
     ),

@@ -193,7 +193,8 @@ class _Pass:
         if is_true(self.old.conditions, ConditionType.SUSPENDED):
             for slot in self.slots:
                 slot.attempt += 1
-                slot.pod, slot.state = "", "Pending"
+                slot.pod, slot.state, slot.last_heartbeat_time = "", "Pending", None
+                slot.in_process_restarts = slot.in_job_restarts = 0
                 causes[slot.slot] = reasons.CAUSE_RESUME
             self.cond(ConditionType.SUSPENDED, False, reasons.RESUMED, "")
             self.event(NORMAL, reasons.RESUMED, "job resumed: pods recreated (attempt numbers continue)")
@@ -278,6 +279,8 @@ class _Pass:
                 slot.recovering_level = reasons.LEVEL_POD
             slot.attempt, slot.pod = newest.attempt, ""
             slot.in_process_restarts = slot.in_job_restarts = 0
+        slot.last_heartbeat_time = None
+            slot.last_heartbeat_time = None  # a new pod: its own heartbeats from now on
         for old in pods:
             if old.attempt < slot.attempt and old.live:
                 self.delete(
@@ -424,6 +427,7 @@ class _Pass:
         slot.attempt += 1
         slot.pod, slot.state, slot.last_fault_reason = "", "Replacing", reason
         slot.in_process_restarts = slot.in_job_restarts = 0
+        slot.last_heartbeat_time = None
         slot.recovering_since, slot.recovering_level = self.now, reasons.LEVEL_POD
         self.event(
             WARNING,
