@@ -279,7 +279,6 @@ class _Pass:
                 slot.recovering_level = reasons.LEVEL_POD
             slot.attempt, slot.pod = newest.attempt, ""
             slot.in_process_restarts = slot.in_job_restarts = 0
-        slot.last_heartbeat_time = None
             slot.last_heartbeat_time = None  # a new pod: its own heartbeats from now on
         for old in pods:
             if old.attempt < slot.attempt and old.live:
