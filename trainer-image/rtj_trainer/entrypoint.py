@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -175,7 +176,7 @@ def launch(grace_seconds: float) -> int:
     except ConfigError as exc:
         print(f"rtj-trainer: {exc}", file=sys.stderr, flush=True)
         return ExitCode.CONFIG_ERROR
-    pod = pod_identity()
+    pod = replace(pod_identity(), job_name=cfg.job_name)
     status_dir = _prepare_status_dir(pod)
     progress_file = os.path.join(status_dir, PROGRESS_FILE_NAME)
     version = nvrx_compat.nvrx_version()

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 from rtj.contract import (
     HEARTBEAT_ANNOTATION,
+    LABEL_JOB,
     MAX_COUNTER,
     CheckpointRef,
     Fault,
@@ -246,6 +247,8 @@ class PodIdentity:
     uid: str | None
     node_name: str | None = None
     pod_ip: str | None = None
+    #: Labels the Lease with LABEL_JOB: the operator selects heartbeat Leases by that label.
+    job_name: str | None = None
 
 
 class LeaseWriter:
@@ -268,6 +271,8 @@ class LeaseWriter:
             "namespace": self._pod.namespace,
             "annotations": {HEARTBEAT_ANNOTATION: hb.to_annotation()},
         }
+        if self._pod.job_name:
+            metadata["labels"] = {LABEL_JOB: self._pod.job_name}
         if self._pod.uid:
             metadata["ownerReferences"] = [
                 {"apiVersion": "v1", "kind": "Pod", "name": self._pod.name, "uid": self._pod.uid}
