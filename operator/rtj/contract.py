@@ -11,8 +11,9 @@ Channels:
   operator's pod builder, read by the trainer entrypoint. Downward-API variables carry the pod's
   identity.
 - The heartbeat Lease (`coordination.k8s.io/v1`, one per pod, named like the pod, owned by the
-  pod so garbage collection removes it): written by the trainer's heartbeat agent, read by the
-  operator. `spec.renewTime` is the heartbeat; the `HEARTBEAT_ANNOTATION` holds a `Heartbeat`.
+  pod so garbage collection removes it, labelled `LABEL_JOB=<job name>`: the operator selects
+  Leases by that label): written by the trainer's heartbeat agent, read by the operator.
+  `spec.renewTime` is the heartbeat; the `HEARTBEAT_ANNOTATION` holds a `Heartbeat`.
 - The pod's exit code: written by the trainer entrypoint, read by the operator's ladder.
 """
 
