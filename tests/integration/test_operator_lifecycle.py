@@ -61,6 +61,27 @@ def test_all_workers_succeeded_means_job_succeeded(env: Callable[..., OperatorEn
     )
 
 
+def test_finished_job_is_deleted_after_its_ttl(env: Callable[..., OperatorEnv]) -> None:
+    e = env(nodes=1)
+    e.create_job("train", 1, ttlSecondsAfterFinished=3)
+    t = e.trainers("train")
+    until(running(e, "train", 1), t, 90, e.explain("train"))
+    end_pod(e.core, e.namespace, "train-n0-a0", 0)
+    until(lambda: is_true(e.job("train"), "Succeeded"), None, 60, e.explain("train"))
+
+    def deleted() -> bool:
+        try:
+            e.job("train")
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    until(deleted, None, 60, e.explain("train"))
+    until(lambda: not t.pods(), None, 60, e.explain("train"))  # garbage collection of the children
+
+
 def test_suspend_removes_pods_and_resume_recreates_them(env: Callable[..., OperatorEnv]) -> None:
     e = env(nodes=2)
     e.create_job("train", 2)

@@ -623,6 +623,13 @@ CASES = [
         events=[reasons.LAUNCHER_BUDGET_EXHAUSTED, reasons.NODE_QUARANTINED, reasons.SPARE_PROMOTED],
     ),
     Case(
+        "spare on a NotReady node is replaced (not counted: it was not training)",
+        running_job().spares(1).status(spares=[{"index": 0, "pod": "train-spare-0-a0", "attempt": 0}]).obj(),
+        observe().running(2).spare(0, node="spare-node-0").node("spare-node-0", "False").obj(),
+        [DeletePod("train-spare-0-a0", "uid-train-spare-0-a0", 0), CreateSparePod(0, 1)],
+        restarts=(0, 0, 0),
+    ),
+    Case(
         "spare not yet standing by is not promoted",
         running_job().spares(1).obj(),
         observe()

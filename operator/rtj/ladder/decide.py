@@ -502,13 +502,17 @@ class _Pass:
             pods = [q for q in self.spares.get(index, []) if q.name not in self.promoted_spares]
             entry.attempt = max([entry.attempt, *(q.attempt for q in pods)])
             current = next((q for q in pods if q.attempt == entry.attempt), None)
-            if current is not None and current.terminal:
+            lost = (
+                current is not None
+                and p.node_fault(current, self.obs.nodes, self.obs.nodes_known) is not None
+            )
+            if current is not None and (current.terminal or lost):
                 self.delete(current, 0)
-            if current is None or current.terminal or current.deleting:
+            if current is None or current.terminal or current.deleting or lost:
                 if entry.pod or current is not None:  # that attempt was used: promoted, failed, deleted
                     entry.attempt += 1
                 entry.pod, entry.node, entry.state = "", "", "Pending"
-                if not any(q.live and not q.deleting for q in pods):
+                if not any(q.live and not q.deleting and q is not current for q in pods):
                     self.d.actions.append(CreateSparePod(index, entry.attempt, self.avoid_nodes()))
             else:
                 entry.pod, entry.node = current.name, current.node
