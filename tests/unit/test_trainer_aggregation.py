@@ -193,3 +193,32 @@ def test_lease_body_carries_heartbeat_owner_and_times() -> None:
     }
     assert parse_heartbeat(body["metadata"]["annotations"]) == hb
     assert HEARTBEAT_ANNOTATION in body["metadata"]["annotations"]
+
+
+def test_root_cause_beats_collateral_peer_failures() -> None:
+    agg = Aggregator()
+    root = {
+        "severity": "Soft",
+        "reason": "RankException",
+        "message": "boom",
+        "time": "2026-01-01T00:00:01+00:00",
+    }
+    peer = {
+        "severity": "Soft",
+        "reason": "PeerFailure",
+        "message": "gloo",
+        "time": "2026-01-01T00:00:04+00:00",
+    }
+    hb = agg.update([doc(0, 100, fault=root), doc(1, 101, fault=peer)], alive)
+    assert hb.fault.reason == "RankException"
+    newer = {**peer, "reason": "RankException", "time": "2026-01-01T00:01:00+00:00"}
+    assert agg.update([doc(1, 101, fault=newer)], alive).fault.time.minute == 1
+
+
+def test_classify_exception() -> None:
+    import torch.distributed as dist
+    from rtj_trainer.inprocess import classify_exception
+
+    assert classify_exception(RuntimeError("injected")) == "RankException"
+    assert classify_exception(RuntimeError("[gloo/transport/tcp/pair.cc:545] Read error")) == "PeerFailure"
+    assert classify_exception(dist.DistNetworkError("store closed")) == "PeerFailure"

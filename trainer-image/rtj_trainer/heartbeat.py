@@ -107,7 +107,8 @@ class Aggregator:
       TORCHELASTIC_RESTART_COUNT unchanged but is a restart here too); never less than that count.
     - in-process restarts: counted per worker generation (a restarted worker starts from 0
       again) and summed, so the reported total never goes down and never double-counts.
-    - checkpoint: newest committed; faults: a hard fault wins over a soft one, newest first.
+    - checkpoint: newest committed; faults: hard over soft, a root cause over a collateral
+      `PeerFailure`, then the newest.
     """
 
     last_step: int = 0
@@ -203,9 +204,21 @@ class Aggregator:
         if current is None:
             self.fault = fault
             return
-        rank = {FaultSeverity.SOFT: 0, FaultSeverity.HARD: 1}
-        if (rank[fault.severity], fault.time) > (rank[current.severity], current.time):
+        if _fault_priority(fault) > _fault_priority(current):
             self.fault = fault
+
+
+#: Faults that are consequences of a fault elsewhere rank below the fault itself.
+COLLATERAL_FAULT_REASONS = frozenset({"PeerFailure"})
+
+
+def _fault_priority(fault: Fault) -> tuple[int, int, datetime]:
+    """Hard before soft, a root cause before its collateral, then the newest."""
+    return (
+        1 if fault.severity == FaultSeverity.HARD else 0,
+        0 if fault.reason in COLLATERAL_FAULT_REASONS else 1,
+        fault.time,
+    )
 
 
 # --- Kubernetes side ---------------------------------------------------------------------------

@@ -47,6 +47,21 @@ TrainFn = Callable[..., Any]
 _WRAPPER_STORE_PORT_OFFSET = 2
 
 
+#: Messages of collectives failing because another rank failed (gloo, NCCL, the c10d store).
+_PEER_FAILURE_MARKERS = ("gloo", "NCCL", "Connection reset by peer", "Connection closed by peer")
+
+
+def classify_exception(exc: BaseException) -> str:
+    """`PeerFailure` for a collective that failed because of another rank, else `RankException`.
+
+    On an in-process restart every rank reports why it stopped; only the rank where the fault began
+    has a `RankException`, the others see their collectives break.
+    """
+    if isinstance(exc, dist.DistError) or any(m in str(exc) for m in _PEER_FAILURE_MARKERS):
+        return "PeerFailure"
+    return "RankException"
+
+
 def _base_store(env: RankEnv) -> dist.TCPStore:
     """The store each restart iteration's process group is built on (prefixed per iteration).
 
@@ -112,7 +127,7 @@ def run_with_inprocess_restart(
         def __call__(self, state: Any) -> Any:
             exc = state.fn_exception
             if exc is not None:
-                reporter.fault(FaultSeverity.SOFT, "RankException", f"{type(exc).__name__}: {exc}")
+                reporter.fault(FaultSeverity.SOFT, classify_exception(exc), f"{type(exc).__name__}: {exc}")
             reporter.in_process_restart(state.iteration + 1)
             return state
 
