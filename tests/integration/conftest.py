@@ -74,8 +74,17 @@ class ChartRelease:
 @pytest.fixture(scope="session")
 def rtj_chart(kube: client.ApiClient, helm: Tool, kubectl: Tool) -> Iterator[ChartRelease]:
     helm(
-        "upgrade", "--install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
-        "-f", str(CHART / "ci" / "local-values.yaml"), "--timeout", "2m",
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        "-f",
+        str(CHART / "ci" / "local-values.yaml"),
+        "--timeout",
+        "2m",
     )  # fmt: skip  (no --wait: nothing to wait for but the CRD, awaited below)
     # On a reused cluster the CRD may predate this checkout: apply it as the chart README says to.
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crdgen.OUTPUTS[1]))
