@@ -235,6 +235,12 @@ def launch(grace_seconds: float) -> int:
             _kill_group(proc)
     # Workers the launcher left behind (e.g. it was SIGKILLed) must not outlive the pod's main process.
     _kill_group(proc)
+    if rc != 0 and not terminate.is_set() and not no_progress:
+        # The launcher gave up after a cycle whose workers never restarted (0.7 stops on its own
+        # no-progress rule before starting new workers): that last cycle counts too.
+        agent.tick()
+        tracker.observe(agent.aggregator.in_job_restarts)
+        no_progress = tracker.observe(tracker.cycles_seen + 1)
 
     code = map_exit_code(
         rc,
