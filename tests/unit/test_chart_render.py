@@ -273,3 +273,15 @@ def test_notes_tell_the_user_what_to_run_next() -> None:
     result = helm("install", "rtj", str(CHART), "--dry-run=client", "-n", "rtj-system", check=False)
     # A client-side dry run still renders NOTES.txt.
     assert "kubectl get rtj" in result.stdout, result.stderr
+
+
+def test_operator_settings_env() -> None:
+    env = env_of(one(render(values=CHART / "ci" / "namespaced-values.yaml"), "Deployment"))
+    assert env["RTJ_NAMESPACES"] == "ml-team-a,ml-team-b" and env["RTJ_LOG_LEVEL"] == "DEBUG"
+    assert env_of(one(render(), "Deployment"))["RTJ_NAMESPACES"] == ""  # cluster-wide
+    # Metrics off: the operator must not open its default metrics port (it could clash with the probes).
+    docs = render("metrics.enabled=false")
+    assert env_of(one(docs, "Deployment"))["RTJ_METRICS_PORT"] == "0"
+    assert not [d for d in by_kind(docs, "Service") if d["metadata"]["name"].endswith("-metrics")]
+    clash = helm("template", "rtj", str(CHART), "--set", "metrics.port=8080", check=False)
+    assert clash.returncode != 0 and "must differ" in clash.stderr
