@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import logging
 import os
 import shutil
 import signal
@@ -155,11 +156,14 @@ class Demo:
 
     # --- faults ---------------------------------------------------------------------------------------
     def _rank_pids(self, pod: str) -> dict[int, int]:
-        """Global rank -> pid of the training processes of `pod`."""
+        """Global rank -> pid of the rank processes of `pod`: the training processes ft_launcher
+        started (its direct children; helpers forked by a rank share its command line and env)."""
         assert self.agent is not None
+        procs = self.agent.pod_processes(NAMESPACE, pod)
+        launchers = {p.pid for p in procs if any("fault_tolerance.launcher" in c for c in p.cmdline)}
         out = {}
-        for proc in self.agent.pod_processes(NAMESPACE, pod):
-            if "RANK" in proc.env and any("fsdp_train" in c for c in proc.cmdline):
+        for proc in procs:
+            if "RANK" in proc.env and any("fsdp_train" in c for c in proc.cmdline) and proc.ppid in launchers:
                 out[int(proc.env["RANK"])] = proc.pid
         return out
 
@@ -321,6 +325,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     run_dir = args.run_dir.resolve()
     shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    logging.basicConfig(  # the node agent's own log; the terminal is the timeline's
+        filename=run_dir / "node-agent.log",
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+    )
     demo = Demo(run_dir)
     t0 = time.monotonic()
     ok = False

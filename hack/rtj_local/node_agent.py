@@ -118,6 +118,7 @@ def _write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
 @dataclass
 class ProcInfo:
     pid: int
+    ppid: int
     cmdline: list[str]
     env: dict[str, str]
 
@@ -273,10 +274,12 @@ class NodeAgent:
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 raw_env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                stat = Path(f"/proc/{pid}/stat").read_text()
             except OSError:
                 continue
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
             env = dict(e.decode(errors="replace").split("=", 1) for e in raw_env if b"=" in e)
-            out.append(ProcInfo(pid, [c.decode(errors="replace") for c in cmdline if c], env))
+            out.append(ProcInfo(pid, ppid, [c.decode(errors="replace") for c in cmdline if c], env))
         return out
 
     def pvc_dir(self, namespace: str, claim: str) -> Path:
