@@ -121,6 +121,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("bad-memory-quantity", job(resources={"memory": "12XB"}), "spec.resources.memory"),
     ("bad-shm-quantity", job(resources={"sharedMemorySize": "lots"}), "spec.resources.sharedMemorySize"),
+    ("negative-integer-quantity", job(resources={"cpu": -1}), "spec.resources.cpu"),
     (
         "bad-toleration-effect",
         job(placement={"tolerations": [{"key": "k", "effect": "Sometimes"}]}),
@@ -145,7 +146,16 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         job(podTemplate={"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}),
         "spec.podTemplate.volumes[0].hostPath",
     ),
-    ("volume-without-name", job(podTemplate={"volumes": [{"emptyDir": {}}]}), "spec.podTemplate.volumes[0]"),
+    (
+        "volume-without-name",
+        job(podTemplate={"volumes": [{"emptyDir": {}}]}),
+        "spec.podTemplate.volumes[0].name",
+    ),
+    (
+        "volume-with-empty-name",
+        job(podTemplate={"volumes": [{"name": "", "emptyDir": {}}]}),
+        "spec.podTemplate.volumes[0].name",
+    ),
     ("too-many-nodes", job(nodes=10001), "spec.nodes"),
 ]
 

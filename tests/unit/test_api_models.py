@@ -80,6 +80,9 @@ def with_(path: str, value: Any) -> dict[str, Any]:
         (with_("command", []), "command"),
         (with_("env", [{"name": "1BAD NAME"}]), "name"),
         (with_("resources.efaPerNode", 33), "efaPerNode"),
+        (with_("resources.cpu", -1), "cpu"),
+        (with_("podTemplate.volumes", [{"emptyDir": {}}]), "volumes"),
+        (with_("podTemplate.volumes", [{"name": "", "emptyDir": {}}]), "volumes"),
     ],
 )
 def test_pydantic_rejects_invalid_specs_naming_the_field(spec: dict[str, Any], field: str) -> None:

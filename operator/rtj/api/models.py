@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from rtj.contract import DEFAULT_DO_NOT_RESTART_EXIT_CODES, PodState
@@ -28,7 +28,8 @@ Quantity = Annotated[
     Field(
         pattern=r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$",
         max_length=32,
-        json_schema_extra={"x-kubernetes-int-or-string": True},
+        # minimum: the integer spelling must not be negative either (the pattern sees only strings).
+        json_schema_extra={"x-kubernetes-int-or-string": True, "minimum": 0},
     ),
     BeforeValidator(_int_to_str),
 ]
@@ -295,7 +296,12 @@ class PodTemplateOverrides(ApiModel):
                 "type": "object",
                 # CEL sees only declared properties (not preserved unknown ones), so hostPath is declared.
                 "properties": {
-                    "name": {"type": "string", "description": "Volume name.", "maxLength": 63},
+                    "name": {
+                        "type": "string",
+                        "description": "Volume name.",
+                        "minLength": 1,
+                        "maxLength": 63,
+                    },
                     "hostPath": {
                         "type": "object",
                         "description": "Refused (see volumes).",
@@ -321,6 +327,16 @@ class PodTemplateOverrides(ApiModel):
         json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
         max_length=64,
     )
+
+    @field_validator("volumes")
+    @classmethod
+    def _volumes_are_named(cls, volumes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # Mirrors the CRD (required name), so that the models accept exactly what the API server does.
+        for i, volume in enumerate(volumes):
+            name = volume.get("name")
+            if not isinstance(name, str) or not 0 < len(name) <= 63:
+                raise ValueError(f"volumes[{i}].name must be a string of 1 to 63 characters")
+        return volumes
 
 
 class JobSpec(ApiModel):
