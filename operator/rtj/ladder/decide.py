@@ -456,6 +456,11 @@ class _Pass:
             return
         if any(q.attempt == slot.attempt for q in self.workers.get(slot.slot, [])):
             return
+        for q in self.workers.get(slot.slot, []):
+            if q.deleting and p.node_fault(q, self.obs.nodes, self.obs.nodes_known) is not None:
+                # No kubelet will finish this deletion (its node is not Ready or gone): force it, as
+                # `kubectl delete --force` would, or the slot waits forever.
+                self.d.actions.append(DeletePod(q.name, q.uid, 0))
         if any(q.live or q.deleting for q in self.workers.get(slot.slot, [])):
             slot.state = "Replacing" if slot.recovering_since else "Pending"
             return
