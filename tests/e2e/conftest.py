@@ -1,74 +1,30 @@
-"""End-to-end fixtures: the real operator process + the local node agent + real trainer processes.
-
-`e2e_stack` (session): on the session's LocalCluster, a node agent with 4 p5-shaped nodes (the
-kubelet stand-in; pods become process groups), the Helm chart (operator.replicas=0, trainer
-ServiceAccount in the e2e namespace) and the operator as a local process with the chart's RBAC.
-While it runs, the cluster's other (KWOK) nodes are cordoned so that no pod of ours lands on a node
-that only pretends to run it; they are uncordoned afterwards.
-
-`run_job(name, ...)` (function): creates a job with its own checkpoint volume, returns a `JobRun`
-that polls it (a `Timeline`, printed as it goes: pytest shows it for a failing test), and deletes
-it afterwards, waiting until every pod is gone (pods share the host network, so one job at a time).
-
-Jobs are host-network processes on 2 cores: 2 nodes x 1 rank, a small model, paced steps.
-"""
+"""End-to-end fixtures (see e2e_helpers for what they build): `e2e_stack` (session), `run_job`
+(function) and `module_jobs` (module)."""
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import pytest
+from e2e_helpers import (
+    AGENT_NODES,
+    NAMESPACE,
+    E2EStack,
+    JobRun,
+    Jobs,
+    agent_nodes_schedulable,
+    set_unschedulable,
+)
 from kubernetes import config
 from kubernetes.client.rest import ApiException
-from rtj.contract import API_GROUP, API_VERSION, KIND, LABEL_JOB, PLURAL, QUARANTINE_TAINT_KEY
 from rtj_local.cluster import LocalCluster
 from rtj_local.node_agent import AGENT_LABEL, NodeAgent
-from rtj_local.rawapi import MERGE, RawApi
+from rtj_local.rawapi import RawApi
 from rtj_local.stack import OperatorProcess, install_chart
-from rtj_local.timeline import Snapshot, Timeline
 from rtj_local.versions import REPO_ROOT
 from rtj_local.wait import wait_for
-from rtj_trainer.checkpoint_format import committed_steps
-
-NAMESPACE = "rtj-e2e"
-AGENT_NODES = [f"e2e-p5-{i}" for i in range(4)]
-JOBS_PATH = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NAMESPACE}/{PLURAL}"
-
-
-@dataclass
-class E2EStack:
-    cluster: LocalCluster
-    raw: RawApi
-    agent: NodeAgent
-    operator: OperatorProcess
-    run_dir: Path
-
-
-def _set_unschedulable(raw: RawApi, names: list[str], value: bool) -> None:
-    for name in names:
-        with contextlib.suppress(ApiException):
-            raw.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"unschedulable": value or None}}, MERGE)
-
-
-def _agent_nodes_schedulable(raw: RawApi) -> bool:
-    for name in AGENT_NODES:
-        node = raw.get(f"/api/v1/nodes/{name}")
-        if node is None:
-            return False
-        ready = any(
-            c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or []
-        )
-        if not ready or any(
-            t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints") or []
-        ):
-            return False
-    return True
 
 
 @pytest.fixture(scope="session")
@@ -80,238 +36,35 @@ def e2e_stack(cluster: LocalCluster) -> Iterator[E2EStack]:
         for n in raw.request("GET", "/api/v1/nodes")["items"]
         if AGENT_LABEL not in (n["metadata"].get("labels") or {}) and not n["spec"].get("unschedulable")
     ]
-    _set_unschedulable(raw, others, True)
+    set_unschedulable(raw, others, True)
     if raw.get(f"/api/v1/namespaces/{NAMESPACE}") is None:
         raw.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     agent = NodeAgent(cluster.kubeconfig, run_dir / "agent", AGENT_NODES, lease_duration_seconds=20)
     operator = OperatorProcess(cluster, run_dir / "operator")
     try:
         agent.start()
-        wait_for(lambda: _agent_nodes_schedulable(raw), timeout=90, message="agent nodes Ready, untainted")
+        wait_for(lambda: agent_nodes_schedulable(raw), timeout=90, message="agent nodes Ready, untainted")
         install_chart(cluster, trainer_namespaces=[NAMESPACE])
         operator.start(raw)
         yield E2EStack(cluster, raw, agent, operator, run_dir)
     finally:
         operator.stop()
         agent.stop()
-        _set_unschedulable(raw, others, False)
+        set_unschedulable(raw, others, False)
         with contextlib.suppress(ApiException):
             raw.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}")
 
 
-def job_manifest(
-    name: str,
-    claim: str,
-    *,
-    steps: int = 60,
-    interval: int = 10,
-    env: dict[str, str] | None = None,
-    fault_tolerance: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    ft = {
-        "heartbeatIntervalSeconds": 1,
-        "heartbeatTimeoutSeconds": 12,
-        "startupTimeoutSeconds": 90,
-        "rankHangTimeoutSeconds": 20,
-        "inProcessRestart": {"softTimeoutSeconds": 5, "hardTimeoutSeconds": 10},
-        "maxInJobRestarts": 2,
-        "maxPodReschedules": 2,
-        **(fault_tolerance or {}),
-    }
-    return {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": KIND,
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "image": "rtj-trainer:local",
-            "nodes": 2,
-            "gpusPerNode": 0,
-            "procsPerNode": 1,
-            "resources": {"efaPerNode": 0, "cpu": "1", "memory": "2Gi", "sharedMemorySize": "256Mi"},
-            "command": ["python", "-m", "rtj_trainer.examples.fsdp_train"],
-            "args": ["--steps", str(steps), "--dim", "64", "--min-step-time", "0.2"],
-            "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
-            "placement": {"nodeSelector": {AGENT_LABEL: "true"}},
-            "checkpoint": {"pvc": {"claimName": claim}, "intervalSteps": interval, "keep": 2},
-            "faultTolerance": ft,
-        },
-    }
-
-
-@dataclass
-class JobRun:
-    """A job under test: polls its Timeline (printed as it goes) and answers questions about it."""
-
-    stack: E2EStack
-    name: str
-    checkpoint_dir: Path
-    timeline: Timeline
-    lines: list[str] = field(default_factory=list)
-
-    @property
-    def raw(self) -> RawApi:
-        return self.stack.raw
-
-    def poll(self) -> Snapshot:
-        for line in self.timeline.poll():
-            print(line, flush=True)
-            self.lines.append(line)
-        return self.timeline.history[-1]
-
-    def wait(self, predicate: Callable[[Snapshot], Any], timeout: float, what: str) -> Snapshot:
-        """Polls until `predicate(snapshot)` holds; fails on a Failed job unless that is awaited."""
-
-        def check() -> Snapshot | None:
-            snap = self.poll()
-            if predicate(snap):
-                return snap
-            return None
-
-        return wait_for(check, timeout=timeout, interval=1.0, message=lambda: f"{what}\n{self.explain()}")
-
-    def explain(self) -> str:
-        return "\n".join(
-            [
-                "--- timeline (last 40 lines)",
-                *self.lines[-40:],
-                "--- operator log (tail)",
-                self.stack.operator.tail(30),
-            ]
-        )
-
-    # --- observations ------------------------------------------------------------------------------
-    @property
-    def history(self) -> list[Snapshot]:
-        return self.timeline.history
-
-    def worker_pods(self, snap: Snapshot | None = None) -> dict[str, str]:
-        """Worker pod name -> uid (the rendezvous pod excluded)."""
-        snap = snap or self.history[-1]
-        return {n: p["uid"] for n, p in snap.pods.items() if not n.endswith("-rdzv")}
-
-    def event_reasons(self) -> set[str]:
-        return {ev.get("reason", "") for ev in self.timeline.events}
-
-    def condition_reasons(self) -> set[tuple[str, str]]:
-        """(type, reason) of every condition state seen."""
-        return {
-            (c.get("type", ""), c.get("reason", ""))
-            for snap in self.history
-            for c in snap.status.get("conditions") or []
-        }
-
-    def status_checkpoint_steps(self) -> list[int]:
-        return [s.checkpoint_step for s in self.history if s.checkpoint_step is not None]
-
-    def committed_on_disk(self) -> list[int]:
-        return committed_steps(str(self.checkpoint_dir))
-
-    def assert_checkpoints_never_lost_or_backwards(self) -> None:
-        """The job's committed checkpoint step never decreases, and the newest one it reported is on
-        the volume at the end (older ones may be rotated away by keep-last-k)."""
-        steps = self.status_checkpoint_steps()
-        assert steps, "no committed checkpoint was ever reported"
-        assert all(a <= b for a, b in itertools.pairwise(steps)), f"went backwards: {steps}"
-        on_disk = self.committed_on_disk()
-        assert max(steps) in on_disk, f"last reported checkpoint {max(steps)} not on disk {on_disk}"
-        per_pod: dict[str, list[int]] = {}
-        for snap in self.history:
-            for pod, hb in snap.leases.items():
-                if hb.get("checkpoint") is not None:
-                    per_pod.setdefault(pod, []).append(hb["checkpoint"])
-        for pod, seen in per_pod.items():
-            assert all(a <= b for a, b in itertools.pairwise(seen)), f"{pod}: {seen}"
-
-    def fault_fired(self, key: str) -> bool:
-        """The trainer's fault hook leaves a marker `.fault-<kind>-<rank>-<step>` per fault (once per
-        job) in the checkpoint dir."""
-        return (self.checkpoint_dir / f".fault-{key}").exists()
-
-
-def succeeded(snap: Snapshot) -> bool:
-    return snap.is_true("Succeeded")
-
-
-def failed(snap: Snapshot) -> bool:
-    return snap.is_true("Failed")
-
-
-def all_training(snap: Snapshot) -> bool:
-    slots = snap.status.get("nodeSlots") or []
-    return bool(slots) and all(
-        snap.leases.get(s.get("pod", ""), {}).get("state") == "Training" for s in slots
-    )
-
-
 @pytest.fixture
-def run_job(e2e_stack: E2EStack, request: pytest.FixtureRequest) -> Iterator[Callable[..., JobRun]]:
-    raw = e2e_stack.raw
-    created: list[tuple[str, str, str]] = []  # (job, pv, pvc)
+def run_job(e2e_stack: E2EStack) -> Iterator[Callable[..., JobRun]]:
+    jobs = Jobs(e2e_stack)
+    yield jobs.start
+    jobs.cleanup()
 
-    def start(name: str, **kwargs: Any) -> JobRun:
-        pv, pvc = f"{NAMESPACE}-{name}-ckpt", f"{name}-ckpt"
-        ckpt_dir = e2e_stack.run_dir / "checkpoints" / name
-        raw.request(
-            "POST",
-            "/api/v1/persistentvolumes",
-            {
-                "metadata": {"name": pv},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteMany"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": "",
-                    "hostPath": {"path": str(ckpt_dir), "type": "DirectoryOrCreate"},
-                },
-            },
-        )
-        raw.request(
-            "POST",
-            f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims",
-            {
-                "metadata": {"name": pvc},
-                "spec": {
-                    "accessModes": ["ReadWriteMany"],
-                    "storageClassName": "",
-                    "volumeName": pv,
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            },
-        )
-        created.append((name, pv, pvc))
-        raw.request("POST", JOBS_PATH, job_manifest(name, pvc, **kwargs))
-        return JobRun(e2e_stack, name, ckpt_dir, Timeline(raw, NAMESPACE, name, progress_every=15.0))
 
-    yield start
-
-    for name, pv, pvc in created:
-        with contextlib.suppress(ApiException):
-            raw.request("DELETE", f"{JOBS_PATH}/{name}", propagationPolicy="Foreground")
-        # Pods on a node that died cannot finish terminating (no kubelet): force-delete them, as an
-        # admin does (`kubectl delete pod --force`).
-        pods = raw.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=f"{LABEL_JOB}={name}")
-        for pod in pods["items"]:
-            if e2e_stack.agent.is_dead(pod["spec"].get("nodeName", "")):
-                with contextlib.suppress(ApiException):
-                    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}"
-                    raw.request("DELETE", path, {"gracePeriodSeconds": 0})
-
-        def gone(name: str = name) -> bool:
-            pods = raw.request(
-                "GET", f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=f"{LABEL_JOB}={name}"
-            )
-            return raw.get(f"{JOBS_PATH}/{name}") is None and not pods["items"]
-
-        wait_for(gone, timeout=90, message=f"job {name} and its pods gone")
-        with contextlib.suppress(ApiException):
-            raw.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{pvc}")
-        with contextlib.suppress(ApiException):
-            raw.request("DELETE", f"/api/v1/persistentvolumes/{pv}")
-    # Quarantine taints are the operator's verdict on a node for the jobs that follow; tests start
-    # from healthy nodes, as an admin would after repairing them.
-    for node in AGENT_NODES:
-        obj = raw.get(f"/api/v1/nodes/{node}")
-        taints = (obj or {}).get("spec", {}).get("taints") or []
-        kept = [t for t in taints if t["key"] != QUARANTINE_TAINT_KEY]
-        if obj is not None and len(kept) != len(taints):
-            raw.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": kept}}, MERGE)
+@pytest.fixture(scope="module")
+def module_jobs(e2e_stack: E2EStack) -> Iterator[Jobs]:
+    """For a job whose run several tests examine (e.g. one job with several soft faults in turn)."""
+    jobs = Jobs(e2e_stack)
+    yield jobs
+    jobs.cleanup()

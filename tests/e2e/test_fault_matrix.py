@@ -8,10 +8,9 @@ from outside (the node agent's node death, a job deletion).
 from __future__ import annotations
 
 import pytest
+from e2e_helpers import NAMESPACE, JobRun, all_training, failed, succeeded
 from rtj.contract import LABEL_JOB, QUARANTINE_TAINT_KEY
 from rtj_local.wait import wait_for
-
-from .conftest import NAMESPACE, JobRun, all_training, failed, succeeded
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -28,46 +27,53 @@ def assert_succeeded(job: JobRun) -> None:
     assert succeeded(snap), f"job ended Failed: {snap.condition('Failed')}"
 
 
-def soft_fault_run(run_job, name: str, fault: str) -> tuple[JobRun, dict[str, str]]:
-    """A job with one soft fault armed; returns it once finished, with the worker pods it started with."""
-    job = run_job(name, env={"RTJ_FAULT_INJECT": fault}, steps=40, interval=10)
+#: One job, three soft faults in turn (each fires once per job, at a step past the previous fault's
+#: resume point): the rows below examine what each one caused, between it and the next.
+SOFT_FAULTS = "exception:1:8;sigkill:1:20;hang:1:32"
+
+
+@pytest.fixture(scope="module")
+def soft_faults(module_jobs) -> tuple[JobRun, dict[str, str]]:
+    job = module_jobs.start("soft", env={"RTJ_FAULT_INJECT": SOFT_FAULTS}, steps=45, interval=5)
     first = job.wait(all_training, START, "both pods training")
     pods = job.worker_pods(first)
-    assert_succeeded(job)
+    job.wait(finished, 2 * FINISH, "job to finish")
     return job, pods
 
 
-def test_exception_in_a_rank_is_restarted_in_process_pods_untouched(run_job) -> None:
-    job, pods = soft_fault_run(run_job, "exc", "exception:1:15")
+def assert_soft_run_ok(job: JobRun, pods: dict[str, str]) -> None:
     last = job.history[-1]
-    assert job.fault_fired("exception-1-15")
-    assert last.restarts["inProcess"] >= 1
-    assert (last.restarts["inJob"], last.restarts["podReschedules"]) == (0, 0)
-    assert "InProcessRestart" in job.event_reasons()
-    assert job.worker_pods(last) == pods, "pods must be untouched"
-    job.assert_checkpoints_never_lost_or_backwards()
-
-
-def test_hang_of_a_rank_is_restarted_below_the_pod_level_pods_untouched(run_job) -> None:
-    job, pods = soft_fault_run(run_job, "hang", "hang:1:15")
-    last = job.history[-1]
-    assert job.fault_fired("hang-1-15")
-    assert last.restarts["inProcess"] + last.restarts["inJob"] >= 1
+    assert succeeded(last), f"job ended {last.condition('Failed')}"
     assert last.restarts["podReschedules"] == 0
-    assert job.event_reasons() & {"InProcessRestart", "InJobRestart"}
-    assert job.worker_pods(last) == pods, "pods must be untouched"
+    assert job.worker_pods(last) == pods, "pods must be untouched (same names and UIDs)"
     job.assert_checkpoints_never_lost_or_backwards()
 
 
-def test_sigkill_of_a_rank_is_an_in_job_restart_pods_untouched(run_job) -> None:
-    job, pods = soft_fault_run(run_job, "kill", "sigkill:1:15")
-    last = job.history[-1]
-    assert job.fault_fired("sigkill-1-15")
-    assert last.restarts["inJob"] >= 1
-    assert last.restarts["podReschedules"] == 0
-    assert "InJobRestart" in job.event_reasons()
-    assert job.worker_pods(last) == pods, "pods must be untouched"
-    job.assert_checkpoints_never_lost_or_backwards()
+def test_exception_in_a_rank_is_restarted_in_process_pods_untouched(soft_faults) -> None:
+    job, pods = soft_faults
+    assert job.fault_fired("exception-1-8")
+    delta, reasons = job.window("exception-1-8")
+    assert delta["inProcess"] >= 1 and delta["inJob"] == 0 and delta["podReschedules"] == 0, delta
+    assert "InProcessRestart" in reasons
+    assert_soft_run_ok(job, pods)
+
+
+def test_sigkill_of_a_rank_is_an_in_job_restart_pods_untouched(soft_faults) -> None:
+    job, pods = soft_faults
+    assert job.fault_fired("sigkill-1-20")
+    delta, reasons = job.window("sigkill-1-20")
+    assert delta["inJob"] >= 1 and delta["podReschedules"] == 0, delta
+    assert "InJobRestart" in reasons
+    assert_soft_run_ok(job, pods)
+
+
+def test_hang_of_a_rank_is_restarted_below_the_pod_level_pods_untouched(soft_faults) -> None:
+    job, pods = soft_faults
+    assert job.fault_fired("hang-1-32")
+    delta, reasons = job.window("hang-1-32")
+    assert delta["inProcess"] + delta["inJob"] >= 1 and delta["podReschedules"] == 0, delta
+    assert reasons & {"InProcessRestart", "InJobRestart"}
+    assert_soft_run_ok(job, pods)
 
 
 def slot_pod(snap, slot: int) -> dict:
