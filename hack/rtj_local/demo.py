@@ -52,7 +52,8 @@ MIN_STEP_TIME = 0.25
 STARTUP_TIMEOUT = 240
 #: Inside each pod (its private /tmp): one JSON line per step per rank, and "resume" lines.
 TRAIN_LOG_DIR = "/tmp/train-logs"
-JOB_TIMEOUT = 480.0
+#: How long the job may take from creation to Succeeded (about 4 minutes on an idle 2-core machine).
+JOB_TIMEOUT = 540.0
 
 
 @dataclass
@@ -82,8 +83,11 @@ def all_training(snap: Snapshot) -> bool:
 
 
 class Demo:
-    def __init__(self, run_dir: Path, out: Callable[[str], None] = print) -> None:
+    def __init__(
+        self, run_dir: Path, out: Callable[[str], None] = print, job_timeout: float = JOB_TIMEOUT
+    ) -> None:
         self.run_dir = run_dir
+        self.job_timeout = job_timeout
         self.out = out
         self.cluster = LocalCluster(run_dir / "cluster")
         self.agent: NodeAgent | None = None
@@ -195,7 +199,7 @@ class Demo:
         counter = {"InProcess": "inProcess", "InJob": "inJob", "Pod": "podReschedules"}
         stage = 0
         base = {"inProcess": 0, "inJob": 0, "podReschedules": 0}
-        deadline = time.monotonic() + JOB_TIMEOUT
+        deadline = time.monotonic() + self.job_timeout
         self.out(f"== timeline of job {NAMESPACE}/{name}")
         self.out(tl.note(f"fault 1/3 armed: {faults[0].detail}"))
         while time.monotonic() < deadline:
@@ -238,7 +242,7 @@ class Demo:
                     self.out(tl.note(f"fault {stage + 1}/3 injected: {f.detail}"))
             time.sleep(1.0)  # the timeline's refresh period (a display cadence, not a wait for a state)
         else:
-            self.out(tl.note(f"timed out after {JOB_TIMEOUT:.0f} s"))
+            self.out(tl.note(f"timed out after {self.job_timeout:.0f} s"))
             return False
         self.summary(tl, faults)
         return all(f.recovered_at for f in faults)
@@ -318,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rtj_local.demo", description=__doc__.split("\n")[0])
     parser.add_argument("--run-dir", type=Path, default=REPO_ROOT / ".run" / "demo")
     parser.add_argument("--keep", action="store_true", help="keep the run dir (logs) after a successful run")
+    parser.add_argument("--timeout", type=float, default=JOB_TIMEOUT, help="seconds for the job to succeed")
     args = parser.parse_args(argv)
     for name in ("kube-apiserver", "helm", "kubectl"):
         if not bin_path(name).exists():
@@ -331,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",
     )
-    demo = Demo(run_dir)
+    demo = Demo(run_dir, job_timeout=args.timeout)
     t0 = time.monotonic()
     ok = False
     try:
