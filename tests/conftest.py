@@ -1,8 +1,9 @@
 """Fixtures shared by every test directory.
 
-- `cluster` (session): the local control plane (rtj_local.LocalCluster). Reuses a healthy one in the run
-  dir ($RTJ_RUN_DIR, default .run/cluster) and leaves it running; otherwise starts one with 4 fake p5
-  nodes and stops it at the end of the session (RTJ_KEEP_CLUSTER=1 keeps it for debugging).
+- `cluster` (session): the local control plane (rtj_local.LocalCluster) in the run dir ($RTJ_RUN_DIR,
+  default .run/cluster). Reuses a healthy one, else starts one with 4 fake p5 nodes. A cluster started
+  by a session is stopped when the last session using it ends (RTJ_KEEP_CLUSTER=1 keeps it); one
+  started with `make cluster-up` keeps running. Sessions sharing a run dir share the cluster.
 - `kubeconfig` (session): admin kubeconfig path; $RTJ_KUBECONFIG if set (no local cluster is started
   for it), else the local cluster's.
 - `kube` (session): a kubernetes.client.ApiClient built from `kubeconfig`.
@@ -31,15 +32,12 @@ SESSION_NODES = 4
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
     local = LocalCluster()
-    if local.is_healthy():
-        yield local
-        return
-    local.up(nodes=SESSION_NODES, fresh=True)
+    local.acquire(nodes=SESSION_NODES)
     try:
         yield local
     finally:
         if not os.environ.get("RTJ_KEEP_CLUSTER"):
-            local.down()
+            local.release()
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,8 @@ from rtj_local.components import (
 )
 from rtj_local.kubeconfig import build_kubeconfig, write_kubeconfig
 from rtj_local.pki import make_pki
-from rtj_local.procs import log_tail, read_pidfile, spawn, stop
+from rtj_local.procs import log_tail, read_pidfile, spawn, stop, write_pidfile
+from rtj_local.rest import KubeRest
 from rtj_local.versions import BUILD_SCRIPT, REPO_ROOT, bin_path, missing_binaries, versions
 from rtj_local.wait import WaitTimeout, wait_for
 
@@ -119,41 +120,77 @@ class LocalCluster:
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def up(self, nodes: int = 4, fresh: bool = False) -> LocalCluster:
-        """Starts the cluster with `nodes` fake p5 nodes, or reuses a healthy one (unless `fresh`)."""
+        """Starts the cluster with `nodes` fake p5 nodes, or reuses a healthy one (unless `fresh`).
+        A cluster started this way is never stopped by test sessions (see `acquire`)."""
         with self._lock():
-            if not fresh and self.is_healthy():
-                return self
-            self._down_locked()
-            self._ensure_binaries()
-            t0 = time.monotonic()
-            timings: dict[str, float] = {}
+            if fresh or not self.is_healthy():
+                self._up_locked(nodes, owner="cli")
+        return self
 
-            def mark(step: str) -> None:
-                timings[step] = round(time.monotonic() - t0, 1)
+    def _up_locked(self, nodes: int, owner: str) -> None:
+        self._down_locked()
+        self._ensure_binaries()
+        t0 = time.monotonic()
+        timings: dict[str, float] = {}
 
-            try:
-                self._prepare_run_dir()
-                for component in COMPONENTS:
-                    self._spawn(component)
-                    if component in ("etcd", "kube-apiserver"):  # the rest start in parallel
-                        self._wait_healthy(component)
-                        mark(component)
-                for component in COMPONENTS[2:]:
+        def mark(step: str) -> None:
+            timings[step] = round(time.monotonic() - t0, 1)
+
+        try:
+            self._prepare_run_dir()
+            for component in COMPONENTS:
+                self._spawn(component)
+                if component in ("etcd", "kube-apiserver"):  # the rest start in parallel
                     self._wait_healthy(component)
                     mark(component)
-                self._wait_default_service_account()
-                mark("default-service-account")
-                if nodes:
-                    self.create_nodes(nodes_mod.p5_nodes(nodes))
-                    mark("nodes-ready")
-            except BaseException:
+            # Nodes are created right away; KWOK marks them Ready once it is up.
+            node_names = self._create_nodes(nodes_mod.p5_nodes(nodes))
+            for component in COMPONENTS[2:]:
+                self._wait_healthy(component)
+                mark(component)
+            self._wait_default_service_account()
+            mark("default-service-account")
+            self._wait_nodes_ready(node_names, timeout=60)
+            mark("nodes-ready")
+        except BaseException:
+            self._down_locked()
+            raise
+        self._write_env_file()
+        state = self._state()
+        state["started_seconds"] = timings
+        state["owner"] = owner
+        (self.run_dir / "state.json").write_text(json.dumps(state, indent=2))
+
+    def acquire(self, nodes: int = 4) -> bool:
+        """For test sessions: reuses a healthy cluster or starts one, and registers this process as a
+        user. Returns True if this call started it. Pair with `release()`."""
+        with self._lock():
+            started = False
+            if self._users():
+                # In use by another session, which may be in the middle of an outage drill: wait for
+                # it to heal rather than wipe it.
+                wait_for(
+                    self.is_healthy, self.options.start_timeout, 1.0, f"shared cluster in {self.run_dir}"
+                )
+            elif not self.is_healthy():
+                self._up_locked(nodes, owner="session")
+                started = True
+            write_pidfile(self.run_dir / "users" / str(os.getpid()), os.getpid())
+        return started
+
+    def release(self) -> None:
+        """Unregisters this process; the last user stops a cluster that a session started (one started
+        with `up`, e.g. `make cluster-up`, keeps running)."""
+        with self._lock():
+            (self.run_dir / "users" / str(os.getpid())).unlink(missing_ok=True)
+            if not self._users() and self._state().get("owner") == "session":
                 self._down_locked()
-                raise
-            self._write_env_file()
-            state = self._state()
-            state["started_seconds"] = timings
-            (self.run_dir / "state.json").write_text(json.dumps(state, indent=2))
-        return self
+
+    def _users(self) -> list[int]:
+        """Live processes registered by `acquire` (other than this one)."""
+        users = self.run_dir / "users"
+        pids = [read_pidfile(u) for u in users.glob("*")] if users.exists() else []
+        return [p for p in pids if p is not None and p != os.getpid()]
 
     def down(self) -> None:
         """Stops every component (SIGTERM, then SIGKILL) and leaves the run dir (logs) in place."""
@@ -268,17 +305,40 @@ class LocalCluster:
         log = self.log_file(component)
         return f"{component} {what}; last lines of {log}:\n{log_tail(log, 40)}"
 
+    def rest(self) -> KubeRest:
+        """Minimal admin REST client (see rtj_local.rest); tests should prefer the `kube` fixture."""
+        return KubeRest(self.server, self.ca_file, self.admin_token)
+
     def _wait_default_service_account(self) -> None:
         # Pods cannot be created in a namespace before its "default" ServiceAccount exists: a cheap
         # end-to-end check that the controller-manager works.
+        rest = self.rest()
         wait_for(
-            lambda: (
-                self.kubectl("get", "serviceaccount/default", "-n", "default", check=False).returncode == 0
-            ),
+            lambda: rest.get("/api/v1/namespaces/default/serviceaccounts/default"),
             60,
-            0.3,
+            0.2,
             "ServiceAccount default/default (created by kube-controller-manager)",
         )
+
+    def _create_nodes(self, node_objects: Sequence[dict]) -> list[str]:
+        rest = self.rest()
+        for node in node_objects:
+            rest.create("/api/v1/nodes", node)
+        return [n["metadata"]["name"] for n in node_objects]
+
+    def _wait_nodes_ready(self, names: Sequence[str], timeout: float) -> None:
+        rest = self.rest()
+
+        def not_ready() -> list[str]:
+            out = []
+            for name in names:
+                node = rest.get(f"/api/v1/nodes/{name}") or {}
+                conditions = node.get("status", {}).get("conditions", [])
+                if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                    out.append(name)
+            return out
+
+        wait_for(lambda: not not_ready(), timeout, 0.2, lambda: f"nodes to be Ready: {not_ready()}")
 
     # ---- client helpers ---------------------------------------------------------------------------
     def kubectl(
@@ -301,24 +361,28 @@ class LocalCluster:
         self.kubectl("apply", "-f", "-", input=json.dumps(items))
 
     def create_nodes(self, node_objects: Sequence[dict], ready_timeout: float = 60) -> list[str]:
-        """Creates nodes (e.g. from `nodes.p5_nodes(n)`) and, for KWOK-managed ones, waits until Ready."""
-        self.apply(node_objects)
-        names = [n["metadata"]["name"] for n in node_objects]
+        """Creates nodes (e.g. `nodes.p5_nodes(n)`; existing ones are left as they are) and waits until
+        the KWOK-managed ones are Ready. Returns all their names."""
+        names = self._create_nodes(node_objects)
         kwok = [
             n["metadata"]["name"]
             for n in node_objects
             if n["metadata"].get("annotations", {}).get(nodes_mod.KWOK_ANNOTATION_KEY)
             == nodes_mod.KWOK_ANNOTATION_VALUE
+            and n["metadata"].get("labels", {}).get(nodes_mod.KWOK_HEARTBEAT_LABEL) == "true"
         ]
-        if kwok:
-            self.kubectl(
-                "wait",
-                "--for=condition=Ready",
-                f"--timeout={int(ready_timeout)}s",
-                *[f"node/{n}" for n in kwok],
-                timeout=ready_timeout + 10,
-            )
+        self._wait_nodes_ready(kwok, ready_timeout)
         return names
+
+    def stop_node_heartbeat(self, node: str) -> None:
+        """KWOK stops renewing `node`'s Lease and status: after --node-monitor-grace-period (20s) the
+        node lifecycle controller marks it Ready=Unknown and taints it unreachable. Its pods stay as
+        they are (a deleted pod stays Terminating), as on a machine that died."""
+        self.kubectl("label", "node", node, f"{nodes_mod.KWOK_HEARTBEAT_LABEL}-")
+
+    def resume_node_heartbeat(self, node: str) -> None:
+        """KWOK manages `node` again: Ready within seconds, its Lease renewed."""
+        self.kubectl("label", "--overwrite", "node", node, f"{nodes_mod.KWOK_HEARTBEAT_LABEL}=true")
 
     def token_kubeconfig(
         self, token: str, path: Path, user: str = "user", namespace: str | None = None

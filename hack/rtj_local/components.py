@@ -132,6 +132,7 @@ def argv(component: str, run_dir: Path, ports: Mapping[str, int], opts: ClusterO
             # Only nodes carrying the annotation: nodes of the local node agent are left alone.
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={selector}",
+            f"--manage-nodes-with-label-selector={nodes_mod.KWOK_HEARTBEAT_LABEL}=true",
             f"--server-address={loop}:{p[component]}",
             f"--cidr={POD_CIDR}",
             f"--node-ip={loop}",

@@ -14,6 +14,11 @@ from collections.abc import Mapping, Sequence
 KWOK_ANNOTATION_KEY = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 KWOK_ANNOTATIONS: Mapping[str, str] = {KWOK_ANNOTATION_KEY: KWOK_ANNOTATION_VALUE}
+# KWOK also requires this label (`--manage-nodes-with-label-selector`). Unlike the annotation (filtered
+# inside KWOK, never re-evaluated), a label selector is evaluated by the API server: removing the label
+# makes KWOK drop the node and stop renewing its Lease, so the node goes NotReady like a dead machine
+# (see LocalCluster.stop_node_heartbeat). Added by p5_node() to every node carrying KWOK_ANNOTATIONS.
+KWOK_HEARTBEAT_LABEL = "rtj.local/kwok-heartbeat"
 
 INSTANCE_TYPE = "p5.48xlarge"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -50,9 +55,9 @@ def p5_node(
     region: str = DEFAULT_REGION,
     nodegroup: str = DEFAULT_NODEGROUP,
 ) -> dict:
-    """Node manifest of an EKS p5.48xlarge. `annotations` default to KWOK's; `labels` are added last
-    (so they can override any default). Capacity equals allocatable; status is kept by the API server
-    on create, and KWOK's node-initialize stage preserves it."""
+    """Node manifest of an EKS p5.48xlarge. `annotations` default to KWOK's (then the KWOK heartbeat
+    label is added too); `labels` are added last (so they can override any default). Capacity equals
+    allocatable; the API server keeps status on create, and KWOK's node-initialize stage preserves it."""
     node_labels = {
         "kubernetes.io/arch": "amd64",
         "kubernetes.io/os": "linux",
@@ -74,6 +79,9 @@ def p5_node(
         "nvidia.com/gpu.count": "8",
         "nvidia.com/gpu.memory": "81559",
     }
+    node_annotations = dict(KWOK_ANNOTATIONS if annotations is None else annotations)
+    if node_annotations.get(KWOK_ANNOTATION_KEY) == KWOK_ANNOTATION_VALUE:
+        node_labels[KWOK_HEARTBEAT_LABEL] = "true"
     node_labels.update(labels or {})
     return {
         "apiVersion": "v1",
@@ -81,7 +89,7 @@ def p5_node(
         "metadata": {
             "name": name,
             "labels": node_labels,
-            "annotations": dict(KWOK_ANNOTATIONS if annotations is None else annotations),
+            "annotations": node_annotations,
         },
         "spec": {
             "providerID": f"aws:///{zone}/{_instance_id(name)}",

@@ -59,9 +59,13 @@ def spawn(
             env=dict(env) if env is not None else None,
             cwd=cwd,
         )
-    start = _start_time(proc.pid)
-    pidfile.write_text(f"{proc.pid} {start}\n")
+    write_pidfile(pidfile, proc.pid)
     return proc
+
+
+def write_pidfile(pidfile: Path, pid: int) -> None:
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    pidfile.write_text(f"{pid} {_start_time(pid)}\n")
 
 
 def stop(

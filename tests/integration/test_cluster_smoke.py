@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 
 import pytest
 from kubernetes import client
 from rtj_local.cluster import LocalCluster
-from rtj_local.nodes import EFA_RESOURCE, GPU_RESOURCE, GPU_TOLERATION, INSTANCE_TYPE, KWOK_ANNOTATION_KEY
+from rtj_local.nodes import (
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    GPU_TOLERATION,
+    INSTANCE_TYPE,
+    KWOK_ANNOTATION_KEY,
+    KWOK_HEARTBEAT_LABEL,
+    p5_node,
+)
 from rtj_local.versions import bin_path, versions
 from rtj_local.wait import wait_for
 
@@ -108,3 +117,52 @@ def test_service_account_kubeconfig_authenticates_as_the_service_account(
         [bin_path("kubectl"), f"--kubeconfig={kubeconfig}", "get", "nodes"], capture_output=True, text=True
     )
     assert denied.returncode != 0 and "forbidden" in denied.stderr.lower()
+
+
+def node_ready_status(core: client.CoreV1Api, name: str) -> str | None:
+    node = core.read_node(name)
+    return next((c.status for c in node.status.conditions or [] if c.type == "Ready"), None)
+
+
+def test_node_goes_not_ready_when_its_heartbeat_stops_and_recovers(
+    cluster: LocalCluster, kube: client.ApiClient
+) -> None:
+    core = client.CoreV1Api(kube)
+    name = f"hb-{uuid.uuid4().hex[:6]}"
+    cluster.create_nodes([p5_node(name)])
+    try:
+        cluster.stop_node_heartbeat(name)
+        # The node lifecycle controller notices the stale Lease after --node-monitor-grace-period.
+        wait_for(
+            lambda: node_ready_status(core, name) == "Unknown", timeout=60, message=f"{name} Ready=Unknown"
+        )
+        taints = {t.key for t in core.read_node(name).spec.taints or []}
+        assert "node.kubernetes.io/unreachable" in taints
+
+        cluster.resume_node_heartbeat(name)
+        wait_for(lambda: node_ready_status(core, name) == "True", timeout=60, message=f"{name} Ready again")
+    finally:
+        core.delete_node(name)
+
+
+def test_kwok_leaves_nodes_without_its_annotation_alone(
+    cluster: LocalCluster, kube: client.ApiClient
+) -> None:
+    core = client.CoreV1Api(kube)
+    suffix = uuid.uuid4().hex[:6]
+    # A node of the local node agent: same builder, another annotation.
+    other = p5_node(f"agent-{suffix}", annotations={"rtj.local/node-agent": "true"})
+    assert KWOK_HEARTBEAT_LABEL not in other["metadata"]["labels"]
+    try:
+        # create_nodes returns once the KWOK node is Ready: KWOK has processed both by then.
+        cluster.create_nodes([other, p5_node(f"kwok-{suffix}")])
+        assert node_ready_status(core, f"agent-{suffix}") is None
+        assert (
+            client.CoordinationV1Api(kube)
+            .list_namespaced_lease("kube-node-lease", field_selector=f"metadata.name=agent-{suffix}")
+            .items
+            == []
+        )
+    finally:
+        core.delete_node(f"agent-{suffix}")
+        core.delete_node(f"kwok-{suffix}")
