@@ -145,9 +145,18 @@ def test_deletion_cleans_up_children_and_quarantine(env: Callable[..., OperatorE
     until(gone, None, 90, e.explain("train"))  # garbage collection: pods -> Leases, job -> pods, Service
     taints = e.core.read_node(bad.spec.node_name).spec.taints or []
     assert not [x for x in taints if x.key == contract.QUARANTINE_TAINT_KEY], "finalizer removed our taint"
-    with pytest.raises(client.ApiException) as missing:
-        e.core.read_persistent_volume(f"rtj-{e.namespace}-train-fsx")
-    assert missing.value.status == 404, "finalizer removed the cluster-scoped FSx PV"
+
+    # The finalizer deletes the FSx PV; pv-protection lets it go once GC removed its PVC.
+    def pv_gone() -> bool:
+        try:
+            e.core.read_persistent_volume(f"rtj-{e.namespace}-train-fsx")
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    until(pv_gone, None, 60, e.explain("train"))
 
 
 def test_operator_restart_changes_nothing_and_counts_nothing_twice(
