@@ -117,7 +117,9 @@ def test_children_and_soft_faults_counted_without_touching_pods(env: Callable[..
     assert 'rtj_recovery_seconds_count{level="InProcess"} 1.0' in text
 
 
-def test_silence_replaces_one_pod_and_quarantines_its_node(env: Callable[..., OperatorEnv]) -> None:
+def test_silence_replaces_one_pod_and_quarantines_its_node(
+    env: Callable[..., OperatorEnv], kubectl: Any
+) -> None:
     e = env(nodes=3)
     e.create_job("train", 2)
     t = e.trainers("train")
@@ -149,6 +151,10 @@ def test_silence_replaces_one_pod_and_quarantines_its_node(env: Callable[..., Op
         and reasons.RECOVERED in evs
     )
     assert 'rtj_recovery_seconds_count{level="Pod"} 1.0' in e.operator.metrics()
+    # What a user sees (shown with pytest -rP).
+    print(kubectl("get", "rtj", "-n", e.namespace, "-o", "wide").stdout)
+    print(kubectl("get", "pods", "-n", e.namespace, "-o", "wide").stdout)
+    print(kubectl("describe", "rtj", "train", "-n", e.namespace).stdout)
 
 
 def test_exit_70_is_replaced_and_exit_93_fails_the_job(env: Callable[..., OperatorEnv]) -> None:
