@@ -146,6 +146,9 @@ def install_chart(
     def install(
         release: str, namespace: str, *set_values: str, values: dict[str, Any] | None = None
     ) -> ChartRelease:
+        # Suffixed like the test namespace: a run interrupted before uninstalling leaves cluster-scoped
+        # ClusterRoles behind, which must not block the next run's install.
+        release = f"{release}-{namespace.rsplit('-', 1)[-1]}"
         args = ["install", release, str(CHART), "--namespace", namespace, "--skip-crds", "--timeout", "2m"]
         args += ["--set", "operator.replicas=0"]
         if values:

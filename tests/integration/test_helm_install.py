@@ -61,7 +61,9 @@ def test_operator_pod_is_admitted_under_the_restricted_pod_security_standard(
     assert "kubectl get rtj" in release.notes
 
     def operator_pods() -> list[client.V1Pod]:
-        return core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/instance=psa").items
+        return core.list_namespaced_pod(
+            namespace, label_selector=f"app.kubernetes.io/instance={release.name}"
+        ).items
 
     def failed_create_events() -> str:
         events = core.list_namespaced_event(namespace).items
@@ -73,6 +75,6 @@ def test_operator_pod_is_admitted_under_the_restricted_pod_security_standard(
     (container,) = pod.spec.containers
     assert container.security_context.read_only_root_filesystem is True
     assert pod.spec.security_context.run_as_non_root is True
-    assert pod.spec.service_account_name == "psa-resilient-training-operator"
+    assert pod.spec.service_account_name == f"{release.name}-resilient-training-operator"
     env = {e.name: e.value for e in container.env if e.value is not None}
     assert env["RTJ_ALLOW_PRIVILEGED_JOBS"] == "false"

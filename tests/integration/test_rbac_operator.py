@@ -96,8 +96,8 @@ def operator_sa(namespace: str, release: str) -> str:
 
 
 def test_operator_all_namespaces(kubectl, install_chart, namespace: str) -> None:
-    install_chart("rbac-all", namespace)
-    sa = operator_sa(namespace, "rbac-all")
+    release = install_chart("rbac-all", namespace)
+    sa = operator_sa(namespace, release.name)
     check(kubectl, sa, OPERATOR_NAMESPACED_YES, namespace, expected=True)
     check(kubectl, sa, OPERATOR_NAMESPACED_YES, "default", expected=True)  # ClusterRoleBinding: everywhere
     check(kubectl, sa, OPERATOR_NO, namespace, expected=False)
@@ -114,8 +114,8 @@ def test_operator_all_namespaces(kubectl, install_chart, namespace: str) -> None
 def test_operator_watching_one_namespace_gets_namespaced_rights_only_there(
     kubectl, install_chart, namespace: str
 ) -> None:
-    install_chart("rbac-ns", namespace, f"operator.watchNamespaces={{{namespace}}}")
-    sa = operator_sa(namespace, "rbac-ns")
+    release = install_chart("rbac-ns", namespace, f"operator.watchNamespaces={{{namespace}}}")
+    sa = operator_sa(namespace, release.name)
     check(kubectl, sa, OPERATOR_NAMESPACED_YES, namespace, expected=True)
     check(kubectl, sa, OPERATOR_NAMESPACED_YES, "default", expected=False)
     check(kubectl, sa, OPERATOR_CLUSTER_YES, None, expected=True)
