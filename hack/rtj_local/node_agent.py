@@ -534,7 +534,11 @@ class NodeAgent:
             self._runs.pop(run.uid, None)
 
     def _kill_all(self, run: _PodRun) -> None:
-        pids = _pids_in_ns(run.mnt_ns) if run.mnt_ns else []
+        """SIGKILL every process of the pod. The pod's mount namespace is forgotten afterwards: once
+        its processes are gone the kernel may give its inode number to a new pod's namespace."""
+        with self._lock:
+            ns, run.mnt_ns = run.mnt_ns, None
+        pids = _pids_in_ns(ns) if ns else []
         if run.proc is not None and run.proc.poll() is None:
             pids.append(run.proc.pid)
         for pid in pids:
