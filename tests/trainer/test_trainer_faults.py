@@ -157,7 +157,7 @@ def test_no_progress_stops_with_do_not_restart(make_job) -> None:
 
 @pytest.mark.parametrize("victim", ["pod hosting rank 0", "pod without rank 0"])
 def test_lost_pod_is_replaced_and_training_continues(make_job, victim: str) -> None:
-    job = make_job(config={"rankHeartbeatTimeoutSeconds": 5})
+    job = make_job(config={"rankHeartbeatTimeoutSeconds": 10})
     job.start()
     events = job.wait_step(40, 240)
     rank0_launcher = max((e for e in events if e["rank"] == 0), key=lambda e: e["t"])["ppid"]

@@ -85,7 +85,7 @@ class ToyJob:
             "rdzvId": f"toy-{self.port}",
             "maxInJobRestarts": 3,
             "heartbeatIntervalSeconds": 1,
-            "rankHeartbeatTimeoutSeconds": 8,
+            "rankHeartbeatTimeoutSeconds": 20,
             "rankInitialTimeoutSeconds": 90,
             "inProcess": {
                 "enabled": True,
@@ -116,6 +116,7 @@ class ToyJob:
             # Fail collectives fast on a dead peer (well under the in-process hard timeout).
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "3",
             "RTJ_TERMINATION_GRACE_SECONDS": "10",
+            "RTJ_LAUNCHER_EXIT_TIMEOUT_SECONDS": "60",
             "OMP_NUM_THREADS": "1",
             "PYTHONUNBUFFERED": "1",
             **self.env,

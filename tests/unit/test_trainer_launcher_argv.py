@@ -142,3 +142,19 @@ def test_rank_env_round_trips_through_rank_env() -> None:
     assert (r.in_process.soft_timeout_seconds, r.in_process.hard_timeout_seconds) == (60, 90)
     assert r.collective_timeout_seconds < r.in_process.hard_timeout_seconds
     assert r.dist_backend == "gloo"
+
+
+def test_exit_watch_fires_once_after_all_ranks_finished_for_the_timeout() -> None:
+    from rtj.contract import Heartbeat, PodState
+    from rtj_trainer.entrypoint import ExitWatch
+
+    w = ExitWatch(60)
+    done, training = Heartbeat(state=PodState.FINISHED), Heartbeat(state=PodState.TRAINING)
+    assert not w.launcher_stuck(None, now=0)
+    assert not w.launcher_stuck(done, now=10)
+    assert not w.launcher_stuck(training, now=65)  # not all finished: the clock restarts
+    assert not w.launcher_stuck(done, now=70)
+    assert not w.launcher_stuck(done, now=129)
+    assert w.launcher_stuck(done, now=130)
+    assert w.fired
+    assert not w.launcher_stuck(done, now=200)

@@ -43,6 +43,7 @@ from rtj.contract import (
     ExitCode,
     Fault,
     FaultSeverity,
+    Heartbeat,
     PodState,
     TrainerConfig,
 )
@@ -60,6 +61,34 @@ DEFAULT_GRACE_SECONDS = 30.0
 #: Seconds ft_launcher waits between SIGTERM and SIGKILL when it stops ranks to restart them.
 WORKERS_STOP_TIMEOUT_SECONDS = 10
 PROGRESS_FILE_NAME = "checkpoint-iteration"
+#: Seconds ft_launcher may linger after every rank finished before it is killed. Its exit barrier
+#: waits up to 300 s for the other pods' workers, so the default stays above that.
+ENV_LAUNCHER_EXIT_TIMEOUT = "RTJ_LAUNCHER_EXIT_TIMEOUT_SECONDS"
+DEFAULT_LAUNCHER_EXIT_TIMEOUT = 360.0
+
+
+class ExitWatch:
+    """Notices a launcher that does not exit although all of its ranks finished.
+
+    Seen with NVRx 0.4.1 under heavy CPU load: the agent logged its exit, but the process stayed
+    (waiting on its rank-monitor subprocesses), so the pod would never complete.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.fired = False
+        self._since: float | None = None
+
+    def launcher_stuck(self, hb: Heartbeat | None, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        if hb is None or hb.state != PodState.FINISHED:
+            self._since = None
+            return False
+        self._since = self._since if self._since is not None else now
+        if not self.fired and now - self._since >= self.timeout:
+            self.fired = True
+            return True
+        return False
 
 
 class ConfigError(Exception):
@@ -211,6 +240,7 @@ def launch(grace_seconds: float) -> int:
 
     kill_deadline: float | None = None
     no_progress = False
+    exit_watch = ExitWatch(float(os.environ.get(ENV_LAUNCHER_EXIT_TIMEOUT, DEFAULT_LAUNCHER_EXIT_TIMEOUT)))
     while True:
         try:
             rc = proc.wait(timeout=0.5)
@@ -233,8 +263,16 @@ def launch(grace_seconds: float) -> int:
             kill_deadline = time.monotonic() + grace_seconds
         if no_progress and kill_deadline is not None and time.monotonic() >= kill_deadline:
             _kill_group(proc)
+        if exit_watch.launcher_stuck(agent.last):
+            log.warning(
+                "every rank finished %.0f s ago but ft_launcher has not exited: killing it",
+                exit_watch.timeout,
+            )
+            _kill_group(proc)
     # Workers the launcher left behind (e.g. it was SIGKILLed) must not outlive the pod's main process.
     _kill_group(proc)
+    if exit_watch.fired:
+        rc = 0  # the training itself completed on every rank
     if rc != 0 and not terminate.is_set() and not no_progress:
         # The launcher gave up after a cycle whose workers never restarted (0.7 stops on its own
         # no-progress rule before starting new workers): that last cycle counts too.
