@@ -39,12 +39,13 @@ def install_chart(
     cluster: LocalCluster,
     trainer_namespaces: list[str],
     namespace: str = OPERATOR_NAMESPACE,
+    release: str = RELEASE,
     timeout: float = 120,
 ) -> None:
     """`helm upgrade --install` with operator.replicas=0 and the trainer ServiceAccount in
     `trainer_namespaces` (which must exist)."""
     cmd = [
-        str(bin_path("helm")), "upgrade", "--install", RELEASE, str(CHART),
+        str(bin_path("helm")), "upgrade", "--install", release, str(CHART),
         f"--kubeconfig={cluster.kubeconfig}", f"--namespace={namespace}", "--create-namespace",
         "--set", "operator.replicas=0",
         "--set-json", f"trainer.namespaces={json.dumps(trainer_namespaces)}",
@@ -71,10 +72,17 @@ class OperatorProcess:
 
     POD_NAME = "local-operator"
 
-    def __init__(self, cluster: LocalCluster, run_dir: Path, namespace: str = OPERATOR_NAMESPACE) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        run_dir: Path,
+        namespace: str = OPERATOR_NAMESPACE,
+        release: str = RELEASE,
+    ) -> None:
         self.cluster = cluster
         self.run_dir = Path(run_dir)
         self.namespace = namespace
+        self.release = release
         self.log_path = self.run_dir / "operator.log"
         self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -83,10 +91,12 @@ class OperatorProcess:
         items = raw.request(
             "GET",
             f"/apis/apps/v1/namespaces/{self.namespace}/deployments",
-            labelSelector=f"app.kubernetes.io/instance={RELEASE}",
+            labelSelector=f"app.kubernetes.io/instance={self.release}",
         )["items"]
         if len(items) != 1:
-            raise RuntimeError(f"expected one operator Deployment of release {RELEASE}, found {len(items)}")
+            raise RuntimeError(
+                f"expected one operator Deployment of release {self.release}, found {len(items)}"
+            )
         return items[0]
 
     def start(self, raw: RawApi) -> OperatorProcess:

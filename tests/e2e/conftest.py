@@ -1,9 +1,10 @@
-"""End-to-end fixtures (see e2e_helpers for what they build): `e2e_stack` (session), `run_job`
+"""End-to-end fixtures (see e2e_helpers for what they build): `e2e_stack` (module), `run_job`
 (function) and `module_jobs` (module)."""
 
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 
@@ -11,6 +12,8 @@ import pytest
 from e2e_helpers import (
     AGENT_NODES,
     NAMESPACE,
+    OPERATOR_NAMESPACE,
+    RELEASE,
     E2EStack,
     JobRun,
     Jobs,
@@ -23,11 +26,11 @@ from rtj_local.cluster import LocalCluster
 from rtj_local.node_agent import AGENT_LABEL, NodeAgent
 from rtj_local.rawapi import RawApi
 from rtj_local.stack import OperatorProcess, install_chart
-from rtj_local.versions import REPO_ROOT
+from rtj_local.versions import REPO_ROOT, bin_path
 from rtj_local.wait import wait_for
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def e2e_stack(cluster: LocalCluster) -> Iterator[E2EStack]:
     run_dir = REPO_ROOT / ".run" / f"e2e-{time.strftime('%H%M%S')}"
     raw = RawApi(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
@@ -40,19 +43,24 @@ def e2e_stack(cluster: LocalCluster) -> Iterator[E2EStack]:
     if raw.get(f"/api/v1/namespaces/{NAMESPACE}") is None:
         raw.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     agent = NodeAgent(cluster.kubeconfig, run_dir / "agent", AGENT_NODES, lease_duration_seconds=20)
-    operator = OperatorProcess(cluster, run_dir / "operator")
+    operator = OperatorProcess(cluster, run_dir / "operator", OPERATOR_NAMESPACE, RELEASE)
     try:
         agent.start()
         wait_for(lambda: agent_nodes_schedulable(raw), timeout=90, message="agent nodes Ready, untainted")
-        install_chart(cluster, trainer_namespaces=[NAMESPACE])
+        install_chart(cluster, [NAMESPACE], OPERATOR_NAMESPACE, RELEASE)
         operator.start(raw)
         yield E2EStack(cluster, raw, agent, operator, run_dir)
     finally:
         operator.stop()
         agent.stop()
         set_unschedulable(raw, others, False)
-        with contextlib.suppress(ApiException):
-            raw.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}")
+        subprocess.run(
+            [str(bin_path("helm")), "uninstall", RELEASE, f"--namespace={OPERATOR_NAMESPACE}",
+             f"--kubeconfig={cluster.kubeconfig}", "--wait"], capture_output=True, check=False,
+        )  # fmt: skip
+        for ns in (NAMESPACE, OPERATOR_NAMESPACE):
+            with contextlib.suppress(ApiException):
+                raw.request("DELETE", f"/api/v1/namespaces/{ns}")
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """End-to-end helpers: the real operator process + the local node agent + real trainer processes.
 
-`e2e_stack` (session): on the session's LocalCluster, a node agent with 4 p5-shaped nodes (the
+`e2e_stack` (module): on the session's LocalCluster, a node agent with 4 p5-shaped nodes (the
 kubelet stand-in; pods become process groups), the Helm chart (operator.replicas=0, trainer
 ServiceAccount in the e2e namespace) and the operator as a local process with the chart's RBAC.
 While it runs, the cluster's other (KWOK) nodes are cordoned so that no pod of ours lands on a node
@@ -33,6 +33,9 @@ from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint_format import committed_steps
 
 NAMESPACE = "rtj-e2e"
+#: A release of its own, so that the integration tests' release ("rtj" in rtj-system) is untouched.
+RELEASE = "rtj-e2e"
+OPERATOR_NAMESPACE = "rtj-e2e-system"
 AGENT_NODES = [f"e2e-p5-{i}" for i in range(4)]
 JOBS_PATH = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NAMESPACE}/{PLURAL}"
 
