@@ -99,7 +99,7 @@ build_k8s() {
   local out
   out="$(mktemp -d "$BIN/.k8s.XXXXXX")"
   # One `go build` of all three mains shares the compiled packages; -p 2 suits 2 cores / 24 GiB.
-  run_logged k8s env -C "$ROOT/hack/k8s" CGO_ENABLED=0 go build -p "${GO_PARALLEL:-2}" -trimpath \
+  run_logged k8s env -C "$ROOT/hack/k8s" CGO_ENABLED=0 go build -p "${GO_PARALLEL:-2}" -trimpath -buildvcs=false \
     -ldflags "$ldflags" -o "$out/" "${names[@]/#/k8s.io/kubernetes/cmd/}"
   local n
   for n in "${names[@]}"; do mv "$out/$n" "$BIN/$n-$K8S_VERSION"; done
@@ -119,7 +119,7 @@ build_etcd() {
   fi
   log "etcd $ETCD_VERSION: building"
   local out="$BIN/.etcd-$ETCD_VERSION.tmp"
-  run_logged etcd env -C "$ROOT/hack/etcd" CGO_ENABLED=0 go build -p "${GO_PARALLEL:-2}" -trimpath \
+  run_logged etcd env -C "$ROOT/hack/etcd" CGO_ENABLED=0 go build -p "${GO_PARALLEL:-2}" -trimpath -buildvcs=false \
     -ldflags "-s -w" -o "$out" .
   mv "$out" "$BIN/etcd-$ETCD_VERSION"
   log "etcd $ETCD_VERSION: built"
@@ -134,7 +134,7 @@ build_kwok() {
   log "kwok $KWOK_VERSION: building"
   local out
   out="$(mktemp -d "$BIN/.kwok.XXXXXX")"
-  run_logged kwok env GOBIN="$out" CGO_ENABLED=0 go install -p "${GO_PARALLEL:-2}" -trimpath \
+  run_logged kwok env GOBIN="$out" CGO_ENABLED=0 go install -p "${GO_PARALLEL:-2}" -trimpath -buildvcs=false \
     -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   # kwok ships no default behaviour: node and pod lifecycles are "Stage" objects loaded with --config.
   # We use its upstream "fast" set (node-initialize, node-heartbeat-with-lease, pod-ready,

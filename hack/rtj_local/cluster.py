@@ -245,10 +245,15 @@ class LocalCluster:
                 raise ClusterError(f"{BUILD_SCRIPT} did not produce: {', '.join(missing)}")
 
     def _prepare_run_dir(self) -> None:
+        # A fresh start: empty etcd, new tokens and logs. Keys and certificates are kept (they take
+        # seconds to make on a busy machine and nothing depends on them being new).
         if self.run_dir.exists():
-            shutil.rmtree(self.run_dir)
-        for sub in ("logs", "pids", "etcd", "kubeconfigs"):
+            for child in self.run_dir.iterdir():
+                if child.name != "pki":
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+        for sub in ("logs", "pids", "kubeconfigs"):
             (self.run_dir / sub).mkdir(parents=True)
+        (self.run_dir / "etcd").mkdir(mode=0o700)
         make_pki(self.pki)
         ports = {c: _free_port() for c in COMPONENTS}
         ports["etcd-peer"] = _free_port()
