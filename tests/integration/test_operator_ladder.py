@@ -217,21 +217,51 @@ def test_node_not_ready_replaces_its_pod(env: Callable[..., OperatorEnv]) -> Non
     e.create_job("train", 2)
     t = e.trainers("train")
     until(running(e, "train", 2), t, 90, e.explain("train"))
-    lost = e.workers("train")[0]
+    rdzv_node = e.core.read_namespaced_pod("train-rdzv", e.namespace).spec.node_name
+    # A worker whose node does not also host the rendezvous pod (that one is covered below).
+    slot, lost = next((s, p) for s, p in sorted(e.workers("train").items()) if p.spec.node_name != rdzv_node)
     make_node_not_ready(e.core, lost.spec.node_name)
     until(
         lambda: (
-            (p := e.workers("train").get(0)) is not None
-            and p.metadata.name == "train-n0-a1"
+            (p := e.workers("train").get(slot)) is not None
+            and p.metadata.name == f"train-n{slot}-a1"
             and bool(p.spec.node_name)
         ),
         t,
         60,
         e.explain("train"),
     )
-    assert e.workers("train")[0].spec.node_name != lost.spec.node_name
-    assert reasons.NODE_NOT_READY in reasons_of(events(e.core, e.namespace, "train"))
+    assert e.workers("train")[slot].spec.node_name != lost.spec.node_name
+    assert reasons_of(events(e.core, e.namespace, "train")).count(reasons.NODE_NOT_READY) == 1
     assert e.status("train")["restarts"]["podReschedules"] == 1
+    until(running(e, "train", 2), t, 60, e.explain("train"))
+
+
+def test_rendezvous_pod_on_a_lost_node_is_recreated_and_counted(env: Callable[..., OperatorEnv]) -> None:
+    e = env(nodes=3)
+    e.create_job("train", 2)
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    old = e.core.read_namespaced_pod("train-rdzv", e.namespace)
+    workers_on_node = [s for s, p in e.workers("train").items() if p.spec.node_name == old.spec.node_name]
+    make_node_not_ready(e.core, old.spec.node_name)
+
+    def recreated() -> bool:
+        pods = e.core.list_namespaced_pod(e.namespace, field_selector="metadata.name=train-rdzv").items
+        return bool(pods) and pods[0].metadata.uid != old.metadata.uid and pods[0].status.phase == "Running"
+
+    until(recreated, t, 60, e.explain("train"))
+    until(lambda: e.status("train")["rendezvousPodUid"] != old.metadata.uid, t, 30, e.explain("train"))
+    assert e.core.read_namespaced_pod("train-rdzv", e.namespace).spec.node_name != old.spec.node_name
+    evs = reasons_of(events(e.core, e.namespace, "train"))
+    assert evs.count(reasons.RENDEZVOUS_LOST) == 1
+    # The rendezvous pod counts as one pod-level recovery, plus the worker that shared its node.
+    until(
+        lambda: e.status("train")["restarts"]["podReschedules"] == 1 + len(workers_on_node),
+        t,
+        30,
+        e.explain("train"),
+    )
 
 
 def test_deleted_pod_is_replaced_once(env: Callable[..., OperatorEnv]) -> None:
