@@ -107,7 +107,7 @@ def main() -> None:
         print(f"[ckpt_stall] warm: step {one_step():.3f} s", flush=True)
     else:
         one_step()
-    params = sum(p.numel() for p in model.parameters())
+    params = sum(p.numel() for p in model.parameters())  # DTensor numel: the global size
 
     # Floor: a synchronous copy of the rank's whole state into (pre-allocated) pinned host memory.
     probe = CheckpointManager(os.path.join(a.dir, "floor"), rank=rank, world_size=world, interval_steps=10**9)
@@ -259,7 +259,7 @@ def summarize(
     base_total: float,
 ) -> str:
     lines = [
-        f"params {params * world / 1e9:.2f} B, state per rank {state_bytes / 1e9:.2f} GB, "
+        f"params {params / 1e9:.2f} B, state per rank {state_bytes / 1e9:.2f} GB, "
         f"{a.steps} steps per mode, save every {a.interval} steps, world {world}",
         f"floor (copy of a rank's state to pinned host memory): {floor:.3f} s",
         "| mode | median step s | saves | skipped | stall per save s (max over ranks) | mean stall s "

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import itertools
 
-from rtj_trainer.examples.fsdp_train import ModelConfig, build, synthetic_batch
+from rtj_trainer.examples.fsdp_train import ModelConfig, build, host_float, synthetic_batch
 
 td = datetime.timedelta
 WRAPPER_CONFIGS: dict[str, dict[str, Any]] = {
@@ -112,16 +112,18 @@ def main() -> None:
             rank=rank,
             world_size=world,
             timeout=td(seconds=20 if cuda else 1),
-            **({"device_id": device} if cuda else {}),
         )
-        model, optim = build(cfg, device, lr=1e-4, seed=1, bf16=cuda, init_weights="model" not in memory)
-        if "model" in memory:  # take the state kept in memory by the previous iteration
+        model, optim = build(cfg, device, lr=1e-4, seed=1, bf16=cuda, init_weights="optim" not in memory)
+        if "optim" in memory:  # take the state kept in memory by the previous iteration
+            # The optimizer holds the sharded DTensor parameters; the module may still hold the
+            # unsharded ones if the fault hit inside forward/backward.
+            old_optim = memory["optim"]
+            olds = [p for g in old_optim.param_groups for p in g["params"]]
+            news = [p for g in optim.param_groups for p in g["params"]]
             with torch.no_grad():
-                for p_new, p_old in zip(model.parameters(), memory["model"].parameters(), strict=True):
+                for p_new, p_old in zip(news, olds, strict=True):
                     p_new.to_local().copy_(p_old.to_local())
-                old_state = memory["optim"].state
-                for p_new, p_old in zip(model.parameters(), memory["model"].parameters(), strict=True):
-                    if p_old in old_state:
+                    if p_old in old_optim.state:
                         optim.state[p_new] = {
                             k: (
                                 type(p_new).from_local(
@@ -134,7 +136,7 @@ def main() -> None:
                                 if hasattr(v, "to_local")
                                 else v
                             )
-                            for k, v in old_state[p_old].items()
+                            for k, v in old_optim.state[p_old].items()
                         }
         memory["model"], memory["optim"] = model, optim
         note(event="built", iteration=it)
@@ -148,7 +150,7 @@ def main() -> None:
             loss.backward()
             optim.step()
             optim.zero_grad(set_to_none=True)
-            float(loss.detach())
+            host_float(loss.detach())  # polls: a blocking sync would not see the wrapper's abort
             memory["step"] = step + 1
             note(event="step", iteration=it, step=step + 1)
         dist.barrier()
@@ -190,7 +192,7 @@ def main() -> None:
         "config": a.config,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "world": world,
-        "params_b": round(sum(p.numel() for p in memory["model"].parameters()) * world / 1e9, 3),
+        "params_b": round(sum(p.numel() for p in memory["model"].parameters()) / 1e9, 3),  # global
         "reenter_s": round(reenter - fault, 3),
         "model_ready_s": round(built - fault, 3),
         "first_step_done_s": round(first - fault, 3),

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import queue
 import random
@@ -74,6 +75,8 @@ from .checkpoint_format import (
     write_failed_marker,
     write_file_atomic,
 )
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CheckpointError", "CheckpointManager", "Resumed", "latest_committed"]
 
@@ -388,25 +391,26 @@ class CheckpointManager:
     def load_latest(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
     ) -> Resumed | None:
-        """Load the newest committed, valid checkpoint into model/optimizer; None if there is none.
+        """Load the newest committed checkpoint that every rank can read intact; None if none.
 
-        With a group, ranks agree on the step (the minimum of what each sees), so a commit landing
-        while ranks list the directory cannot make them load different steps.
+        Each rank reads its own shard, checking sizes and CRC32; a torn or corrupt one makes the
+        ranks agree (MIN all-reduce) on an older step, so all ranks always load the same step.
+        Resuming needs the world size the checkpoint was written with (checked).
         """
-        step = latest_committed(self.root, world_size=self.world_size)
-        if self._group is not None or self._dist_ready():
-            import torch.distributed as dist
-
-            t = torch.tensor([-1 if step is None else step], dtype=torch.int64)
-            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self._group)
-            agreed = int(t.item())
-            step = None if agreed < 0 else agreed
-        if step is None:
-            return None
-        ckpt_dir = os.path.join(self.root, committed_name(step))
-        manifest = Manifest.read(ckpt_dir)
-        saved = read_shard(ckpt_dir, self.rank, manifest)
-        skeleton, loaded = saved
+        steps = committed_steps(self.root)
+        bound: int | None = None
+        while True:
+            mine, shard = self._newest_readable(steps, bound)
+            agreed = self._all_min(-1 if mine is None else mine)
+            if agreed < 0:
+                return None
+            if mine != agreed:
+                _, shard = self._newest_readable([agreed], agreed)
+            if self._all_min(1 if shard is not None else 0) == 1:
+                break
+            bound = agreed - 1
+        assert shard is not None
+        manifest, (skeleton, loaded) = shard
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
 
         current = _state_of(model, optimizer)
@@ -416,8 +420,44 @@ class CheckpointManager:
             set_model_state_dict(model, state["model"])
         else:
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        self.last_committed = step
-        return Resumed(step=step, extra=dict(state.get("extra") or manifest.extra))
+        self.last_committed = agreed
+        return Resumed(step=agreed, extra=dict(state.get("extra") or manifest.extra))
+
+    def _newest_readable(
+        self, steps: list[int], bound: int | None
+    ) -> tuple[int | None, tuple[Manifest, tuple[Any, list[torch.Tensor]]] | None]:
+        for step in steps:
+            if bound is not None and step > bound:
+                continue
+            ckpt_dir = os.path.join(self.root, committed_name(step))
+            try:
+                manifest = Manifest.read(ckpt_dir)
+            except CheckpointError as e:
+                log.warning("skipping checkpoint: %s", e)
+                continue
+            if manifest.world_size != self.world_size:
+                # Never fall back silently: a fresh start would prune the job's real checkpoints.
+                raise CheckpointError(
+                    f"{ckpt_dir} was written by {manifest.world_size} ranks, this job has "
+                    f"{self.world_size}; resuming on another world size is not supported"
+                )
+            try:
+                return step, (manifest, read_shard(ckpt_dir, self.rank, manifest))
+            except (CheckpointError, OSError) as e:
+                log.warning("skipping checkpoint: %s", e)
+                self._events.put(
+                    CheckpointEvent("fault", step, datetime.now(UTC), "CheckpointUnreadable", str(e))
+                )
+        return None, None
+
+    def _all_min(self, value: int) -> int:
+        if self.world_size > 1 and (self._group is not None or self._dist_ready()):
+            import torch.distributed as dist
+
+            t = torch.tensor([value], dtype=torch.int64)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self._group)
+            return int(t.item())
+        return value
 
     # --- internals ------------------------------------------------------------------------------
     def _dist_ready(self) -> bool:

@@ -162,6 +162,21 @@ def _local_chunk(full: torch.Tensor, dtensor: Any) -> torch.Tensor:
     return distribute_tensor(full, dtensor.device_mesh, dtensor.placements, src_data_rank=None).to_local()
 
 
+def host_float(t: torch.Tensor) -> float:
+    """`float(t)` without blocking inside CUDA: poll an event so the thread returns to Python often.
+
+    NVRx's in-process restart aborts NCCL and raises into the training thread asynchronously; a
+    thread blocked in a CUDA synchronize behind a collective that waits for a failed peer never
+    sees it (measured on 2xH200: the rank hung until the NCCL watchdog killed it).
+    """
+    if t.is_cuda:
+        done = torch.cuda.Event()
+        done.record()
+        while not done.query():
+            time.sleep(0.0002)
+    return float(t)
+
+
 # --- fault injection ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fault:
@@ -332,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
             loss.backward()
             optim.step()
             optim.zero_grad(set_to_none=True)
-            loss_value = float(loss.detach())  # one host sync per step: the loss is logged
+            loss_value = host_float(loss.detach())  # one host sync per step: the loss is logged
             outcome, snap, copy_s = "", 0.0, None
             if ckpt is not None and copy_pending:
                 copy_s = ckpt.copy_seconds()  # the last snapshot's GPU copy (done: the step synced)
