@@ -67,6 +67,7 @@ class FaultRecord:
     checkpoint_at_injection: int | None = None
     reasons: list[str] = field(default_factory=list)
     detail: str = ""
+    first_event: int = 0  # index in the timeline's Events where this fault's window starts
 
 
 def min_step(snap: Snapshot) -> int:
@@ -214,9 +215,14 @@ class Demo:
             if stage < len(faults):
                 f = faults[stage]
                 key = counter[f.expected_level]
-                if stage == 0 and not f.injected_at and all_training(snap) and min_step(snap) >= 1:
-                    f.injected_at, f.step_at_injection = snap.t, min_step(snap)
+                if stage == 0 and not f.injected_at and (fired := self._fired_at(tl)) is not None:
+                    f.injected_at, f.step_at_injection = fired, EXCEPTION_STEP - 1
                     f.checkpoint_at_injection = snap.checkpoint_step
+                    self.out(
+                        tl.note(
+                            f"fault 1/3 fired (its marker in the checkpoint dir appeared at t+{fired:.1f}s)"
+                        )
+                    )
                 if f.injected_at and f.detected_at is None and snap.restarts[key] > base[key]:
                     f.detected_at = snap.t
                     self.out(tl.note(f"fault {stage + 1}/3 detected at level {f.expected_level}"))
@@ -224,8 +230,7 @@ class Demo:
                 if f.detected_at is not None and all_training(snap) and min_step(snap) > recovered_step:
                     f.recovered_at = snap.t
                     f.reasons = sorted(
-                        {ev.get("reason", "") for ev in tl.events if ev.get("type") == "Warning"}
-                        - {r for g in faults[:stage] for r in g.reasons}
+                        {ev.get("reason", "") for ev in tl.events[f.first_event :]} - {"Recovered"}
                     )
                     self.out(
                         tl.note(
@@ -238,6 +243,7 @@ class Demo:
                 if stage >= 1 and not f.injected_at and self._ready_for(stage, snap, faults):
                     f.injected_at, f.step_at_injection = snap.t, min_step(snap)
                     f.checkpoint_at_injection = snap.checkpoint_step
+                    f.first_event = len(tl.events)
                     f.detail = self._sigkill_rank(snap) if stage == 1 else self._kill_node(snap)
                     self.out(tl.note(f"fault {stage + 1}/3 injected: {f.detail}"))
             time.sleep(1.0)  # the timeline's refresh period (a display cadence, not a wait for a state)
@@ -246,6 +252,15 @@ class Demo:
             return False
         self.summary(tl, faults)
         return all(f.recovered_at for f in faults)
+
+    def _fired_at(self, tl: Timeline) -> float | None:
+        """When the armed exception fired (timeline seconds): the trainer's hook leaves a marker
+        `.fault-<kind>-<rank>-<step>` in the checkpoint directory as it fires."""
+        for ckpt_dir in self.checkpoint_dirs:
+            marker = ckpt_dir / f".fault-exception-1-{EXCEPTION_STEP}"
+            if marker.exists():
+                return marker.stat().st_mtime - tl.wall0
+        return None
 
     @staticmethod
     def _ready_for(stage: int, snap: Snapshot, faults: list[FaultRecord]) -> bool:
@@ -261,17 +276,19 @@ class Demo:
 
     # --- summary --------------------------------------------------------------------------------------
     def _resumes(self) -> list[str]:
+        """Per pod, the checkpoint steps its ranks resumed from (the trainer's "resume" log lines)."""
         assert self.agent is not None
-        out = []
-        for path in sorted(
-            self.agent.run_dir.glob(f"pods/*/tmp{TRAIN_LOG_DIR.removeprefix('/tmp')}/rank-*.jsonl")
-        ):
+        steps: dict[str, set[int]] = {}
+        for path in self.agent.run_dir.glob(f"pods/*/tmp{TRAIN_LOG_DIR.removeprefix('/tmp')}/rank-*.jsonl"):
             pod = path.parents[2].name.split("_")[1]
             for line in path.read_text().splitlines():
                 rec = json.loads(line)
                 if rec.get("event") == "resume" and rec.get("step"):
-                    out.append(f"{pod} {path.stem}: resumed from checkpoint step {rec['step']}")
-        return out
+                    steps.setdefault(pod, set()).add(int(rec["step"]))
+        return [
+            f"{pod}: resumed from committed checkpoint step(s) {sorted(s)}"
+            for pod, s in sorted(steps.items())
+        ]
 
     def summary(self, tl: Timeline, faults: list[FaultRecord]) -> None:
         last = tl.history[-1]

@@ -64,6 +64,7 @@ class Timeline:
     job: str
     progress_every: float = 10.0
     t0: float = field(default_factory=time.monotonic)
+    wall0: float = field(default_factory=time.time)  # the wall-clock time of t0
     history: list[Snapshot] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     _seen_events: set[str] = field(default_factory=set)
