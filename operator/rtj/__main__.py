@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 
 import kopf
@@ -13,10 +12,6 @@ from rtj import handlers
 def main() -> None:
     settings = handlers.SETTINGS
     kopf.configure(debug=settings.log_level == "DEBUG")
-    # kopf logs "Timer 'reconcile' succeeded." for every pass of every job at INFO: keep its
-    # per-object log for warnings; our own "rtj" loggers keep RTJ_LOG_LEVEL.
-    if settings.log_level != "DEBUG":
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     kopf.run(
         clusterwide=not settings.namespaces,
         namespaces=list(settings.namespaces),
