@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from rtj import builders, contract, kube, metrics, reasons
 from rtj.api.models import ConditionType, JobStatus, ResilientTrainingJob
 from rtj.ladder import (
+    OBSERVED_AT,
     AssignLease,
     CreateRendezvousPod,
     CreateRendezvousService,
@@ -134,6 +135,8 @@ def rtj_leases(
     lease = {
         "metadata": {"name": meta.get("name"), "annotations": dict(meta.get("annotations") or {})},
         "spec": {"renewTime": spec.get("renewTime")},
+        # When this version arrived: bounds a future renewTime (see ladder.lease_from_dict).
+        OBSERVED_AT: datetime.now(UTC),
     }
     return {(namespace, labels[contract.LABEL_JOB]): lease}
 

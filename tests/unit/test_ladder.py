@@ -759,6 +759,33 @@ def test_lease_parser_clamps_future_and_ignores_garbage() -> None:
     assert lease_from_dict({"metadata": {}, "spec": {"renewTime": 12}}, NOW).renew_time is None
 
 
+def test_future_renew_time_ages_from_when_it_was_seen() -> None:
+    """A Lease stuck at a renewTime in the future (a dead pod with a skewed clock) times out: its
+    heartbeat counts from when the operator received that version, not from the future."""
+    from rtj.ladder import OBSERVED_AT, lease_from_dict
+
+    future = NOW.replace(year=2030).isoformat()
+    raw = {
+        "metadata": {
+            "name": "train-n1-a0",
+            "annotations": {contract.HEARTBEAT_ANNOTATION: hb().to_annotation()},
+        },
+        "spec": {"renewTime": future},
+        OBSERVED_AT: ago(31),
+    }
+    lease = lease_from_dict(raw, NOW)
+    assert lease.renew_time == ago(31)
+    obs = observe().running(2).obj()
+    d = decide(
+        running_job().obj(),
+        Observed(pods=obs.pods, leases={**obs.leases, "train-n1-a0": lease}, nodes=obs.nodes),
+        NOW,
+    )
+    assert [e.reason for e in d.events][:1] == [reasons.HEARTBEAT_TIMEOUT]
+    fresh = lease_from_dict({**raw, OBSERVED_AT: ago(1)}, NOW)
+    assert fresh.renew_time == ago(1)
+
+
 def test_pod_parser_reads_exit_code_and_labels() -> None:
     from rtj.ladder import pod_from_dict
 

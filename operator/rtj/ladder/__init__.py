@@ -27,6 +27,7 @@ from rtj.ladder.decide import (
 from rtj.ladder.observe import (
     CAUSE_ANNOTATION,
     LABEL_SPARE_INDEX,
+    OBSERVED_AT,
     TRAINER_CONTAINER,
     LeaseObs,
     NodeObs,
@@ -40,6 +41,7 @@ from rtj.ladder.observe import (
 __all__ = [
     "CAUSE_ANNOTATION",
     "LABEL_SPARE_INDEX",
+    "OBSERVED_AT",
     "TRAINER_CONTAINER",
     "Action",
     "AssignLease",

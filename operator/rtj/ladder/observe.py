@@ -135,12 +135,21 @@ def pod_from_dict(obj: dict[str, Any]) -> PodObs:
     )
 
 
+#: Key the operator's Lease index adds to a Lease it stores: when it received that version of the
+#: Lease (operator-internal, never written to the API).
+OBSERVED_AT = "observedAt"
+
+
 def lease_from_dict(obj: dict[str, Any], now: datetime) -> LeaseObs:
+    """The heartbeat time is renewTime, but never later than when the operator saw that version of
+    the Lease (OBSERVED_AT) nor than `now`: a renewTime in the future (clock skew, a bug) counts as
+    a renewal when it arrives and then ages like any other, so it cannot keep a dead pod alive."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     renew = parse_time((obj.get("spec") or {}).get("renewTime"))
-    if renew is not None and renew > now:
-        renew = now
+    observed = parse_time(obj.get(OBSERVED_AT))
+    if renew is not None:
+        renew = min(renew, now, observed or now)
     assigned = annotations.get(contract.ASSIGNED_SLOT_ANNOTATION)
     return LeaseObs(
         name=str(meta.get("name", "")),
