@@ -80,8 +80,18 @@ def slot_pod(snap, slot: int) -> dict:
     return next(s for s in snap.status.get("nodeSlots") or [] if s.get("slot") == slot)
 
 
+def slot_of_rank(job: JobRun, snap, rank: int) -> int:
+    """The node slot whose pod runs global rank `rank` (rendezvous decides: read the ranks' env)."""
+    agent = job.stack.agent
+    for slot in snap.status.get("nodeSlots") or []:
+        procs = agent.pod_processes(NAMESPACE, slot["pod"])
+        if any(p.env.get("RANK") == str(rank) for p in procs):
+            return slot["slot"]
+    raise AssertionError(f"no pod of {job.name} runs rank {rank}")
+
+
 def test_launcher_budget_exhausted_replaces_that_pod_and_the_job_continues(run_job) -> None:
-    # Budget 1: the second SIGKILL of rank 1 (slot 1) exhausts slot 1's launcher, the pod fails (70).
+    # Budget 1: the second SIGKILL of rank 1 exhausts its pod's launcher; the pod fails (exit 70).
     job = run_job(
         "budget",
         env={"RTJ_FAULT_INJECT": "sigkill:1:12;sigkill:1:14"},
@@ -90,20 +100,21 @@ def test_launcher_budget_exhausted_replaces_that_pod_and_the_job_continues(run_j
         fault_tolerance={"maxInJobRestarts": 1, "maxNoProgressCycles": 10},
     )
     first = job.wait(all_training, START, "both pods training")
-    before = slot_pod(first, 1)
+    slot = slot_of_rank(job, first, 1)
+    before = slot_pod(first, slot)
+    other = slot_pod(first, 1 - slot)
     replaced = job.wait(
-        lambda s: slot_pod(s, 1).get("attempt", 0) > before.get("attempt", 0), 240, "slot 1 replaced"
+        lambda s: slot_pod(s, slot).get("attempt", 0) > before.get("attempt", 0), 240, f"slot {slot} replaced"
     )
-    assert slot_pod(replaced, 1)["pod"] != before["pod"]
+    assert slot_pod(replaced, slot)["pod"] != before["pod"]
     assert_succeeded(job)
     last = job.history[-1]
     assert last.restarts["podReschedules"] >= 1
     assert "LauncherBudgetExhausted" in job.event_reasons()
-    failed_pod = next(s.pods[before["pod"]] for s in job.history if before["pod"] in s.pods)
-    assert failed_pod is not None
     exit_codes = {s.pods[before["pod"]]["exit_code"] for s in job.history if before["pod"] in s.pods}
     assert 70 in exit_codes, f"the exhausted pod exits 70, saw {exit_codes}"
     job.assert_checkpoints_never_lost_or_backwards()
+    print(f"slot {1 - slot}: {other['pod']} -> {slot_pod(last, 1 - slot)['pod']} (the other slot)")
 
 
 def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(run_job, e2e_stack) -> None:
