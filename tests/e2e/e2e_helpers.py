@@ -170,6 +170,11 @@ class JobRun:
     def event_reasons(self) -> set[str]:
         return {ev.get("reason", "") for ev in self.timeline.events}
 
+    def events_about(self, word: str) -> list[str]:
+        """ "reason: message" of the Events whose reason or message names `word`."""
+        texts = [f"{ev.get('reason', '')}: {ev.get('message', '')}" for ev in self.timeline.events]
+        return [t for t in texts if word in t]
+
     def condition_reasons(self) -> set[tuple[str, str]]:
         """(type, reason) of every condition state seen."""
         return {
