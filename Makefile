@@ -82,4 +82,6 @@ demo: venv cluster-build ## Run the end-to-end demo on the local cluster
 
 .PHONY: bench
 bench: venv cluster-build ## Run the benchmarks (bench/run_all.sh)
-	if [[ -x bench/run_all.sh ]]; then bench/run_all.sh; else $(PY) -m bench; fi
+	@if [[ -x bench/run_all.sh ]]; then bench/run_all.sh; \
+	elif [[ -f bench/__main__.py ]]; then $(PY) -m bench; \
+	else echo "bench/run_all.sh does not exist yet; run a script under bench/ directly" >&2; exit 1; fi
