@@ -255,8 +255,11 @@ class LocalCluster:
             (self.run_dir / sub).mkdir(parents=True)
         (self.run_dir / "etcd").mkdir(mode=0o700)
         make_pki(self.pki)
-        ports = {c: _free_port() for c in COMPONENTS}
-        ports["etcd-peer"] = _free_port()
+        ports: dict[str, int] = {}
+        for name in (*COMPONENTS, "etcd-peer"):
+            while (port := _free_port()) in ports.values():
+                pass
+            ports[name] = port
         tokens = {
             ADMIN_USER: secrets.token_hex(16),
             "system:kube-controller-manager": secrets.token_hex(16),
