@@ -612,36 +612,38 @@ class Bench:
         create = [self.job_all_pods[j] - self.job_post[j] for j in new if j in self.job_all_pods]
         first = [self.job_first_pod[j] - self.job_post[j] for j in new if j in self.job_first_pod]
 
-        # Steady window: heartbeats for everyone, K pods fall silent at staggered times.
-        n_before = len(self.faults)
-        k = min(self.a.faults, jobs)
-        self.inject_faults(k, jobs, spread=self.a.heartbeat_interval)
+        # Steady window: every pod heartbeating, nothing failing: the operator's running cost.
+        load = os.getloadavg()[0]
         before = api_counts(await self.apiserver_metrics())
         renew0, errors0, lag0 = self.renewals, self.renew_errors, len(self.renew_lag)
         win = CpuWindow(pids)
         win.start()
         t0 = time.monotonic()
-        window = self.a.heartbeat_timeout + self.a.heartbeat_interval + self.a.window_extra
-        while time.monotonic() - t0 < window:
+        while time.monotonic() - t0 < self.a.steady:
             win.sample_rss()
             await asyncio.sleep(1.0)
         cores = win.cores()
         dt = time.monotonic() - t0
         after = api_counts(await self.apiserver_metrics())
-        # Late replacements still count (up to 30 s more), outside the CPU window.
+        hb_rate = (self.renewals - renew0) / dt
+        hb_errors = self.renew_errors - errors0
+        lag = self.renew_lag[lag0:]
+        # Faults: K pods (one per job) stop renewing at staggered times; wait for their replacements.
+        n_before = len(self.faults)
+        self.inject_faults(min(self.a.faults, jobs), jobs, spread=self.a.heartbeat_interval)
         mine = self.faults[n_before:]
-        wait_until = time.monotonic() + 30
+        t1 = time.monotonic()
+        wait_until = t1 + self.a.heartbeat_timeout + self.a.heartbeat_interval + 60
         while time.monotonic() < wait_until and any(f.replacement_seen is None for f in mine):
-            await asyncio.sleep(0.2)
+            win.sample_rss()
+            await asyncio.sleep(0.5)
         repl = [f.replacement_seen - f.deadline for f in mine if f.replacement_seen and f.deadline]
         to_delete = [f.deleted_seen - f.deadline for f in mine if f.deleted_seen and f.deadline]
         del_to_new = [
             f.replacement_seen - f.deleted_seen for f in mine if f.replacement_seen and f.deleted_seen
         ]
-        lag = self.renew_lag[lag0:]
         op_reqs = (after.operator - before.operator) / dt
         verbs = {key: (after.by_verb.get(key, 0) - before.by_verb.get(key, 0)) / dt for key in after.by_verb}
-        hb_rate = (self.renewals - renew0) / dt
         return {
             "jobs": jobs,
             "pods": jobs * (WORKERS_PER_JOB + 1),
@@ -664,7 +666,7 @@ class Bench:
             "delete_p99": pct(to_delete, 0.99),
             "del_to_new_p50": pct(del_to_new, 0.5),
             "hb_per_s": hb_rate,
-            "hb_errors": self.renew_errors - errors0,
+            "hb_errors": hb_errors,
             "hb_lag_p99": pct(lag, 0.99),
             "window_s": dt,
             "cores": cores,
@@ -755,9 +757,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--faults", type=int, default=20, help="pods silenced per size (one per job)")
     ap.add_argument("--heartbeat-interval", type=int, default=10)
     ap.add_argument("--heartbeat-timeout", type=int, default=30)
-    ap.add_argument(
-        "--window-extra", type=float, default=10, help="steady window = timeout + interval + this"
-    )
+    ap.add_argument("--steady", type=float, default=30, help="seconds of the steady window (no faults)")
     ap.add_argument("--settle-timeout", type=float, default=300)
     ap.add_argument("--connections", type=int, default=32, help="load generator keep-alive connections")
     ap.add_argument("--create-concurrency", type=int, default=8)
