@@ -357,7 +357,7 @@ async def run_pass(
 
 
 async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> None:
-    """Execute a decision's actions: deletions first, then the rest, bounded in parallel."""
+    """Execute a decision's actions, bounded in parallel (failures are retried by the next pass)."""
     ns, name = job.metadata["namespace"], job.metadata["name"]
     bs = builders.BuildSettings(
         trainer_service_account=SETTINGS.trainer_service_account,
@@ -366,7 +366,7 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> No
     )
     gate = asyncio.Semaphore(PARALLEL_CALLS)
 
-    async def one(action: Any) -> None:
+    async def one(action: Any) -> bool:
         async with gate:
             try:
                 match action:
@@ -389,7 +389,7 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> No
                     case TaintNode():
                         await k.set_node_taint(action.node, builders.quarantine_taint(name), present=True)
                     case PromoteSpare():
-                        await k.patch(
+                        return await k.patch(
                             "Pod",
                             ns,
                             action.pod,
@@ -406,8 +406,16 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> No
                         await k.delete_job(ns, name, str(job.metadata.get("uid", "")))
             except kube.KubeError as exc:  # the next pass retries (level-based)
                 logger.warning("%s/%s: %s failed: %s", ns, name, type(action).__name__, exc)
+                return False
+            return True
 
+    # Deletions first; the promotion signal on a spare's Lease only after its pod was relabelled
+    # into the slot (the ladder's commit), so a trainer never joins for a slot the ladder still
+    # sees empty.
     deletes = [a for a in decision.actions if isinstance(a, DeletePod)]
-    others = [a for a in decision.actions if not isinstance(a, DeletePod)]
+    signals = [a for a in decision.actions if isinstance(a, AssignLease)]
+    others = [a for a in decision.actions if not isinstance(a, DeletePod | AssignLease)]
     await asyncio.gather(*(one(a) for a in deletes))
-    await asyncio.gather(*(one(a) for a in others))
+    results = await asyncio.gather(*(one(a) for a in others))
+    failed = {a.pod for a, ok in zip(others, results, strict=True) if isinstance(a, PromoteSpare) and not ok}
+    await asyncio.gather(*(one(a) for a in signals if a.lease not in failed))

@@ -630,6 +630,79 @@ CASES = [
         restarts=(0, 0, 0),
     ),
     Case(
+        "spare already signalled for this slot (its relabel was lost) is promoted again, not another one",
+        running_job()
+        .spares(2)
+        .status(
+            nodeSlots=slot_status(
+                2,
+                {
+                    1: {
+                        "attempt": 1,
+                        "pod": "",
+                        "state": "Replacing",
+                        "recoveringSince": ago(3).isoformat(),
+                        "lastFaultReason": "PodFailed",
+                    }
+                },
+            ),
+            restarts={"podReschedules": 1},
+            spares=[{"index": 0, "pod": "train-spare-0-a0"}, {"index": 1, "pod": "train-spare-1-a0"}],
+        )
+        .obj(),
+        observe()
+        .rdzv()
+        .worker(0)
+        .lease("train-n0-a0", 1, hb())
+        .spare(0)
+        .lease("train-spare-0-a0", 1, hb("Standby"))
+        .spare(1)
+        .lease("train-spare-1-a0", 1, hb("Training"), assigned="1")
+        .obj(),
+        [
+            PromoteSpare("train-spare-1-a0", 1, 1, "PodFailed"),
+            AssignLease("train-spare-1-a0", 1),
+            CreateSparePod(1, 1),
+        ],
+        restarts=(0, 0, 1),
+        events=[reasons.SPARE_PROMOTED],
+    ),
+    Case(
+        "spare signalled for a slot it did not get is never reused but replaced",
+        running_job()
+        .spares(1)
+        .status(
+            nodeSlots=slot_status(
+                2,
+                {
+                    1: {
+                        "attempt": 1,
+                        "pod": "",
+                        "state": "Replacing",
+                        "recoveringSince": ago(3).isoformat(),
+                        "lastFaultReason": "PodFailed",
+                    }
+                },
+            ),
+            restarts={"podReschedules": 1},
+            spares=[{"index": 0, "pod": "train-spare-0-a0"}],
+        )
+        .obj(),
+        observe()
+        .rdzv()
+        .worker(0)
+        .lease("train-n0-a0", 1, hb())
+        .spare(0)
+        .lease("train-spare-0-a0", 1, hb("Standby"), assigned="0")
+        .obj(),
+        [
+            CreateWorkerPod(1, 1, "PodFailed"),
+            DeletePod("train-spare-0-a0", "uid-train-spare-0-a0", 0),
+            CreateSparePod(0, 1),
+        ],
+        restarts=(0, 0, 1),
+    ),
+    Case(
         "spare not yet standing by is not promoted",
         running_job().spares(1).obj(),
         observe()

@@ -481,7 +481,7 @@ class _Pass:
             slot.last_fault_reason if slot.recovering_since and slot.attempt > 0 else reasons.CAUSE_INITIAL
         )
         if cause not in reasons.NON_FAULT_CAUSES:
-            spare = self.standby_spare()
+            spare = self.standby_spare(slot.slot)
             if spare is not None:
                 self.promoted_spares.add(spare.name)
                 self.d.actions.append(PromoteSpare(spare.name, slot.slot, slot.attempt, cause))
@@ -498,10 +498,21 @@ class _Pass:
         self.d.actions.append(CreateWorkerPod(slot.slot, slot.attempt, cause, self.avoid_nodes()))
 
     # --- hot spares ---------------------------------------------------------------------------------
-    def standby_spare(self) -> PodObs | None:
+    def standby_spare(self, slot: int) -> PodObs | None:
+        """A ready spare for `slot`: one already signalled for this slot first (its relabel was
+        lost), then any unsignalled one; a spare signalled for another slot is never reused."""
+        candidates: list[PodObs] = []
         for index in sorted(self.spares):
             for pod in sorted(self.spares[index], key=lambda q: q.attempt, reverse=True):
                 lease = self.lease(pod)
+                if (
+                    lease is not None
+                    and lease.assigned_slot == str(slot)
+                    and pod.phase == "Running"
+                    and not pod.deleting
+                    and pod.name not in self.promoted_spares
+                ):
+                    return pod  # signalled already (it may have left Standby): finish its promotion
                 if (
                     pod.name not in self.promoted_spares
                     and p.is_standby_spare(pod, lease, self.ft, self.now)
@@ -509,8 +520,8 @@ class _Pass:
                     and lease.assigned_slot is None
                     and pod.node not in self.st.quarantined_nodes
                 ):
-                    return pod
-        return None
+                    candidates.append(pod)
+        return candidates[0] if candidates else None
 
     def keep_spares(self) -> None:
         by_index = {s.index: s for s in self.st.spares}
@@ -520,9 +531,12 @@ class _Pass:
             pods = [q for q in self.spares.get(index, []) if q.name not in self.promoted_spares]
             entry.attempt = max([entry.attempt, *(q.attempt for q in pods)])
             current = next((q for q in pods if q.attempt == entry.attempt), None)
-            lost = (
-                current is not None
-                and p.node_fault(current, self.obs.nodes, self.obs.nodes_known) is not None
+            signalled = self.lease(current) if current is not None else None
+            lost = current is not None and (
+                p.node_fault(current, self.obs.nodes, self.obs.nodes_known) is not None
+                # Signalled to join a slot but not promoted into one (a lost relabel whose slot was
+                # filled otherwise): it must not stay, or two pods would serve that slot.
+                or (signalled is not None and signalled.assigned_slot is not None)
             )
             if current is not None and (current.terminal or lost):
                 self.delete(current, 0)
