@@ -96,7 +96,7 @@ def test_deleting_a_pod_sigterms_then_sigkills_it_after_the_grace_period(
     assert time.monotonic() - t0 >= 2.0, (
         "SIGTERM is ignored: only the SIGKILL after the grace period stops it"
     )
-    assert not [pid for pid in pids if _alive(pid)]
+    wait_for(lambda: not [pid for pid in pids if _alive(pid)], timeout=10, message="the pod's processes dead")
 
 
 def test_a_dead_node_goes_not_ready_and_is_tainted_by_the_node_lifecycle_controller(
@@ -106,7 +106,7 @@ def test_a_dead_node_goes_not_ready_and_is_tainted_by_the_node_lifecycle_control
     wait_for(lambda: phase(raw, namespace, "victim") == "Running", timeout=60, message="pod victim Running")
     pids = [p.pid for p in agent.pod_processes(namespace, "victim")]
     assert agent.kill_node(NODE) == [f"{namespace}/victim"]
-    assert not [pid for pid in pids if _alive(pid)]
+    wait_for(lambda: not [pid for pid in pids if _alive(pid)], timeout=10, message="the pod's processes dead")
 
     def not_ready_and_tainted() -> bool:
         node = raw.request("GET", f"/api/v1/nodes/{NODE}")
