@@ -188,12 +188,25 @@ def _resources(job: ResilientTrainingJob) -> dict[str, Any]:
     return {"requests": dict(limits), "limits": limits} if limits else {}
 
 
-def _env(job: ResilientTrainingJob, config: contract.TrainerConfig) -> list[dict[str, Any]]:
-    ours = {contract.ENV_TRAINER_CONFIG, *(name for name, _ in _DOWNWARD_ENV)}
+def graceful_stop_seconds(termination_grace_seconds: int) -> int:
+    """The entrypoint's SIGTERM->SIGKILL budget: a margin under the pod's grace period, so the
+    entrypoint's own kill (and its last checkpoint) happens before the kubelet's."""
+    return max(1, termination_grace_seconds - min(15, termination_grace_seconds // 3))
+
+
+def _env(
+    job: ResilientTrainingJob, config: contract.TrainerConfig, graceful_stop_seconds: int
+) -> list[dict[str, Any]]:
+    ours = {
+        contract.ENV_TRAINER_CONFIG,
+        contract.ENV_TERMINATION_GRACE_SECONDS,
+        *(name for name, _ in _DOWNWARD_ENV),
+    }
     env: list[dict[str, Any]] = [
         {"name": e.name, "value": e.value} for e in job.spec.env if e.name not in ours
     ]
     env.append({"name": contract.ENV_TRAINER_CONFIG, "value": config.to_env()})
+    env.append({"name": contract.ENV_TERMINATION_GRACE_SECONDS, "value": str(graceful_stop_seconds)})
     env.extend({"name": n, "valueFrom": {"fieldRef": {"fieldPath": f}}} for n, f in _DOWNWARD_ENV)
     return env
 
@@ -221,7 +234,11 @@ def _training_pod(
                 "name": TRAINER_CONTAINER,
                 "image": spec.image,
                 "command": ["rtj-trainer", "launch"],
-                "env": _env(job, trainer_config(job, standby=standby)),
+                "env": _env(
+                    job,
+                    trainer_config(job, standby=standby),
+                    graceful_stop_seconds(settings.termination_grace_seconds),
+                ),
                 "resources": _resources(job),
                 "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}, mount, *tpl.volume_mounts],
             }
@@ -348,11 +365,12 @@ def rendezvous_pod(job: ResilientTrainingJob, settings: BuildSettings | None = N
                     "name": "rendezvous",
                     "image": job.spec.image,
                     "command": ["rtj-trainer", "rendezvous"],
-                    "env": _env(job, trainer_config(job)),
+                    "env": _env(job, trainer_config(job), graceful_stop_seconds(5)),
                     "ports": [{"name": RDZV_PORT_NAME, "containerPort": RDZV_PORT, "protocol": "TCP"}],
                     "resources": {
                         "requests": {"cpu": "250m", "memory": "256Mi"},
-                        "limits": {"cpu": "1", "memory": "1Gi"},
+                        # The store process imports torch (~650 MB RSS on NVRx 0.4.1).
+                        "limits": {"cpu": "1", "memory": "2Gi"},
                     },
                 }
             ],

@@ -59,6 +59,10 @@ ENV_POD_IP = "RTJ_POD_IP"  # downward API: status.podIP
 #: Where ranks write their status files for the heartbeat agent (written by the entrypoint for
 #: its ranks; read by rtj_trainer's rank reporter). A pod-local directory.
 ENV_STATUS_DIR = "RTJ_STATUS_DIR"
+#: Seconds the entrypoint gives ranks between SIGTERM and SIGKILL on a graceful stop (a last
+#: checkpoint). Written by the operator's pod builder (a margin under the pod's
+#: terminationGracePeriodSeconds, so the kubelet never kills first); read by the entrypoint.
+ENV_TERMINATION_GRACE_SECONDS = "RTJ_TERMINATION_GRACE_SECONDS"
 
 # --- Heartbeat Lease (writer: trainer heartbeat agent; reader: operator) ---------------------------
 HEARTBEAT_ANNOTATION = f"{API_GROUP}/heartbeat"

@@ -137,6 +137,15 @@ def test_trainer_env_carries_config_and_downward_api() -> None:
     assert env[contract.ENV_POD_UID]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
 
 
+@pytest.mark.parametrize("pod_grace", [300, 30, 3])
+def test_entrypoint_stops_ranks_before_the_kubelet_kills_the_pod(pod_grace: int) -> None:
+    settings = builders.BuildSettings(termination_grace_seconds=pod_grace)
+    pod = builders.worker_pod(make_job().obj(), 0, 0, "Initial", settings=settings)
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    stop = int(env[contract.ENV_TERMINATION_GRACE_SECONDS])
+    assert 1 <= stop < pod["spec"]["terminationGracePeriodSeconds"] == pod_grace
+
+
 def test_spare_pod_runs_in_standby() -> None:
     pod = builders.spare_pod(make_job().obj(), 1, 2)
     assert pod["metadata"]["name"] == "train-spare-1-a2"

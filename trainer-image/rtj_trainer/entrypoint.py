@@ -39,6 +39,7 @@ from rtj.contract import (
     ENV_POD_NAME,
     ENV_POD_UID,
     ENV_STATUS_DIR,
+    ENV_TERMINATION_GRACE_SECONDS,
     ENV_TRAINER_CONFIG,
     ExitCode,
     Fault,
@@ -55,8 +56,8 @@ from .runtime_env import rank_env_vars
 
 log = logging.getLogger("rtj_trainer")
 
-#: Seconds between SIGTERM and SIGKILL for the launcher's process group on a graceful stop.
-ENV_GRACE_SECONDS = "RTJ_TERMINATION_GRACE_SECONDS"
+#: Seconds between SIGTERM and SIGKILL for the launcher's process group on a graceful stop,
+#: when the pod does not set ENV_TERMINATION_GRACE_SECONDS.
 DEFAULT_GRACE_SECONDS = 30.0
 #: Seconds ft_launcher waits between SIGTERM and SIGKILL when it stops ranks to restart them.
 WORKERS_STOP_TIMEOUT_SECONDS = 10
@@ -372,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_launch.add_argument(
         "--grace-seconds",
         type=float,
-        default=float(os.environ.get(ENV_GRACE_SECONDS, DEFAULT_GRACE_SECONDS)),
+        default=float(os.environ.get(ENV_TERMINATION_GRACE_SECONDS, DEFAULT_GRACE_SECONDS)),
         help="seconds between SIGTERM and SIGKILL of the launcher on a graceful stop",
     )
     p_rdzv = sub.add_parser("rendezvous", help="host the job's rendezvous store")
