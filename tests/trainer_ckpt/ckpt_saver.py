@@ -63,9 +63,10 @@ def _saver(root: str) -> None:
 
 def zygote(root: str) -> None:
     # Import and warm up what a save uses, so a forked saver starts saving at once.
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
-    get_model_state_dict(State())
+    warm = State()
+    set_model_state_dict(warm, get_model_state_dict(warm))
     pid = 0
     for line in sys.stdin:
         cmd = line.strip()

@@ -73,11 +73,21 @@ def test_fsdp_train_survives_faults_and_resumes_from_committed_checkpoints(tmp_p
     }
     env.pop("KUBECONFIG", None)
     with open(tmp_path / "rdzv.log", "wb") as rlog, open(tmp_path / "launch.log", "wb") as llog:
-        rdzv = subprocess.Popen([str(VENV_BIN / "rtj-trainer"), "rendezvous"], env=env, stdout=rlog,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        rdzv = subprocess.Popen(
+            [str(VENV_BIN / "rtj-trainer"), "rendezvous"],
+            env=env,
+            stdout=rlog,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
-            launch = subprocess.run([str(VENV_BIN / "rtj-trainer"), "launch"], env=env, stdout=llog,
-                                    stderr=subprocess.STDOUT, timeout=840)
+            launch = subprocess.run(
+                [str(VENV_BIN / "rtj-trainer"), "launch"],
+                env=env,
+                stdout=llog,
+                stderr=subprocess.STDOUT,
+                timeout=840,
+            )
         finally:
             os.killpg(rdzv.pid, signal.SIGTERM)
             rdzv.wait(30)
@@ -96,7 +106,9 @@ def test_fsdp_train_survives_faults_and_resumes_from_committed_checkpoints(tmp_p
         losses: dict[int, set[float]] = defaultdict(set)
         for r in recs:
             if r.get("event") == "resume":
-                assert r["step"] >= committed_before, f"rank {rank} resumed at {r['step']} < {committed_before}"
+                assert r["step"] >= committed_before, (
+                    f"rank {rank} resumed at {r['step']} < {committed_before}"
+                )
                 assert r["step"] % INTERVAL == 0
                 continue
             committed_before = max(committed_before, r["committed"] or 0)

@@ -420,7 +420,10 @@ class CheckpointManager:
             set_model_state_dict(model, state["model"])
         else:
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        self.last_committed = agreed
+        # The pod's heartbeat (and NVRx's iteration file) should name the checkpoint it runs from.
+        with contextlib.suppress(ValueError):
+            self._events.put(CheckpointEvent("committed", agreed, datetime.fromisoformat(manifest.time)))
+        self.poll()
         return Resumed(step=agreed, extra=dict(state.get("extra") or manifest.extra))
 
     def _newest_readable(
