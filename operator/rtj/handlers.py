@@ -26,7 +26,6 @@ RTJ_HEARTBEAT_STATUS_RESOLUTION_SECONDS).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from datetime import UTC, datetime
@@ -246,7 +245,7 @@ def wake_on_pod_change(namespace: str, labels: kopf.Labels, **_: Any) -> None:
         wake.set()
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, backoff=1.0, cancellation_timeout=5.0)
+@kopf.daemon(GROUP, VERSION, PLURAL, backoff=1.0, cancellation_backoff=5.0, cancellation_timeout=5.0)
 async def reconcile(
     body: kopf.Body,
     memo: kopf.Memo,
@@ -263,6 +262,7 @@ async def reconcile(
     key = (namespace, name)
     wake = _WAKE[key] = asyncio.Event()
     loop = asyncio.get_running_loop()
+    stop = asyncio.ensure_future(stopped.wait())  # job deleted or operator exiting: leave between passes
     try:
         while not stopped:
             wake.clear()
@@ -280,11 +280,13 @@ async def reconcile(
             finally:
                 metrics.RECONCILE.observe(time.perf_counter() - started)
             until = loop.time() + delay
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), delay)
-            if wake.is_set():  # let the rest of a burst of pod events arrive first
+            woken = asyncio.ensure_future(wake.wait())
+            await asyncio.wait((woken, stop), timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+            woken.cancel()
+            if wake.is_set() and not stopped:  # let the rest of a burst of pod events arrive first
                 await asyncio.sleep(min(WAKE_DEBOUNCE_SECONDS, max(0.0, until - loop.time())))
     finally:
+        stop.cancel()
         if _WAKE.get(key) is wake:
             del _WAKE[key]
 
