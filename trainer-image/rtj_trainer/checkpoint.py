@@ -17,6 +17,12 @@ Commit, with no collective in the background (layout in `checkpoint_format`):
    beyond the last `keep` and stale partials.
 A crash at any point leaves every earlier `step-<N>` intact; a partial is never loaded.
 
+Commits are reported from the training thread (`poll()`, called by `maybe_save`): rank 0 learns
+it from its writer, the other ranks by seeing `step-<N>` appear. `RankReporter.checkpoint_committed`
+then updates the pod's heartbeat and writes NVRx's checkpoint iteration file (RankEnv's
+`progress_file`, read by ft_launcher's no-progress detection) on each pod's local rank 0; a resume
+reports the checkpoint it loaded the same way.
+
 If a save is due while the previous one is still being written, the save is skipped, reported
 (`RankReporter.checkpoint_skipped`) and coalesced: the next step at which every writer is idle
 saves instead, so a slow store costs recency, never training time. A write error (ENOSPC, EIO)
