@@ -148,6 +148,8 @@ class ApiCounts:
 
 
 def api_counts(text: str) -> ApiCounts:
+    if not text:  # no /metrics answer: rates come out as nan, not as wrong numbers
+        return ApiCounts(float("nan"), float("nan"), {})
     op = sum(
         v
         for labels, v in parse_counters(text, "apiserver_flowcontrol_dispatched_requests_total")
@@ -679,10 +681,17 @@ class Bench:
         }
 
     async def apiserver_metrics(self) -> str:
-        status, text = await self.req("GET", "/metrics")
-        if status != 200:
-            raise RuntimeError(f"/metrics: {status}")
-        return text if isinstance(text, str) else json.dumps(text)
+        """The apiserver's /metrics (large, slow under load: long timeout, a few tries; "" if none)."""
+        for _ in range(3):
+            try:
+                async with self.http.get(
+                    self.server + "/metrics", timeout=aiohttp.ClientTimeout(total=120)
+                ) as r:
+                    if r.status == 200:
+                        return await r.text()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                print(f"  /metrics: {exc!r}", file=sys.stderr)
+        return ""
 
     async def main(self) -> list[dict[str, Any]]:
         await self.setup()
@@ -702,9 +711,16 @@ class Bench:
             results = []
             for jobs in self.a.sizes:
                 print(f"== {jobs} jobs (load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
-                r = await self.run_size(jobs, pids)
+                try:
+                    r = await self.run_size(jobs, pids)
+                except Exception as exc:
+                    print(f"size {jobs} failed: {exc!r}", file=sys.stderr, flush=True)
+                    break
                 results.append(r)
                 print(json.dumps(r), file=sys.stderr, flush=True)
+                print(table([r]).splitlines()[-1], flush=True)  # each row as soon as it is measured
+                if self.a.json:
+                    Path(self.a.json).write_text(json.dumps(results, indent=2))
                 if self.op_proc is not None and self.op_proc.poll() is not None:
                     print("operator exited", file=sys.stderr)
                     break
