@@ -19,18 +19,23 @@ OPERATOR_NAMESPACED_YES = [
     *[(v, JOBS, ("--subresource=status",)) for v in ("get", "patch")],
     ("update", JOBS, ("--subresource=finalizers",)),
     *[(v, "pods", ()) for v in ("create", "delete", "get", "list", "watch", "patch")],
-    *[(v, "services", ()) for v in ("create", "delete", "get", "list", "watch")],
-    *[(v, "persistentvolumeclaims", ()) for v in ("create", "delete", "get", "list", "watch")],
+    *[(v, "services", ()) for v in ("create", "list", "watch")],
+    ("create", "persistentvolumeclaims", ()),
     *[(v, "leases.coordination.k8s.io", ()) for v in ("get", "list", "watch", "patch")],
-    *[(v, "events", ()) for v in ("create", "patch")],
-    *[(v, "events.events.k8s.io", ()) for v in ("create", "patch")],
+    ("create", "events", ()),
 ]
 OPERATOR_CLUSTER_YES = [
-    *[(v, "persistentvolumes", ()) for v in ("create", "delete", "get", "list", "watch")],
+    *[(v, "persistentvolumes", ()) for v in ("create", "delete")],
     *[(v, "nodes", ()) for v in ("get", "list", "watch", "patch")],
     *[(v, "customresourcedefinitions.apiextensions.k8s.io", ()) for v in ("get", "list", "watch")],
 ]
 OPERATOR_NO = [
+    # Verbs the operator has no call for: children are removed by garbage collection.
+    ("delete", "services", ()),
+    ("delete", "persistentvolumeclaims", ()),
+    ("get", "persistentvolumeclaims", ()),
+    ("patch", "events", ()),
+    ("create", "events.events.k8s.io", ()),
     ("get", "secrets", ()),
     ("list", "secrets", ()),
     ("create", "pods", ("--subresource=exec",)),
