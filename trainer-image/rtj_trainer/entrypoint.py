@@ -6,6 +6,11 @@
 Both read the operator's `TrainerConfig` (JSON) from env RTJ_TRAINER_CONFIG, and the pod's
 identity from the downward-API variables of `rtj.contract`.
 
+A hot spare (`TrainerConfig.standby`) heartbeats in state Standby with ft_launcher imported
+but not started (`warm_launcher`), and starts it, joining the rendezvous like any worker, once the
+operator's ASSIGNED_SLOT_ANNOTATION appears on its Lease: until then it is no rendezvous
+participant, so the job's nnodes never changes.
+
 `launch` exit codes (read by the operator's ladder, see `rtj.contract.ExitCode`):
 0 training finished; 93 no progress across restart cycles (do not restart);
 70 the launcher's in-job restart budget is spent (replace the pod); 78 invalid config;
@@ -53,6 +58,7 @@ from . import nvrx_compat
 from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client
 from .report import RANK_FILE_PREFIX
 from .runtime_env import rank_env_vars
+from .warm_launcher import ENV_PREWARM_MODULE, GO, prewarm_module
 
 log = logging.getLogger("rtj_trainer")
 
@@ -130,8 +136,10 @@ def pod_identity(environ: dict[str, str] | os._Environ[str] = os.environ) -> Pod
     )
 
 
-def launcher_command() -> list[str]:
-    """ft_launcher of the running interpreter's environment."""
+def launcher_command(standby: bool = False) -> list[str]:
+    """ft_launcher of the running interpreter's environment (a hot spare's waits pre-warmed)."""
+    if standby:
+        return [sys.executable, "-m", "rtj_trainer.warm_launcher"]
     return [sys.executable, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher"]
 
 
@@ -211,22 +219,36 @@ def launch(grace_seconds: float) -> int:
     progress_file = os.path.join(status_dir, PROGRESS_FILE_NAME)
     version = nvrx_compat.nvrx_version()
 
-    agent = HeartbeatAgent(status_dir, pod, cfg.heartbeat_interval_seconds, load_api_client())
+    api_client = load_api_client()
+    if cfg.standby and api_client is None:
+        print("rtj-trainer: a standby pod needs the Kubernetes API (its Lease carries the promotion)",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return ExitCode.CONFIG_ERROR
+    agent = HeartbeatAgent(status_dir, pod, cfg.heartbeat_interval_seconds, api_client, standby=cfg.standby)
     agent.start()
     tracker = nvrx_compat.NoProgressTracker(cfg.max_no_progress_cycles, progress_file)
 
     argv = build_launcher_argv(
         cfg,
-        launcher=launcher_command(),
+        launcher=launcher_command(cfg.standby),
         local_addr=pod.pod_ip,
         progress_file=progress_file,
         term_timeout_seconds=max(1.0, grace_seconds - 5),
         nvrx_version=version,
     )
     env = {**os.environ, **rank_env_vars(cfg, status_dir=status_dir, progress_file=progress_file)}
-    log.info("starting ft_launcher (NVRx %s): %s", ".".join(map(str, version)), " ".join(argv))
+    if cfg.standby:
+        env[ENV_PREWARM_MODULE] = prewarm_module(cfg.command) or ""
+    log.info(
+        "%s ft_launcher (NVRx %s): %s",
+        "standby: pre-warming" if cfg.standby else "starting",
+        ".".join(map(str, version)),
+        " ".join(argv),
+    )
     _become_subreaper()
-    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        argv, env=env, start_new_session=True, stdin=subprocess.PIPE if cfg.standby else None
+    )
 
     terminate = threading.Event()
 
@@ -238,6 +260,8 @@ def launch(grace_seconds: float) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    if cfg.standby:
+        _await_promotion(agent, proc, terminate)
 
     kill_deadline: float | None = None
     no_progress = False
@@ -309,6 +333,28 @@ def launch(grace_seconds: float) -> int:
         "ft_launcher exited with %s; pod exit code %s; last heartbeat %s", rc, code, final.to_annotation()
     )
     return code
+
+
+def _await_promotion(
+    agent: HeartbeatAgent, proc: subprocess.Popen[bytes], terminate: threading.Event
+) -> None:
+    """Block until the operator assigns a slot, then let the warm launcher go. A stop (or the warm
+    launcher's death) first: it ends without launching, and the caller's loop sees it exit."""
+    assert proc.stdin is not None
+    waited = time.monotonic()
+    while not agent.promoted.wait(0.1):
+        if terminate.is_set() or proc.poll() is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            return
+    with contextlib.suppress(OSError):  # BrokenPipe: it died just now; the caller's loop sees that
+        proc.stdin.write(f"{GO}\n".encode())
+        proc.stdin.close()
+    log.info(
+        "standby: node slot %s assigned after %.1f s: ft_launcher joins the rendezvous",
+        agent.assigned_slot,
+        time.monotonic() - waited,
+    )
 
 
 def _signal_launcher(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -6,6 +6,10 @@ creates or renews the pod's Lease (`LeaseWriter`): `spec.renewTime` is the heart
 `HEARTBEAT_ANNOTATION` holds the JSON, an ownerReference to the pod lets garbage collection
 delete it with the pod. API errors are logged and retried at the next tick; nothing here may
 crash the entrypoint.
+
+A hot spare's agent (`standby=True`) reports `Standby` and renews every STANDBY_RENEW_SECONDS:
+each renewal returns the Lease, and the operator's ASSIGNED_SLOT_ANNOTATION on it is the
+promotion signal (`promoted` is set; from then on the agent reports what the ranks report).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from rtj.contract import (
+    ASSIGNED_SLOT_ANNOTATION,
     HEARTBEAT_ANNOTATION,
     LABEL_JOB,
     MAX_COUNTER,
@@ -36,6 +41,9 @@ from rtj.contract import (
 from .report import RANK_FILE_PREFIX, RANK_FILE_SUFFIX
 
 log = logging.getLogger(__name__)
+
+#: Renewal period of a standby spare's Lease, which is also how fast it notices its promotion.
+STANDBY_RENEW_SECONDS = 0.5
 
 # Higher = more severe; the pod reports the most severe state any active rank is in.
 _STATE_SEVERITY = {
@@ -302,17 +310,20 @@ class LeaseWriter:
             },
         }
 
-    def write(self, hb: Heartbeat, now: datetime) -> None:
+    def write(self, hb: Heartbeat, now: datetime) -> dict[str, str]:
+        """Renew (merge patch: annotations written by others, e.g. the operator's, are kept) or
+        create the Lease; returns the annotations of the Lease as the API server holds it now."""
         from kubernetes.client.exceptions import ApiException
 
         body = self.body(hb, now)
         name = body["metadata"]["name"]
         try:
-            self._api.patch_namespaced_lease(name, self._pod.namespace, body)
+            lease = self._api.patch_namespaced_lease(name, self._pod.namespace, body)
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            self._api.create_namespaced_lease(self._pod.namespace, body)
+            lease = self._api.create_namespaced_lease(self._pod.namespace, body)
+        return dict(lease.metadata.annotations or {})
 
 
 class HeartbeatAgent:
@@ -324,9 +335,14 @@ class HeartbeatAgent:
         pod: PodIdentity,
         interval_seconds: float,
         api_client: Any | None,
+        standby: bool = False,
     ) -> None:
         self.status_dir = status_dir
         self.interval = interval_seconds
+        self.standby = standby
+        #: Set once the operator assigned this (standby) pod a node slot; `assigned_slot` holds it.
+        self.promoted = threading.Event()
+        self.assigned_slot: str | None = None
         self.aggregator = Aggregator()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -345,6 +361,8 @@ class HeartbeatAgent:
             hb = self.aggregator.update(read_rank_files(self.status_dir))
             if final_state is not None:
                 hb = hb.model_copy(update={"state": final_state})
+            elif self.in_standby:
+                hb = hb.model_copy(update={"state": PodState.STANDBY})
             self.last = hb
             self._publish(hb)
             return hb
@@ -353,7 +371,8 @@ class HeartbeatAgent:
         if self._writer is None:
             return
         try:
-            self._writer.write(hb, datetime.now(UTC))
+            annotations = self._writer.write(hb, datetime.now(UTC))
+            self._take_assignment(annotations.get(ASSIGNED_SLOT_ANNOTATION))
             if self._last_error:
                 log.info("heartbeat Lease writes recovered")
                 self._last_error = None
@@ -365,13 +384,24 @@ class HeartbeatAgent:
                 log.warning("heartbeat Lease write failed (retrying next tick): %s", detail)
             self._last_error = detail
 
+    @property
+    def in_standby(self) -> bool:
+        return self.standby and not self.promoted.is_set()
+
+    def _take_assignment(self, slot: Any) -> None:
+        if not self.in_standby or not isinstance(slot, str) or not slot:
+            return
+        self.assigned_slot = slot
+        self.promoted.set()
+        log.info("hot spare promoted: the operator assigned node slot %s", slot)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self.tick()
             except Exception:
                 log.exception("heartbeat tick failed")
-            self._stop.wait(self.interval)
+            self._stop.wait(min(self.interval, STANDBY_RENEW_SECONDS) if self.in_standby else self.interval)
 
     def stop(self, final_state: PodState | None, fault: Fault | None = None) -> Heartbeat:
         """Stop the thread and publish the last heartbeat (Finished, or the fault)."""
