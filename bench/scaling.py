@@ -125,8 +125,9 @@ def main() -> None:
             if off and r["resilience"]
             else "-"
         )
+        mode = "ON" if r["resilience"] else "OFF"
         lines.append(
-            f"| {r['gpus']} | {'ON' if r['resilience'] else 'OFF'} | {r['tokens_per_s_per_gpu']:.0f} | {ratio} | "
+            f"| {r['gpus']} | {mode} | {r['tokens_per_s_per_gpu']:.0f} | {ratio} | "
             f"{r['saves']} ({r['skipped']}) | {r['final_loss']} |"
         )
     one = by.get((1, True))
