@@ -316,8 +316,9 @@ class Demo:
         )
         for line in self._resumes():
             self.out(f"  {line}")
+        self.out(f"logs: node agent {self.run_dir / 'node-agent.log'},")
         self.out(
-            f"logs: pods {self.agent.run_dir / 'pods' if self.agent else '-'}/<ns>_<pod>_<uid>/container.log,"
+            f"      pods {self.agent.run_dir / 'pods' if self.agent else '-'}/<ns>_<pod>_<uid>/container.log,"
         )
         self.out(
             f"      operator {self.operator.log_path if self.operator else '-'},"
