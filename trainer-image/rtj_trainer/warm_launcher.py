@@ -14,9 +14,11 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import runpy
 import sys
 import time
 
+LAUNCHER_MODULE = "nvidia_resiliency_ext.fault_tolerance.launcher"
 ENV_PREWARM_MODULE = "RTJ_PREWARM_MODULE"
 GO = "go"
 
@@ -36,8 +38,11 @@ def main(argv: list[str]) -> int:
     )
     t0 = time.monotonic()
     import torch  # noqa: F401  (the point: a promotion finds it imported)
-    from nvidia_resiliency_ext.fault_tolerance import launcher
 
+    # Everything the launcher imports stays loaded; the launcher itself runs afresh as __main__
+    # (as under `python -m`), so it is dropped again: no second copy of it, whatever the NVRx version.
+    importlib.import_module(LAUNCHER_MODULE)
+    del sys.modules[LAUNCHER_MODULE]
     module = os.environ.get(ENV_PREWARM_MODULE)
     if module:
         try:
@@ -49,7 +54,9 @@ def main(argv: list[str]) -> int:
     line = sys.stdin.readline()
     if line.strip() != GO:
         return 0
-    launcher.main(argv)  # exits the process with the launcher's code
+    # Exactly `python -m <launcher> argv...` (any NVRx version), its imports already loaded.
+    sys.argv = [sys.argv[0], *argv]
+    runpy.run_module(LAUNCHER_MODULE, run_name="__main__", alter_sys=True)  # exits with its code
     return 0
 
 
