@@ -15,8 +15,7 @@ FORCE=0
 
 # Load hack/versions.env without clobbering values already set in the environment.
 while IFS='=' read -r key value; do
-  [[ -z "$key" || "$key" == \#* ]] && continue
-  [[ -z "${!key:-}" ]] && export "$key=$value"
+  if [[ -n "$key" && "$key" != \#* && -z "${!key:-}" ]]; then export "$key=$value"; fi
 done <"$ROOT/hack/versions.env"
 
 CACHE="${RTJ_CACHE:-$HOME/.cache/rtj}"
