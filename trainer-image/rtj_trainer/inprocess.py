@@ -51,6 +51,10 @@ _WRAPPER_STORE_PORT_OFFSET = 2
 _PEER_FAILURE_MARKERS = ("gloo", "NCCL", "Connection reset by peer", "Connection closed by peer")
 
 
+#: Poll interval of the wrapper's monitors, heartbeats and last-call wait.
+_POLL_SECONDS = 0.05
+
+
 def classify_exception(exc: BaseException) -> str:
     """`PeerFailure` for a collective that failed because of another rank, else `RankException`.
 
@@ -142,7 +146,27 @@ def run_with_inprocess_restart(
         health_checks.append(inprocess.health_check.CudaHealthCheck())
     soft = env.in_process.soft_timeout_seconds
     hard = env.in_process.hard_timeout_seconds
+    ra = inprocess.rank_assignment
+
+    class _FullWorldOnly(ra.RankAssignment):
+        """NVRx's default assignment shifts the survivors of a dead rank into a smaller world. Our
+        state is sharded for the full world (FSDP, per-rank checkpoints), so a smaller world must
+        never train: with any rank lost, every survivor is discarded and ft_launcher restarts the
+        worker group. (NVRx's FilterCountGroupedByKey would do this with a store barrier, but under
+        torch >= 2.15 `store.barrier` resolves to torch's own Store.barrier and fails.)"""
+
+        def __call__(self, ctx: Any) -> Any:
+            if ctx.terminated_ranks:
+                raise ra.RankDiscarded(f"rank(s) {sorted(ctx.terminated_ranks)} lost: full world required")
+            return ctx
+
+    # The wrapper's own waits dominate recovery time: with NVRx's 1 s defaults an exception took
+    # 2.1-2.7 s to the first step on 2xH200 (and did not recover at all in our FSDP2 runs); 50 ms
+    # polls measured 0.98 s (docs/benchmarks.md). Each poll is a store round trip per rank.
+    poll = datetime.timedelta(seconds=min(_POLL_SECONDS, soft / 4))
     wrapper = inprocess.Wrapper(
+        # Compose applies right to left: the full-world check runs first.
+        rank_assignment=inprocess.Compose(ra.ActivateAllRanks(), ra.ShiftRanks(), _FullWorldOnly()),
         store_kwargs={
             "host_name": env.master_addr,
             "port": env.master_port + _WRAPPER_STORE_PORT_OFFSET,
@@ -152,16 +176,16 @@ def run_with_inprocess_restart(
         abort=inprocess.abort.AbortTorchDistributed(),
         finalize=_ReportRestart(),
         health_check=inprocess.Compose(*health_checks) if health_checks else None,
-        monitor_thread_interval=datetime.timedelta(seconds=min(1.0, soft / 4)),
-        monitor_process_interval=datetime.timedelta(seconds=min(1.0, soft / 4)),
-        progress_watchdog_interval=datetime.timedelta(seconds=min(1.0, soft / 4)),
-        heartbeat_interval=datetime.timedelta(seconds=min(1.0, soft / 4)),
+        monitor_thread_interval=poll,
+        monitor_process_interval=poll,
+        progress_watchdog_interval=poll,
+        heartbeat_interval=poll,
         soft_timeout=datetime.timedelta(seconds=soft),
         hard_timeout=datetime.timedelta(seconds=hard),
         heartbeat_timeout=datetime.timedelta(seconds=max(hard, 30.0)),
         barrier_timeout=datetime.timedelta(seconds=max(hard, 30.0) * 2),
         completion_timeout=datetime.timedelta(seconds=max(hard, 30.0) * 2),
-        last_call_wait=datetime.timedelta(seconds=min(1.0, soft / 4)),
+        last_call_wait=poll,
     )
     nvrx_compat.cpu_safe_restart_health_check(wrapper)
     try:
