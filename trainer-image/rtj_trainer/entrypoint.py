@@ -321,8 +321,10 @@ def launch(grace_seconds: float) -> int:
             time=now,
         )
     elif code == ExitCode.DO_NOT_RESTART:
+        # Not a pod fault: a new pod would not make progress either. The exit code (93) is what
+        # fails the job; a Hard fault here would make the operator replace the pod first.
         fault = Fault(
-            severity=FaultSeverity.HARD,
+            severity=FaultSeverity.SOFT,
             reason="NoProgress",
             message=f"no progress past checkpoint iteration {tracker.last_iteration} in "
             f"{cfg.max_no_progress_cycles} restart cycles",
