@@ -49,7 +49,7 @@ from rtj.builders import RDZV_PORT
 from rtj.contract import API_GROUP, API_VERSION, LABEL_JOB, LABEL_ROLE, PLURAL, ROLE_WORKER
 from rtj_local.cluster import LocalCluster
 from rtj_local.node_agent import AGENT_LABEL, NodeAgent
-from rtj_local.rawapi import RawApi
+from rtj_local.rawapi import MERGE, RawApi
 from rtj_local.stack import OperatorProcess, install_chart
 from rtj_local.timeline import Snapshot, Timeline
 from rtj_local.versions import REPO_ROOT, bin_path
@@ -271,15 +271,17 @@ class Bench:
         os.kill(target.pid, signal.SIGKILL)
         return t, f"SIGKILL rank {target.env['RANK']} of {pod}"
 
-    def kill_node(self, snap: Snapshot) -> tuple[float, str, str]:
+    def kill_node(self, snap: Snapshot) -> tuple[float, str, str, str]:
         slot = self.victim(snap)
         t = time.time()
         self.agent.kill_node(slot["node"])
-        return t, slot["pod"], f"node {slot['node']} ({slot['pod']}) killed"
+        return t, slot["pod"], slot["node"], f"node {slot['node']} ({slot['pod']}) killed"
 
-    def restart_all(self, snap: Snapshot) -> None:
+    def restart_all(self, snap: Snapshot, dead_node: str) -> None:
         """What a JobSet / Kubeflow controller does on a pod failure: delete every worker pod (the
-        operator then recreates them)."""
+        operator then recreates them). Granted an oracle: the dead node is cordoned at once, so no
+        recreated pod lands on it (for 20 s it still looks Ready)."""
+        self.raw.request("PATCH", f"/api/v1/nodes/{dead_node}", {"spec": {"unschedulable": True}}, MERGE)
         for slot in snap.status.get("nodeSlots") or []:
             with contextlib.suppress(ApiException):
                 self.raw.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{slot['pod']}",
@@ -294,9 +296,9 @@ class Bench:
         if row == "a":
             t_fault, sample.detail = self.sigkill_rank(snap)
         else:
-            t_fault, dead_pod, sample.detail = self.kill_node(snap)
+            t_fault, dead_pod, dead_node, sample.detail = self.kill_node(snap)
             if row == "d":
-                self.restart_all(snap)
+                self.restart_all(snap, dead_node)
             renew = renew_time(self.raw, dead_pod)  # its last renewal: nothing renews it any more
         step_at = wait_for(lambda: first_step_after(self.agent, t_fault), timeout=RECOVERY_TIMEOUT,
                            interval=0.5, message=f"row {row}: a step after the fault")  # fmt: skip
@@ -435,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         load.append(_load())
         print_table(bench.samples, load)
         return 0
-    except Exception:
+    except BaseException:  # also a stop (SIGTERM): print what was measured
         print(f"operator log tail:\n{operator.tail(30)}", file=sys.stderr)
         if bench.samples:
             print_table(bench.samples, [*load, _load()])
