@@ -202,7 +202,8 @@ class LocalCluster:
             stop(self._pidfile(component), children=self._children)
 
     def stop_component(self, component: str, grace: float = 10.0) -> None:
-        """Stops one component, e.g. "kube-apiserver" or "etcd" for outage tests; state is kept."""
+        """Stops one component, e.g. "kube-apiserver" or "etcd" for outage tests; state is kept.
+        SIGTERM, then SIGKILL after `grace` seconds; `grace=0` is a crash."""
         self._check_component(component)
         stop(self._pidfile(component), grace=grace, children=self._children)
 
