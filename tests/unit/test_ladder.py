@@ -811,6 +811,17 @@ def test_heartbeat_time_in_status_is_coarse() -> None:
     assert d2.status.node_slots[0].last_heartbeat_time == ago(-100)
 
 
+def test_heartbeat_times_reach_status_together() -> None:
+    """When one slot's heartbeat time is due, every slot's is written in the same pass: one status
+    write per resolution period per job, not one per slot."""
+    job = running_job().obj()
+    obs = observe().running(2).lease("train-n0-a0", -100, hb()).lease("train-n1-a0", -30, hb()).obj()
+    slots = decide(job, obs, NOW).status.node_slots
+    assert [s.last_heartbeat_time for s in slots] == [ago(-100), ago(-30)]
+    quiet = observe().running(2).lease("train-n0-a0", -30, hb()).lease("train-n1-a0", -30, hb()).obj()
+    assert [s.last_heartbeat_time for s in decide(job, quiet, NOW).status.node_slots] == [ago(1), ago(1)]
+
+
 def test_goodput() -> None:
     job = running_job(lostSeconds=360.0).obj()
     assert goodput(job.status, NOW) == pytest.approx(0.9)
