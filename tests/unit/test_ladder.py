@@ -582,6 +582,19 @@ CASES = [
         [DeletePod("train-rdzv", "rdzv-1", 0)],
     ),
     Case(
+        "rendezvous pod failed with the reschedule budget spent: Failed, not recreated",
+        running_job(restarts={"podReschedules": 4}).obj(),
+        observe().running(2).rdzv(phase="Failed").obj(),
+        [
+            DeletePod("train-n0-a0", "uid-train-n0-a0", None),
+            DeletePod("train-n1-a0", "uid-train-n1-a0", None),
+        ],
+        state="Failed",
+        reason=reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED,
+        restarts=(0, 0, 4),
+        events=[reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED],
+    ),
+    Case(
         "rendezvous pod on a NotReady node: force-deleted",
         running_job().obj(),
         observe().running(2).rdzv(node="cpu-1").node("cpu-1", "False").obj(),

@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -128,6 +129,10 @@ class NoProgressTracker:
         return self.no_progress_count >= self.max_cycles
 
 
+#: How long the rendezvous host retries binding a port that is still taken.
+BIND_RETRY_SECONDS = 90.0
+
+
 def serve_rendezvous(cfg: TrainerConfig, *, host: str, port: int, stop: threading.Event) -> int:
     """Host the job's rendezvous until `stop` is set; returns the process exit code.
 
@@ -142,13 +147,24 @@ def serve_rendezvous(cfg: TrainerConfig, *, host: str, port: int, stop: threadin
 
     from torch.distributed import TCPStore
 
-    store = TCPStore(
-        host_name=host,
-        port=port,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=timedelta(seconds=60),
-    )
+    # A predecessor (the pod this one replaces, or a previous job's on a shared host network) may
+    # still hold the port for its grace period: retry the bind instead of crash-looping the pod.
+    deadline = time.monotonic() + BIND_RETRY_SECONDS
+    while True:
+        try:
+            store = TCPStore(
+                host_name=host,
+                port=port,
+                is_master=True,
+                wait_for_workers=False,
+                timeout=timedelta(seconds=60),
+            )
+            break
+        except (RuntimeError, OSError) as exc:
+            if time.monotonic() > deadline or stop.is_set():
+                raise
+            log.warning("rendezvous port %d not free yet (%s); retrying", port, exc)
+            stop.wait(1.0)
     log.info("rendezvous store for %s listening on %s:%d", cfg.rdzv_id, host, port)
     stop.wait()
     del store

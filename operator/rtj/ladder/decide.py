@@ -271,6 +271,15 @@ class _Pass:
             self.d.actions.append(CreateRendezvousPod())
             return
         if pod.terminal or p.node_fault(pod, self.obs.nodes, self.obs.nodes_known):
+            # Its replacement counts as a pod reschedule (below), so it spends the same budget.
+            replaces = bool(self.st.rendezvous_pod_uid)
+            if replaces and p.budget_exhausted(self.st.restarts.pod_reschedules + 1, self.ft):
+                self.failed = (
+                    reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED,
+                    f"rendezvous pod {pod.name} lost; maxPodReschedules={self.ft.max_pod_reschedules} "
+                    "already used",
+                )
+                return
             self.delete(pod, 0)
             return
         if pod.uid and pod.uid != self.st.rendezvous_pod_uid:
