@@ -1,6 +1,6 @@
 """Hot-spare (standby) logic of the trainer: the heartbeat agent's promotion signal and the
 warm launcher's command line. The Lease writer is replaced by a recording fake (pure logic only);
-tests/trainer/test_trainer_standby.py runs the same against the real API server."""
+tests/trainer/test_trainer_standby.py runs it against the real API server."""
 
 from __future__ import annotations
 
