@@ -56,7 +56,13 @@ from rtj.ladder.conditions import is_true, set_condition
 from rtj.ladder.observe import LeaseObs, Observed, PodObs
 
 NORMAL, WARNING = "Normal", "Warning"
-_FORCE = frozenset({reasons.NODE_NOT_READY, reasons.NODE_LOST})
+#: Faults whose pod is deleted without a grace period. A pod silent past heartbeatTimeoutSeconds is
+#: hung or cut off: a graceful stop would not be answered, and waiting for it (or for the node to
+#: turn NotReady, 40 s+ upstream) is exactly the delay the heartbeat deadline exists to avoid.
+_FORCE = frozenset({reasons.NODE_NOT_READY, reasons.NODE_LOST, reasons.HEARTBEAT_TIMEOUT})
+#: A deletion still unfinished this long after its grace period ended will not be finished by a
+#: kubelet: force it rather than keep the slot empty.
+_OVERDUE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -492,9 +498,10 @@ class _Pass:
         if any(q.attempt == slot.attempt for q in self.workers.get(slot.slot, [])):
             return
         for q in self.workers.get(slot.slot, []):
-            if q.deleting and p.node_fault(q, self.obs.nodes, self.obs.nodes_known) is not None:
-                # No kubelet will finish this deletion (its node is not Ready or gone): force it, as
-                # `kubectl delete --force` would, or the slot waits forever.
+            overdue = q.delete_by is not None and (self.now - q.delete_by).total_seconds() > _OVERDUE_SECONDS
+            if q.deleting and (overdue or p.node_fault(q, self.obs.nodes, self.obs.nodes_known) is not None):
+                # No kubelet will finish this deletion (its node is not Ready or gone, or its grace
+                # period is long over): force it, as `kubectl delete --force` would, or the slot waits.
                 self.d.actions.append(DeletePod(q.name, q.uid, 0))
         if any(q.live or q.deleting for q in self.workers.get(slot.slot, [])):
             slot.state = "Replacing" if slot.recovering_since else "Pending"

@@ -57,6 +57,8 @@ class PodObs:
     phase: str = "Pending"
     node: str = ""
     deleting: bool = False
+    #: metadata.deletionTimestamp: when the grace period of a requested deletion ends.
+    delete_by: datetime | None = None
     exit_code: int | None = None
     status_reason: str = ""
     created: datetime | None = None
@@ -128,6 +130,7 @@ def pod_from_dict(obj: dict[str, Any]) -> PodObs:
         phase=str(status.get("phase") or "Pending"),
         node=str(spec.get("nodeName") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
+        delete_by=parse_time(meta.get("deletionTimestamp")),
         exit_code=exit_code,
         status_reason=str(status.get("reason") or ""),
         created=parse_time(meta.get("creationTimestamp")),
