@@ -183,9 +183,19 @@ class Fleet:
             end_pod(self.core, self.namespace, target.metadata.name, contract.ExitCode.DO_NOT_RESTART)
         elif s.fault == "node":
             s.injected = target.spec.node_name
-            rdzv = self.core.read_namespaced_pod(f"{s.name}-rdzv", self.namespace)
-            if rdzv.spec.node_name == target.spec.node_name:  # it is lost with the node: recreated, counted
-                s.expect_restarts = (0, 0, s.expect_restarts[2] + 1)
+            # Every job's rendezvous pod on that node (rendezvous pods have no node selector) is lost
+            # with it: recreated and counted once (RendezvousLost).
+            for pod in self.pods():
+                other = self.scripts.get(pod.metadata.labels.get(contract.LABEL_JOB, ""))
+                if (
+                    other is not None
+                    and pod.metadata.labels.get(contract.LABEL_ROLE) == contract.ROLE_RENDEZVOUS
+                    and pod.spec.node_name == target.spec.node_name
+                    and not pod.metadata.deletion_timestamp
+                ):
+                    i, j, k = other.expect_restarts
+                    other.expect_restarts = (i, j, k + 1)
+                    other.log.append(f"rendezvous lost with node {target.spec.node_name}")
             self.on_node_fault(target.spec.node_name)
         s.log.append(f"fault {s.fault} -> {s.injected}")
 

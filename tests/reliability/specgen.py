@@ -8,8 +8,9 @@ CEL cross-field rule broken, a hostPath volume). About half the specs come out i
 The oracle is the pydantic API model (`JobSpec.model_validate`, strict: JSON types are not coerced,
 as the API server does not coerce them) plus the CEL cross-field rules of the CRD, re-stated here in
 Python and evaluated on the defaulted model. Before validation, `null` values of declared fields are
-dropped: the API server prunes nulls of non-nullable fields before defaulting and validation
-(documented CRD behaviour), and the operator only ever reads the pruned object.
+dropped (the API server prunes nulls of non-nullable fields before defaulting and validation, and
+the operator only ever reads the pruned object), and integral floats (7.0) count as integers, as
+OpenAPI's `integer` type and the operator's lax parsing both take them.
 """
 
 from __future__ import annotations
@@ -471,11 +472,15 @@ def manifest(name: str, spec: Any) -> dict[str, Any]:
 
 # --- the oracle -----------------------------------------------------------------------------------------
 def prune_nulls(value: Any) -> Any:
-    """What the API server stores: nulls of (non-nullable) object fields dropped, recursively."""
+    """What the API server validates: nulls of (non-nullable) object fields dropped, and JSON
+    numbers with no fractional part (7.0) taken as integers, as OpenAPI's `integer` does (pydantic's
+    strict mode would refuse 7.0; the operator parses in lax mode and reads 7)."""
     if isinstance(value, dict):
         return {k: prune_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
         return [prune_nulls(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value
 
 
