@@ -109,12 +109,18 @@ def test_children_and_soft_faults_counted_without_touching_pods(env: Callable[..
     evs = reasons_of(events(e.core, e.namespace, "train"))
     assert evs.count(reasons.IN_PROCESS_RESTART) == 1 and evs.count(reasons.IN_JOB_RESTART) == 1
     assert reasons.RECOVERED in evs
-    text = e.operator.metrics()
-    assert (
+    # Metrics follow the status write and the Events in the same pass: wait for them, not race them.
+    counted = (
         f'rtj_restarts_total{{job="train",level="InProcess",namespace="{e.namespace}",'
         f'reason="InProcessRestart"}} 2.0'
-    ) in text
-    assert 'rtj_recovery_seconds_count{level="InProcess"} 1.0' in text
+    )
+    recovered = 'rtj_recovery_seconds_count{level="InProcess"} 1.0'
+    until(
+        lambda: counted in (text := e.operator.metrics()) and recovered in text,
+        t,
+        30,
+        lambda: e.operator.metrics()[-2000:],
+    )
 
 
 def test_silence_replaces_one_pod_and_quarantines_its_node(
@@ -150,7 +156,8 @@ def test_silence_replaces_one_pod_and_quarantines_its_node(
         and reasons.NODE_QUARANTINED in evs
         and reasons.RECOVERED in evs
     )
-    assert 'rtj_recovery_seconds_count{level="Pod"} 1.0' in e.operator.metrics()
+    recovered = 'rtj_recovery_seconds_count{level="Pod"} 1.0'
+    until(lambda: recovered in e.operator.metrics(), t, 30, lambda: e.operator.metrics()[-2000:])
     # What a user sees (shown with pytest -rP).
     print(kubectl("get", "rtj", "-n", e.namespace, "-o", "wide").stdout)
     print(kubectl("get", "pods", "-n", e.namespace, "-o", "wide").stdout)

@@ -241,6 +241,12 @@ def check_children(
                     bad[key] = (name, spec, message)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open bug (issue 3 follow-up): the CRD accepts job names, label/annotation keys, tolerations "
+    "and pod-template volumes whose pods/Services the API server then refuses; strict, so the fix "
+    "turns this into a plain passing test",
+)
 def test_accepted_jobs_only_produce_objects_the_api_server_accepts(
     raw: RawApi, crd: str, rel_namespace: str
 ) -> None:
