@@ -58,7 +58,7 @@ from . import nvrx_compat
 from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client
 from .report import RANK_FILE_PREFIX
 from .runtime_env import rank_env_vars
-from .warm_launcher import ENV_PREWARM_MODULE, GO, LAUNCHER_MODULE, prewarm_module
+from .warm_launcher import ENV_PREWARM_MODULE, GO, prewarm_module
 
 log = logging.getLogger("rtj_trainer")
 
@@ -140,7 +140,7 @@ def launcher_command(standby: bool = False) -> list[str]:
     """ft_launcher of the running interpreter's environment (a hot spare's waits pre-warmed)."""
     if standby:
         return [sys.executable, "-m", "rtj_trainer.warm_launcher"]
-    return [sys.executable, "-m", LAUNCHER_MODULE]
+    return [sys.executable, "-m", "rtj_trainer.launcher_main"]
 
 
 def build_launcher_argv(

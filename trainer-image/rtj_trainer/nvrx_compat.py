@@ -82,6 +82,26 @@ def make_rank_monitor_client() -> Any | None:
         return None
 
 
+def keep_rendezvous_open() -> None:
+    """Make this process's ft_launcher leave the job's rendezvous without closing it.
+
+    ft_launcher closes the rendezvous when it exits after a failure (budget exhausted), which makes
+    every later joiner fail at once with RendezvousClosedError: the pod the operator starts in its
+    place could never join, and the job would die with the one pod. Here the rendezvous outlives
+    any pod (it is hosted by the job's rendezvous pod) and the operator decides the job's end, so a
+    leaving launcher only removes itself. Our hot spares wait outside the rendezvous, so nothing
+    needs the close to leave it.
+    """
+    from nvidia_resiliency_ext.fault_tolerance import _ft_rendezvous
+
+    def _leave_open(self: Any) -> None:
+        log.info("ft_launcher leaving; the job's rendezvous stays open for the pod that replaces this one")
+
+    for cls in vars(_ft_rendezvous).values():
+        if isinstance(cls, type) and "set_closed" in vars(cls) and cls.__name__.endswith("RendezvousHandler"):
+            cls.set_closed = _leave_open  # type: ignore[method-assign]
+
+
 def cpu_safe_restart_health_check(wrapper: Any) -> None:
     """0.7's Wrapper probes GPU/NVLink between restarts and kills a CPU rank: use the plain check."""
     if hasattr(wrapper, "restart_health_check"):

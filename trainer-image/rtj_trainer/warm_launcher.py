@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import runpy
 import sys
 import time
 
@@ -54,9 +53,10 @@ def main(argv: list[str]) -> int:
     line = sys.stdin.readline()
     if line.strip() != GO:
         return 0
-    # Exactly `python -m <launcher> argv...` (any NVRx version), its imports already loaded.
-    sys.argv = [sys.argv[0], *argv]
-    runpy.run_module(LAUNCHER_MODULE, run_name="__main__", alter_sys=True)  # exits with its code
+    # Exactly what a worker runs (rtj_trainer.launcher_main), its imports already loaded.
+    from .launcher_main import run_launcher
+
+    run_launcher(argv)  # exits with the launcher's code
     return 0
 
 
