@@ -24,7 +24,7 @@ from typing import Any
 from kubernetes import client
 from rtj import contract
 from rtj.kube import Kube
-from rtj_local.nodes import KWOK_ANNOTATION_KEY, p5_node
+from rtj_local.nodes import KWOK_ANNOTATION_KEY, KWOK_HEARTBEAT_LABEL, p5_node
 from rtj_local.wait import wait_for
 
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
@@ -139,7 +139,10 @@ def raw(api: client.ApiClient, method: str, path: str, body: Any = None) -> dict
 def make_node_not_ready(core: client.CoreV1Api, name: str) -> None:
     """Take the node away from KWOK (no more heartbeats), then report it NotReady as a dead kubelet
     would be seen by the node lifecycle controller."""
-    core.patch_node(name, {"metadata": {"annotations": {KWOK_ANNOTATION_KEY: None}}})
+    # KWOK reads its annotation only when it first sees a node; the heartbeat label is what it
+    # re-checks (hack/rtj_local/nodes.py), so both go.
+    released = {"annotations": {KWOK_ANNOTATION_KEY: None}, "labels": {KWOK_HEARTBEAT_LABEL: None}}
+    core.patch_node(name, {"metadata": released})
     node = core.read_node(name)
     conditions = [
         {
