@@ -16,6 +16,7 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from math import ceil
+from pathlib import Path
 from typing import Any
 
 from kubernetes.utils import parse_quantity
@@ -62,6 +63,13 @@ class ProcessPlan:
     uid: int | None = None
     gid: int | None = None
     groups: list[int] = field(default_factory=list)
+    #: Host directories under /tmp that must stay visible at their own path inside the pod (the
+    #: project whose virtualenv the pod runs, e.g. a clone in /tmp), although /tmp is replaced.
+    keep_visible: tuple[str, ...] = ()
+
+
+#: Where kept directories are parked while /tmp is replaced (inside the pod's mount namespace).
+KEEP_PARKING = "/var/tmp/rtj-keep"
 
 
 @dataclass(frozen=True)
@@ -263,7 +271,12 @@ def plan_pod(pod: Mapping[str, Any], ctx: PlanContext) -> ProcessPlan:
         uid=uid,
         gid=gid,
         groups=groups,
+        keep_visible=tuple(_under_tmp(str(Path(ctx.venv_bin).parent.parent))),
     )
+
+
+def _under_tmp(path: str) -> list[str]:
+    return [path] if path.startswith("/tmp/") else []
 
 
 def launcher_argv(plan: ProcessPlan) -> list[str]:
@@ -271,6 +284,9 @@ def launcher_argv(plan: ProcessPlan) -> list[str]:
     user switch, then exec of the command, so the command's pid is the launcher's pid."""
     q = shlex.quote
     lines = ["set -e"]
+    # Park what must stay visible before /tmp is replaced; bring it back right after.
+    for i, path in enumerate(plan.keep_visible):
+        lines.append(f"mkdir -p {KEEP_PARKING}/{i} && mount --bind {q(path)} {KEEP_PARKING}/{i}")
     for m in plan.mounts:
         if m.source is not None and m.target != "/etc/hosts":
             lines.append(
@@ -289,6 +305,11 @@ def launcher_argv(plan: ProcessPlan) -> list[str]:
             lines.append(f"mount --bind {q(m.source)} {q(m.target)}")
         if m.read_only:
             lines.append(f"mount -o remount,bind,ro {q(m.target)}")
+        if m.target == "/tmp":
+            lines.extend(
+                f"mkdir -p {q(p)} && mount --bind {KEEP_PARKING}/{i} {q(p)}"
+                for i, p in enumerate(plan.keep_visible)
+            )
     lines.append(f"cd {q(plan.cwd)}")
     lines.append('exec "$@"')
     prefix: list[str] = []

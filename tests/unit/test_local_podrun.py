@@ -201,3 +201,27 @@ def test_host_mount_points_lists_missing_dirs_deepest_first() -> None:
 
 def test_expand() -> None:
     assert expand("$(A)-$(B)-$$(A)-$(", {"A": "1"}) == "1-$(B)-$(A)-$("
+
+
+def test_a_project_under_tmp_stays_visible_in_the_pods_private_tmp(tmp_path) -> None:
+    """A clone under /tmp (its virtualenv and editable sources) must survive /tmp being replaced."""
+    import subprocess
+
+    from rtj_local.podrun import Mount, ProcessPlan, launcher_argv
+
+    project, pod_tmp = tmp_path / "project", tmp_path / "podtmp"
+    (project / "bin").mkdir(parents=True)
+    (project / "bin" / "tool").write_text("x\n")
+    pod_tmp.mkdir()
+    plan = ProcessPlan(
+        container="c",
+        argv=["sh", "-c", f"cat {project}/bin/tool && ls /tmp"],
+        env={},
+        cwd="/tmp",
+        mounts=[Mount("/tmp", source=str(pod_tmp))],
+        keep_visible=(str(project),),
+    )
+    done = subprocess.run(launcher_argv(plan), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "x"
+    assert str(tmp_path).split("/")[2] in done.stdout  # only the kept path's top dir is in the pod's /tmp
