@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from operator_harness import OperatorEnv, operator_env_factory
 from rtj import contract
 from rtj.api import crdgen
 from rtj_local.versions import REPO_ROOT, bin_path
@@ -166,3 +167,15 @@ def install_chart(
     finally:
         for r in reversed(installed):
             helm("uninstall", r.name, "--namespace", r.namespace, "--wait", check=False)
+
+
+# The operator as a real subprocess for one test (tests/integration/operator_harness.py).
+@pytest.fixture
+def env(
+    kube: client.ApiClient, kubeconfig: Path, namespace: str, rtj_api: Any, tmp_path: Path
+) -> Iterator[Callable[..., OperatorEnv]]:
+    start, teardown = operator_env_factory(kube, kubeconfig, namespace, rtj_api, tmp_path)
+    try:
+        yield start
+    finally:
+        teardown()

@@ -427,3 +427,11 @@ def operator_env_factory(
                     raise
 
     return start, teardown
+
+
+def running(e: OperatorEnv, job: str, n: int) -> Callable[[], bool]:
+    def check() -> bool:
+        st = e.status(job)
+        return is_true(e.job(job), "Running") and st.get("nodesReady") == n and st.get("state") == "Running"
+
+    return check

@@ -3,9 +3,8 @@ the test plays the trainers (Leases through rtj.contract) and the kubelet (pod e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,32 +15,13 @@ from operator_harness import (
     events,
     is_true,
     make_node_not_ready,
-    operator_env_factory,
     reasons_of,
+    running,
     until,
 )
 from rtj import contract, reasons
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-
-@pytest.fixture
-def env(
-    kube: client.ApiClient, kubeconfig: Path, namespace: str, rtj_api: Any, tmp_path: Path
-) -> Iterator[Callable[..., OperatorEnv]]:
-    start, teardown = operator_env_factory(kube, kubeconfig, namespace, rtj_api, tmp_path)
-    try:
-        yield start
-    finally:
-        teardown()
-
-
-def running(e: OperatorEnv, job: str, n: int) -> Callable[[], bool]:
-    def check() -> bool:
-        st = e.status(job)
-        return is_true(e.job(job), "Running") and st.get("nodesReady") == n and st.get("state") == "Running"
-
-    return check
 
 
 def restarts(e: OperatorEnv, job: str) -> dict[str, int]:

@@ -4,35 +4,23 @@ collection, and an operator restart (crash) that changes nothing and counts noth
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes import client
-from operator_harness import OperatorEnv, end_pod, events, is_true, operator_env_factory, reasons_of, until
+from operator_harness import (
+    OperatorEnv,
+    end_pod,
+    events,
+    is_true,
+    reasons_of,
+    running,
+    until,
+)
 from rtj import contract, reasons
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-
-@pytest.fixture
-def env(
-    kube: client.ApiClient, kubeconfig: Path, namespace: str, rtj_api: Any, tmp_path: Path
-) -> Iterator[Callable[..., OperatorEnv]]:
-    start, teardown = operator_env_factory(kube, kubeconfig, namespace, rtj_api, tmp_path)
-    try:
-        yield start
-    finally:
-        teardown()
-
-
-def running(e: OperatorEnv, job: str, n: int) -> Callable[[], bool]:
-    def check() -> bool:
-        st = e.status(job)
-        return is_true(e.job(job), "Running") and st.get("nodesReady") == n and st.get("state") == "Running"
-
-    return check
 
 
 def passes(e: OperatorEnv) -> float:
