@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtj import contract
-from rtj.api.models import ResilientTrainingJob
+from rtj.api.models import CHECKPOINT_VOLUME, SHM_MOUNT_PATH, SHM_VOLUME, ResilientTrainingJob
 from rtj.ladder import (
     CAUSE_ANNOTATION,
     LABEL_SPARE_INDEX,
@@ -30,8 +30,6 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 FSX_DRIVER = "fsx.csi.aws.com"
 #: Label on the cluster-scoped FSx PV naming the job's namespace (the job name is LABEL_JOB).
 LABEL_JOB_NAMESPACE = f"{contract.API_GROUP}/job-namespace"
-SHM_VOLUME = "rtj-dshm"
-CHECKPOINT_VOLUME = "rtj-checkpoints"
 _DOWNWARD_ENV = (
     (contract.ENV_POD_NAME, "metadata.name"),
     (contract.ENV_POD_UID, "metadata.uid"),
@@ -240,7 +238,11 @@ def _training_pod(
                     graceful_stop_seconds(settings.termination_grace_seconds),
                 ),
                 "resources": _resources(job),
-                "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}, mount, *tpl.volume_mounts],
+                "volumeMounts": [
+                    {"name": SHM_VOLUME, "mountPath": SHM_MOUNT_PATH},
+                    mount,
+                    *tpl.volume_mounts,
+                ],
             }
         ],
         "volumes": [

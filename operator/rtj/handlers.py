@@ -60,6 +60,8 @@ from rtj.ladder.conditions import set_condition
 from rtj.settings import Settings
 
 SETTINGS = Settings.from_env()
+#: Actions that create an object the builders made from the spec.
+CREATES = (CreateWorkerPod, CreateSparePod, CreateRendezvousPod, CreateRendezvousService)
 GROUP, VERSION, PLURAL = contract.API_GROUP, contract.API_VERSION, contract.PLURAL
 OURS = {contract.LABEL_JOB: kopf.PRESENT}
 PARALLEL_CALLS = 16
@@ -190,12 +192,19 @@ def _plain_job(body: kopf.Body) -> dict[str, Any]:
     }
 
 
-async def _mark_invalid(k: kube.Kube, body: kopf.Body, message: str) -> None:
-    status = JobStatus.model_validate(dict(body.status)) if body.status else JobStatus()
+async def _mark_invalid(k: kube.Kube, body: kopf.Body, message: str, status: JobStatus | None = None) -> None:
+    """Failed/InvalidSpec, with an Event; `status` is the latest known (default: the body's)."""
+    if status is None:
+        status = JobStatus.model_validate(dict(body.status)) if body.status else JobStatus()
+    else:
+        status = status.model_copy(deep=True)
     now = datetime.now(UTC)
     generation = body.metadata.get("generation")
     status.conditions = set_condition(
         status.conditions, ConditionType.FAILED, True, reasons.INVALID_SPEC, message, now, generation
+    )
+    status.conditions = set_condition(
+        status.conditions, ConditionType.RUNNING, False, reasons.INVALID_SPEC, "", now, generation
     )
     status.state, status.reason, status.observed_generation = "Failed", reasons.INVALID_SPEC, generation
     status.completion_time = status.completion_time or now
@@ -219,6 +228,10 @@ async def admit(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
             if obj is not None:
                 await memo.kube.create(obj)
     except kube.KubeError as exc:
+        if exc.invalid:
+            message = f"the API server refused the job's checkpoint volume: {exc.message}"
+            await _mark_invalid(memo.kube, body, message)
+            raise kopf.PermanentError(message) from exc
         raise kopf.TemporaryError(f"checkpoint volume not created yet: {exc}", delay=5) from exc
 
 
@@ -341,12 +354,18 @@ async def run_pass(
             raise
         memo.last_write = (rv, new_rv, decision.status)
         metrics.committed(namespace, name, decision.restarts, decision.recoveries)
-        await act(k, job, decision)
+        refused = await act(k, job, decision)
         plain = _plain_job(body)
         for ev in decision.events:
             await k.emit_event(plain, ev.type, ev.reason, ev.message)
     else:
-        await act(k, job, decision)
+        refused = await act(k, job, decision)
+    if refused:
+        # The API server refused a pod (or Service, PV, PVC) built from an accepted spec: no retry
+        # can succeed, so the job fails saying why instead of waiting forever. The CRD's rules
+        # prevent every such case known (tests/reliability); this is the net for the rest.
+        await _mark_invalid(k, body, "; ".join(refused), decision.status)
+        return None
     status = decision.status
     metrics.set_conditions(
         namespace, name, frozenset(c.type for c in status.conditions if c.status == "True")
@@ -358,8 +377,9 @@ async def run_pass(
     return min(ahead) + DEADLINE_SLACK_SECONDS if ahead else None
 
 
-async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> None:
-    """Execute a decision's actions, bounded in parallel (failures are retried by the next pass)."""
+async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> list[str]:
+    """Execute a decision's actions, bounded in parallel (failures are retried by the next pass).
+    Returns why the API server refused objects the builders made (422: invalid, never retried)."""
     ns, name = job.metadata["namespace"], job.metadata["name"]
     bs = builders.BuildSettings(
         trainer_service_account=SETTINGS.trainer_service_account,
@@ -367,6 +387,7 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> No
         allow_privileged=SETTINGS.allow_privileged,
     )
     gate = asyncio.Semaphore(PARALLEL_CALLS)
+    refused: list[str] = []
 
     async def one(action: Any) -> bool:
         async with gate:
@@ -408,6 +429,8 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> No
                         await k.delete_job(ns, name, str(job.metadata.get("uid", "")))
             except kube.KubeError as exc:  # the next pass retries (level-based)
                 logger.warning("%s/%s: %s failed: %s", ns, name, type(action).__name__, exc)
+                if exc.invalid and isinstance(action, CREATES):
+                    refused.append(f"the API server refused {exc.message}")
                 return False
             return True
 
@@ -421,3 +444,4 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> No
     results = await asyncio.gather(*(one(a) for a in others))
     failed = {a.pod for a, ok in zip(others, results, strict=True) if isinstance(a, PromoteSpare) and not ok}
     await asyncio.gather(*(one(a) for a in signals if a.lease not in failed))
+    return refused

@@ -55,6 +55,19 @@ class KubeError(Exception):
     def conflict(self) -> bool:
         return self.status == 409
 
+    @property
+    def invalid(self) -> bool:
+        """422: the object fails the API server's validation (the same object always will)."""
+        return self.status == 422
+
+    @property
+    def message(self) -> str:
+        """The API server's Status message (it names the object and the field), else the body."""
+        try:
+            return str(json.loads(self.body)["message"])
+        except (ValueError, KeyError, TypeError):
+            return self.body[:500]
+
 
 class Kube:
     """A thin async API over one `kubernetes.client.ApiClient`."""

@@ -199,3 +199,27 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(
     # What a user sees (shown with pytest -rP).
     print(kubectl("get", "rtj", "-n", e.namespace, "-o", "wide").stdout)
     print(kubectl("describe", "rtj", "train", "-n", e.namespace).stdout)
+
+
+def test_pod_the_api_server_refuses_fails_the_job_saying_why(env: Callable[..., OperatorEnv]) -> None:
+    # The CRD keeps podTemplate.volumes open (any core/v1 Volume), so it cannot see that this one
+    # names two sources; the API server refuses the pod built from it, every time.
+    e = env(nodes=1)
+    bad = {"name": "data", "emptyDir": {}, "configMap": {"name": "x"}}
+    e.create_job(
+        "train", 1, podTemplate={"volumes": [bad], "volumeMounts": [{"name": "data", "mountPath": "/data"}]}
+    )
+    until(lambda: is_true(e.job("train"), "Failed"), None, 60, e.explain("train"))
+    st = e.status("train")
+    failed = next(c for c in st["conditions"] if c["type"] == "Failed")
+    assert st["reason"] == failed["reason"] == reasons.INVALID_SPEC, st
+    assert 'Pod "train-n0-a0" is invalid' in failed["message"] and "spec.volumes[" in failed["message"], (
+        failed
+    )
+    assert reasons.INVALID_SPEC in reasons_of(events(e.core, e.namespace, "train"))
+    assert not e.workers("train"), "no pod exists"
+    # Failed is final: later passes create nothing and keep the reason.
+    before = passes(e)
+    until(lambda: passes(e) >= before + 2, None, 60, "two more passes")
+    assert e.status("train")["reason"] == reasons.INVALID_SPEC
+    assert not e.workers("train")

@@ -10,7 +10,8 @@ as the API server does not coerce them) plus the CEL cross-field rules of the CR
 Python and evaluated on the defaulted model. Before validation, `null` values of declared fields are
 dropped (the API server prunes nulls of non-nullable fields before defaulting and validation, and
 the operator only ever reads the pruned object), and integral floats (7.0) count as integers, as
-OpenAPI's `integer` type and the operator's lax parsing both take them.
+OpenAPI's `integer` type and the operator's lax parsing both take them, except where a CEL rule has
+to read one (`cel_type_errors`), and a JSON integer beyond 64 bits is a float to the API server.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from rtj import contract
-from rtj.api.models import JobSpec
+from rtj.api.models import RESERVED_VOLUMES, SHM_MOUNT_PATH, JobSpec, qualified_name_error
 
 API_VERSION = f"{contract.API_GROUP}/{contract.API_VERSION}"
 
@@ -57,9 +58,23 @@ DNS_LABEL = st.one_of(
     st.text(st.sampled_from(_ALNUM), min_size=1, max_size=12),
 )
 LABEL_KEY = st.one_of(
-    st.sampled_from(["zone", "example.com/pool", "a", "k8s.io/x_y.z", "node-group"]),
+    st.sampled_from(["zone", "example.com/pool", "a", "k8s.io/x_y.z", "node-group", "A.b_c", "a" * 63]),
+    st.sampled_from(["a" * 253 + "/b", "x." * 126 + "x/" + "n" * 63]),  # longest prefix, longest name
     st.text(st.sampled_from(_ALNUM), min_size=1, max_size=8),
-    _TEXT,  # keys the API model allows but Kubernetes labels do not
+    st.builds(
+        "{}/{}".format,
+        st.sampled_from(["example.com", "k8s.io", "a"]),
+        st.text(st.sampled_from(_ALNUM), min_size=1, max_size=8),
+    ),
+)
+LABEL_VALUE = st.one_of(
+    st.sampled_from(["", "a", "v1", "A_b.c-9", "a" * 63]), st.text(st.sampled_from(_ALNUM), max_size=12)
+)
+#: Images without whitespace at either end (the API server refuses such a container image).
+IMAGE = st.one_of(
+    st.sampled_from(["trainer:1", "123.dkr.ecr.us-east-1.amazonaws.com/t:0.1", "a b", "a" * 512]),
+    st.text(st.sampled_from(_PRINTABLE.replace(" ", "")), min_size=1, max_size=12),
+    sized(512),
 )
 QUANTITY = st.one_of(
     st.sampled_from(["1", "180", "500m", "1800Gi", "64Gi", "0", "1.5", "2Ti", "100k", "1P"]),
@@ -76,16 +91,26 @@ FSX = st.fixed_dictionaries(
     },
     optional={"storageCapacity": QUANTITY},
 )
-TOLERATION = st.fixed_dictionaries(
-    {},
-    optional={
-        "key": st.one_of(LABEL_KEY, sized(316)),
-        "operator": st.sampled_from(["Equal", "Exists"]),
-        "value": texts(63),
-        "effect": st.sampled_from(["", "NoSchedule", "PreferNoSchedule", "NoExecute"]),
-        "tolerationSeconds": ints(0, 2**31 - 1),
-    },
-)
+
+
+@st.composite
+def toleration(draw: st.DrawFn) -> dict[str, Any]:
+    """A toleration the API server takes: Exists (any key, no value) or Equal (a key and a value);
+    tolerationSeconds only with NoExecute. Fields at their defaults are sometimes left out."""
+    effect = draw(st.sampled_from(["", "NoSchedule", "PreferNoSchedule", "NoExecute"]))
+    if draw(st.booleans()):
+        tol = {"operator": "Exists", "key": draw(st.one_of(st.just(""), LABEL_KEY))}
+    else:
+        tol = {"key": draw(LABEL_KEY), "value": draw(LABEL_VALUE)}
+        if draw(st.booleans()):
+            tol["operator"] = "Equal"
+    if effect or draw(st.booleans()):
+        tol["effect"] = effect
+    if effect == "NoExecute" and draw(st.booleans()):
+        tol["tolerationSeconds"] = draw(ints(0, 2**31 - 1))
+    return tol
+
+
 AFFINITY = st.sampled_from(
     [
         {},
@@ -105,17 +130,13 @@ AFFINITY = st.sampled_from(
 VOLUME = st.one_of(
     st.builds(lambda n: {"name": n, "emptyDir": {}}, DNS_LABEL),
     st.builds(lambda n: {"name": n, "configMap": {"name": "cm"}}, DNS_LABEL),
-    st.just({"name": "rtj-dshm", "emptyDir": {}}),  # collides with the operator's own volume name
 )
-VOLUME_MOUNT = st.builds(
-    lambda n, p: {"name": n, "mountPath": p}, DNS_LABEL, st.sampled_from(["/data", "/x/y", "/dev/shm"])
-)
+#: Mount paths of podTemplate.volumeMounts (none is /dev/shm or a checkpoint.mountPath drawn here).
+MOUNT_PATHS = ["/data", "/x/y", "/mnt/a b", "/" + "m" * 1023]
 
 BASE = st.fixed_dictionaries(
     {
-        "image": st.one_of(
-            st.sampled_from(["trainer:1", "123.dkr.ecr.us-east-1.amazonaws.com/t:0.1"]), texts(512, 1)
-        ),
+        "image": IMAGE,
         "command": st.one_of(
             st.just(["python", "train.py"]), st.lists(texts(4096, 1), min_size=1, max_size=3)
         ),
@@ -146,9 +167,11 @@ BASE = st.fixed_dictionaries(
         "placement": st.fixed_dictionaries(
             {},
             optional={
-                "instanceType": texts(63, 1),
-                "nodeSelector": st.dictionaries(LABEL_KEY, texts(63), max_size=3),
-                "tolerations": st.lists(TOLERATION, max_size=2),
+                "instanceType": st.one_of(
+                    st.sampled_from(["p5.48xlarge", "p5e.48xlarge", "a" * 63]), LABEL_VALUE.filter(bool)
+                ),
+                "nodeSelector": st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=3),
+                "tolerations": st.lists(toleration(), max_size=2),
                 "affinity": AFFINITY,
             },
         ),
@@ -159,11 +182,10 @@ BASE = st.fixed_dictionaries(
             {},
             optional={
                 "serviceAccountName": DNS_LABEL,
-                "labels": st.dictionaries(LABEL_KEY, texts(63), max_size=3),
-                "annotations": st.dictionaries(LABEL_KEY, _TEXT, max_size=3),
+                "labels": st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=3),
+                "annotations": st.dictionaries(LABEL_KEY, st.one_of(_TEXT, sized(2048)), max_size=3),
                 "priorityClassName": texts(253),
-                "volumes": st.lists(VOLUME, max_size=2),
-                "volumeMounts": st.lists(VOLUME_MOUNT, max_size=2),
+                "volumes": st.lists(VOLUME, max_size=2, unique_by=lambda v: v["name"]),
             },
         ),
     },
@@ -194,6 +216,11 @@ def valid_spec(draw: st.DrawFn) -> dict[str, Any]:
     """A spec that satisfies every bound and every cross-field rule (bounds drawn often)."""
     spec = draw(BASE)
     spec["checkpoint"].update(draw(CHECKPOINT_EXTRA))
+    template = spec.get("podTemplate")
+    if template is not None and draw(st.booleans()):
+        names = [*RESERVED_VOLUMES, *(v["name"] for v in template.get("volumes", []))]
+        paths = draw(st.lists(st.sampled_from(MOUNT_PATHS), max_size=2, unique=True))
+        template["volumeMounts"] = [{"name": draw(st.sampled_from(names)), "mountPath": p} for p in paths]
     if draw(st.booleans()):
         gpus = draw(ints(0, 8))
         spec["gpusPerNode"] = gpus
@@ -260,6 +287,17 @@ PATTERN_BREAKS: list[tuple[tuple[str, ...], Any]] = [
     (("placement", "tolerations"), [{"operator": "In"}]),
     (("placement", "tolerations"), [{"effect": "Sometimes"}]),
     (("placement", "tolerations"), [{"tolerationSeconds": -1}]),
+    (("placement", "tolerations"), [{}]),  # Equal with an empty key
+    (("placement", "tolerations"), [{"operator": "Exists", "value": "x"}]),
+    (("placement", "tolerations"), [{"key": "k", "value": "v", "tolerationSeconds": 5}]),
+    (("placement", "tolerations"), [{"key": "bad key", "operator": "Exists"}]),
+    (("placement", "tolerations"), [{"key": "k", "value": "-v"}]),
+    (("placement", "instanceType"), "-"),
+    (("placement", "instanceType"), "\u6f22"),
+    (("image",), " trainer:1"),
+    (("image",), "trainer:1\u0085"),
+    (("image",), "\u00a0trainer:1"),
+    (("checkpoint", "mountPath"), "/dev/shm"),
     (("env",), [{"name": "1BAD"}]),
     (("env",), [{"name": "A=B"}]),
     (("env",), [{"name": ""}]),
@@ -273,7 +311,30 @@ PATTERN_BREAKS: list[tuple[tuple[str, ...], Any]] = [
     (("faultTolerance", "doNotRestartExitCodes"), [256]),
     (("faultTolerance", "doNotRestartExitCodes"), list(range(1, 34))),
     (("placement", "nodeSelector"), {"k": "v" * 64}),
+    (("placement", "nodeSelector"), {"k": "-v"}),
+    (("placement", "nodeSelector"), {"bad key": "v"}),
+    (("placement", "nodeSelector"), {"a/b/c": "v"}),
     (("podTemplate", "labels"), {"k": "v" * 64}),
+    (("podTemplate", "labels"), {"k": "a b"}),
+    (("podTemplate", "labels"), {"a" * 64: "v"}),
+    (("podTemplate", "labels"), {"a" * 254 + "/b": "v"}),
+    (("podTemplate", "labels"), {"Example.com/a": "v"}),
+    (("podTemplate", "labels"), {"-a": "v"}),
+    (("podTemplate", "annotations"), {"bad key": "v"}),
+    (("podTemplate", "annotations"), {"k": "v" * 2049}),
+    (("podTemplate", "volumes"), [{"name": "rtj-dshm", "emptyDir": {}}]),
+    (("podTemplate", "volumes"), [{"name": "rtj-checkpoints", "emptyDir": {}}]),
+    (("podTemplate", "volumes"), [{"name": "a", "emptyDir": {}}, {"name": "a", "configMap": {"name": "c"}}]),
+    (("podTemplate", "volumes"), [{"name": "Bad_Name", "emptyDir": {}}]),
+    (("podTemplate", "volumeMounts"), [{"name": "nope", "mountPath": "/x"}]),
+    (("podTemplate", "volumeMounts"), [{"name": "rtj-dshm", "mountPath": "/dev/shm"}]),
+    (("podTemplate", "volumeMounts"), [{"name": "rtj-checkpoints", "mountPath": "/checkpoints"}]),
+    (
+        ("podTemplate", "volumeMounts"),
+        [{"name": "rtj-dshm", "mountPath": "/a"}, {"name": "rtj-dshm", "mountPath": "/a"}],
+    ),
+    (("podTemplate", "volumeMounts"), [{"name": "rtj-dshm"}]),
+    (("podTemplate", "volumeMounts"), [{"name": "rtj-dshm", "mountPath": "relative"}]),
     (("podTemplate", "volumes"), [{"emptyDir": {}}]),
     (("podTemplate", "volumes"), [{"name": "v" * 64, "emptyDir": {}}]),
     (("podTemplate", "volumes"), [{"name": "h", "hostPath": {"path": "/"}}]),
@@ -506,6 +567,57 @@ def cross_field_violations(spec: JobSpec) -> list[str]:
     for i, vol in enumerate(spec.pod_template.volumes):
         if "hostPath" in vol:
             out.append(f"spec.podTemplate.volumes[{i}]")
+    for i, tol in enumerate(spec.placement.tolerations):
+        if (
+            (tol.key == "" and tol.operator != "Exists")
+            or (tol.operator == "Exists" and tol.value != "")
+            or (tol.toleration_seconds is not None and tol.effect != "NoExecute")
+            or (tol.key != "" and qualified_name_error(tol.key))
+        ):
+            out.append(f"spec.placement.tolerations[{i}]")
+    if spec.checkpoint.mount_path == SHM_MOUNT_PATH:
+        out.append("spec.checkpoint.mountPath")
+    volumes = {*RESERVED_VOLUMES, *(v["name"] for v in spec.pod_template.volumes)}
+    for i, mount in enumerate(spec.pod_template.volume_mounts):
+        if mount["name"] not in volumes or mount["mountPath"] in (SHM_MOUNT_PATH, spec.checkpoint.mount_path):
+            out.append(f"spec.podTemplate.volumeMounts[{i}]")
+    return out
+
+
+def _integral_float(spec: dict[str, Any], path: str) -> bool:
+    value: Any = spec
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return isinstance(value, float)
+
+
+def cel_type_errors(spec: dict[str, Any], model: JobSpec) -> list[str]:
+    """Rules the API server cannot evaluate: its CEL adapter takes an `integer` field only as a JSON
+    integer, so an integral float (7.0) that schema validation accepted fails every rule that reads
+    it ("invalid data, expected int, got float64"; kubernetes-sigs/kro#1303 is the same adapter).
+    CEL's `||` still yields true when another operand is true, whatever the erroring one."""
+    out = []
+    for rule, fields in (
+        (
+            "spec.faultTolerance.heartbeatTimeoutSeconds",
+            ("heartbeatTimeoutSeconds", "heartbeatIntervalSeconds"),
+        ),
+        ("spec.faultTolerance.startupTimeoutSeconds", ("startupTimeoutSeconds", "heartbeatTimeoutSeconds")),
+    ):
+        if any(_integral_float(spec, f"faultTolerance.{f}") for f in fields):
+            out.append(rule)
+    if any(
+        _integral_float(spec, f"faultTolerance.inProcessRestart.{f}")
+        for f in ("hardTimeoutSeconds", "softTimeoutSeconds")
+    ):
+        out.append("spec.faultTolerance.inProcessRestart.hardTimeoutSeconds")
+    # !has(self.procsPerNode) || self.procsPerNode <= self.gpusPerNode || self.gpusPerNode == 0
+    if model.procs_per_node is not None:
+        procs_f, gpus_f = _integral_float(spec, "procsPerNode"), _integral_float(spec, "gpusPerNode")
+        fits = not (procs_f or gpus_f) and model.procs_per_node <= model.gpus_per_node
+        no_gpus = not gpus_f and model.gpus_per_node == 0
+        if (procs_f or gpus_f) and not (fits or no_gpus):
+            out.append("spec.procsPerNode")
     return out
 
 
@@ -518,5 +630,5 @@ def oracle(spec: Any) -> tuple[bool, str]:
     except ValidationError as exc:
         err = exc.errors()[0]
         return False, "spec." + ".".join(str(p) for p in err["loc"]) + ": " + err["msg"]
-    violations = cross_field_violations(model)
+    violations = cross_field_violations(model) + cel_type_errors(spec, model)
     return (not violations), "; ".join(violations)

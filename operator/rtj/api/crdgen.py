@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from rtj import contract
-from rtj.api.models import JobSpec, JobStatus
+from rtj.api.models import JobSpec, JobStatus, ResilientTrainingJob
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CRD_FILE = f"{contract.PLURAL}.{contract.API_GROUP}.yaml"
@@ -171,6 +171,7 @@ def crd() -> dict[str, Any]:
             "spec": _ordered(spec_schema),
             "status": _ordered(status_schema),
         },
+        **ResilientTrainingJob.model_config["json_schema_extra"],
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

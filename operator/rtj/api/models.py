@@ -7,33 +7,109 @@ operator parses every object it reads through them. Wire names are camelCase (al
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from rtj.contract import DEFAULT_DO_NOT_RESTART_EXIT_CODES, PodState
 
 
 def _int_to_str(value: Any) -> Any:
-    # YAML `cpu: 180` is an integer; Kubernetes quantities accept both spellings.
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    # YAML `cpu: 180` is an integer; Kubernetes quantities accept both spellings (and 180.0, as
+    # OpenAPI's `integer` does).
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not -(2**63) <= value < 2**63:  # the API server reads a larger JSON integer as a float
+            raise ValueError("an integer quantity must fit in 64 bits; write it as a string")
+        return str(value)
+    return value
+
+
+_QUANTITY_SUFFIX = "(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$"
+
+
+def _quantity(pattern: str, minimum: int) -> Any:
+    return Annotated[
+        str,
+        Field(
+            pattern=pattern + _QUANTITY_SUFFIX,
+            max_length=32,
+            # minimum: the integer spelling is bounded too (the pattern sees only strings).
+            json_schema_extra={"x-kubernetes-int-or-string": True, "minimum": minimum},
+        ),
+        BeforeValidator(_int_to_str),
+    ]
 
 
 #: A Kubernetes resource quantity ("180", "1800Gi", "500m"); an integer is accepted too (int-or-string).
-Quantity = Annotated[
-    str,
-    Field(
-        pattern=r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$",
-        max_length=32,
-        # minimum: the integer spelling must not be negative either (the pattern sees only strings).
-        json_schema_extra={"x-kubernetes-int-or-string": True, "minimum": 0},
-    ),
-    BeforeValidator(_int_to_str),
-]
-DnsLabel = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+Quantity = _quantity(r"^[0-9]+(\.[0-9]+)?", 0)
+#: A quantity greater than zero (a volume's capacity).
+PositiveQuantity = _quantity(r"^([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]+\.[0-9]*[1-9][0-9]*)", 1)
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DnsLabel = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63)]
+
+#: A label value: at most 63 characters, alphanumeric at both ends, `-_.` inside (or empty).
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]
+#: No whitespace at either end (Go's unicode.IsSpace, as the API server checks a container image).
+TRIMMED_PATTERN = r"^[^\t\n\v\f\r\x{85}\p{Z}]([^\n]*[^\t\n\v\f\r\x{85}\p{Z}])?$"
+#: A label or annotation key: an optional DNS-subdomain prefix (at most 253 characters) and "/",
+#: then a name of at most 63 characters. The CRD checks keys with CEL (a map's keys have no schema),
+#: the models with the same expression in Python (no backslashes: it is quoted into CEL as is).
+QUALIFIED_NAME_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_QUALIFIED_NAME = re.compile(QUALIFIED_NAME_PATTERN.rstrip("$") + r"\Z")
+
+
+def _qualified_name_cel(expr: str) -> str:
+    return f"{expr}.matches('{QUALIFIED_NAME_PATTERN}') && {expr}.indexOf('/') <= 253"
+
+
+def qualified_name_error(key: str) -> str | None:
+    """Why `key` is not a valid label/annotation key (None when it is)."""
+    if _QUALIFIED_NAME.match(key) and key.find("/") <= 253:
+        return None
+    return (
+        f"{key!r} is not a valid key: an optional DNS-subdomain prefix and '/', then at most 63 "
+        "characters, alphanumeric at both ends, '-', '_' or '.' inside"
+    )
+
+
+def _check_keys(mapping: dict[str, Any]) -> dict[str, Any]:
+    for key in mapping:
+        error = qualified_name_error(key)
+        if error:
+            raise ValueError(error)
+    return mapping
+
+
+def keys_are_qualified_names(what: str) -> dict[str, Any]:
+    """The CEL rule that every key of the map `what` is a qualified name."""
+    return cel(
+        (
+            f"self.all(k, {_qualified_name_cel('k')})",
+            f"{what} keys must be qualified names: an optional DNS-subdomain prefix and '/', then at most "
+            "63 characters, alphanumeric at both ends, '-', '_' or '.' inside",
+        )
+    )
+
+
+#: An absolute path without ':' (a container runtime splits mount specs at ':').
+MOUNT_PATH_PATTERN = r"^/[^:]*$"
+
+#: Volumes every trainer pod has; podTemplate.volumes must not reuse their names.
+SHM_VOLUME = "rtj-dshm"
+SHM_MOUNT_PATH = "/dev/shm"
+CHECKPOINT_VOLUME = "rtj-checkpoints"
+RESERVED_VOLUMES = (SHM_VOLUME, CHECKPOINT_VOLUME)
+_RESERVED_VOLUMES_CEL = "[" + ", ".join(f"'{v}'" for v in RESERVED_VOLUMES) + "]"
 
 
 class ApiModel(BaseModel):
@@ -77,11 +153,37 @@ class EnvVar(ApiModel):
 class Toleration(ApiModel):
     """A core/v1 Toleration of the trainer pods."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                "self.key != '' || self.operator == 'Exists'",
+                "operator must be Exists when key is empty",
+                ".operator",
+            ),
+            (
+                "self.operator != 'Exists' || self.value == ''",
+                "value must be empty when operator is Exists",
+                ".value",
+            ),
+            (
+                "!has(self.tolerationSeconds) || self.effect == 'NoExecute'",
+                "tolerationSeconds is only allowed with effect NoExecute",
+                ".tolerationSeconds",
+            ),
+            (
+                "self.key == '' || " + _qualified_name_cel("self.key"),
+                "key must be a qualified name (an optional DNS-subdomain prefix and '/', then at most 63 "
+                "characters, alphanumeric at both ends)",
+                ".key",
+            ),
+        )
+    )
+
     key: str = Field(
-        "", description="Taint key the toleration applies to; empty matches all keys.", max_length=316
+        "", description="Taint key the toleration applies to; empty matches all keys.", max_length=317
     )
     operator: Literal["Equal", "Exists"] = Field("Equal", description="Equal or Exists.")
-    value: str = Field("", description="Taint value the toleration matches (operator Equal).", max_length=63)
+    value: LabelValue = Field("", description="Taint value the toleration matches (operator Equal).")
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
         "", description="NoSchedule, PreferNoSchedule or NoExecute; empty matches all effects."
     )
@@ -101,11 +203,13 @@ class Placement(ApiModel):
         description="EC2 instance type of the node group (matched against node.kubernetes.io/instance-type).",
         min_length=1,
         max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
     )
-    node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+    node_selector: Annotated[dict[str, LabelValue], AfterValidator(_check_keys)] = Field(
         default_factory=dict,
         description="Extra node labels the pods require (e.g. a node group or zone).",
         max_length=64,
+        json_schema_extra=keys_are_qualified_names("placement.nodeSelector"),
     )
     tolerations: list[Toleration] = Field(
         default_factory=list,
@@ -159,7 +263,7 @@ class FsxSource(ApiModel):
         description="Lustre mount name of the file system (from `aws fsx describe-file-systems`).",
         pattern=r"^[a-z0-9]{1,16}$",
     )
-    storage_capacity: Quantity = Field("1200Gi", description="Capacity recorded on the static PV.")
+    storage_capacity: PositiveQuantity = Field("1200Gi", description="Capacity recorded on the static PV.")
 
 
 class Checkpoint(ApiModel):
@@ -168,6 +272,11 @@ class Checkpoint(ApiModel):
     model_config = ConfigDict(
         json_schema_extra=cel(
             ("has(self.pvc) != has(self.fsx)", "exactly one of checkpoint.pvc or checkpoint.fsx must be set"),
+            (
+                f"self.mountPath != '{SHM_MOUNT_PATH}'",
+                f"checkpoint.mountPath must not be {SHM_MOUNT_PATH} (the shared-memory volume's)",
+                ".mountPath",
+            ),
         )
     )
 
@@ -176,7 +285,7 @@ class Checkpoint(ApiModel):
     mount_path: str = Field(
         "/checkpoints",
         description="Where the checkpoint volume is mounted in every pod.",
-        pattern=r"^/[^:]*$",
+        pattern=MOUNT_PATH_PATTERN,
         max_length=1024,
     )
     interval_steps: int = Field(
@@ -277,20 +386,43 @@ class FaultTolerance(ApiModel):
 class PodTemplateOverrides(ApiModel):
     """Escape hatch for what the API does not cover. Applied to every pod of the job."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                # has(): the spelled-out default of podTemplate is checked too, without list defaults.
+                f"!has(self.volumeMounts) || self.volumeMounts.all(m, m.name in {_RESERVED_VOLUMES_CEL} "
+                "|| (has(self.volumes) && self.volumes.exists(v, v.name == m.name)))",
+                "every podTemplate.volumeMounts[].name must name a volume of podTemplate.volumes "
+                f"(or {', '.join(RESERVED_VOLUMES)})",
+                ".volumeMounts",
+            ),
+        )
+    )
+
     service_account_name: DnsLabel | None = Field(
         None, description="ServiceAccount of the trainer pods (it must be allowed to update Leases)."
     )
-    labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(
-        default_factory=dict, description="Extra pod labels.", max_length=64
+    labels: Annotated[dict[str, LabelValue], AfterValidator(_check_keys)] = Field(
+        default_factory=dict,
+        description="Extra pod labels.",
+        max_length=64,
+        json_schema_extra=keys_are_qualified_names("podTemplate.labels"),
     )
-    annotations: dict[str, str] = Field(
-        default_factory=dict, description="Extra pod annotations.", max_length=64
+    # 64 values of 2 KiB and their keys stay well under the API server's 256 KiB for all annotations.
+    annotations: Annotated[dict[str, Annotated[str, Field(max_length=2048)]], AfterValidator(_check_keys)] = (
+        Field(
+            default_factory=dict,
+            description="Extra pod annotations (values of at most 2048 characters).",
+            max_length=64,
+            json_schema_extra=keys_are_qualified_names("podTemplate.annotations"),
+        )
     )
     priority_class_name: str | None = Field(None, description="PriorityClass of the pods.", max_length=253)
     volumes: list[dict[str, Any]] = Field(
         default_factory=list,
         description="Extra core/v1 Volumes. hostPath volumes are refused: a job must not reach the node's "
-        "filesystem through the operator (use a PersistentVolumeClaim the cluster admin provides).",
+        f"filesystem through the operator (use a PersistentVolumeClaim the cluster admin provides). "
+        f"Names are unique DNS labels other than {', '.join(RESERVED_VOLUMES)} (the operator's).",
         json_schema_extra={
             "items": {
                 "type": "object",
@@ -301,6 +433,7 @@ class PodTemplateOverrides(ApiModel):
                         "description": "Volume name.",
                         "minLength": 1,
                         "maxLength": 63,
+                        "pattern": DNS_LABEL_PATTERN,
                     },
                     "hostPath": {
                         "type": "object",
@@ -315,28 +448,90 @@ class PodTemplateOverrides(ApiModel):
                         "!has(self.hostPath)",
                         "hostPath volumes are not allowed in podTemplate.volumes",
                         ".hostPath",
-                    )
+                    ),
+                    (
+                        f"!(self.name in {_RESERVED_VOLUMES_CEL})",
+                        f"volume names {', '.join(RESERVED_VOLUMES)} are the operator's",
+                        ".name",
+                    ),
                 ),
-            }
+            },
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
         },
         max_length=64,
     )
     volume_mounts: list[dict[str, Any]] = Field(
         default_factory=list,
-        description="Extra core/v1 VolumeMounts of the trainer container.",
-        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        description="Extra core/v1 VolumeMounts of the trainer container: each names a volume of "
+        f"podTemplate.volumes (or {', '.join(RESERVED_VOLUMES)}), at a path of its own other than "
+        f"{SHM_MOUNT_PATH} and checkpoint.mountPath.",
+        json_schema_extra={
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {
+                        "type": "string",
+                        "description": "Name of the volume to mount.",
+                        "maxLength": 63,
+                        "pattern": DNS_LABEL_PATTERN,
+                    },
+                    "mountPath": {
+                        "type": "string",
+                        "description": "Absolute path in the container.",
+                        "maxLength": 1024,
+                        "pattern": MOUNT_PATH_PATTERN,
+                    },
+                },
+                "required": ["name", "mountPath"],
+                "x-kubernetes-preserve-unknown-fields": True,
+            },
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["mountPath"],
+        },
         max_length=64,
     )
 
     @field_validator("volumes")
     @classmethod
     def _volumes_are_named(cls, volumes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        # Mirrors the CRD (required name), so that the models accept exactly what the API server does.
+        # Mirrors the CRD's item schema, so that the models accept exactly what the API server does.
+        seen: set[str] = set()
         for i, volume in enumerate(volumes):
             name = volume.get("name")
-            if not isinstance(name, str) or not 0 < len(name) <= 63:
-                raise ValueError(f"volumes[{i}].name must be a string of 1 to 63 characters")
+            if (
+                not isinstance(name, str)
+                or not re.fullmatch(DNS_LABEL_PATTERN.strip("^$"), name)
+                or len(name) > 63
+            ):
+                raise ValueError(f"volumes[{i}].name must be a DNS label of 1 to 63 characters")
+            if name in RESERVED_VOLUMES or name in seen:
+                raise ValueError(f"volumes[{i}].name {name!r} is reserved or used twice")
+            seen.add(name)
         return volumes
+
+    @field_validator("volume_mounts")
+    @classmethod
+    def _mounts_are_named(cls, mounts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        seen: set[str] = set()
+        for i, mount in enumerate(mounts):
+            name, path = mount.get("name"), mount.get("mountPath")
+            if (
+                not isinstance(name, str)
+                or not re.fullmatch(DNS_LABEL_PATTERN.strip("^$"), name)
+                or len(name) > 63
+            ):
+                raise ValueError(f"volumeMounts[{i}].name must be a DNS label of at most 63 characters")
+            if (
+                not isinstance(path, str)
+                or not re.fullmatch(MOUNT_PATH_PATTERN.strip("^$"), path)
+                or len(path) > 1024
+            ):
+                raise ValueError(f"volumeMounts[{i}].mountPath must be an absolute path without ':'")
+            if path in seen:
+                raise ValueError(f"volumeMounts[{i}].mountPath {path!r} is used twice")
+            seen.add(path)
+        return mounts
 
 
 class JobSpec(ApiModel):
@@ -349,6 +544,13 @@ class JobSpec(ApiModel):
                 "procsPerNode must not exceed gpusPerNode",
                 ".procsPerNode",
             ),
+            (
+                "!has(self.podTemplate.volumeMounts) || self.podTemplate.volumeMounts.all(m, "
+                f"m.mountPath != '{SHM_MOUNT_PATH}' && m.mountPath != self.checkpoint.mountPath)",
+                f"podTemplate.volumeMounts must not use {SHM_MOUNT_PATH} or checkpoint.mountPath "
+                "(the operator mounts its volumes there)",
+                ".podTemplate.volumeMounts",
+            ),
         )
     )
 
@@ -356,6 +558,7 @@ class JobSpec(ApiModel):
         description="Trainer image (with NVRx and the rtj-trainer entrypoint). Immutable.",
         min_length=1,
         max_length=512,
+        pattern=TRIMMED_PATTERN,
         json_schema_extra=immutable("image"),
     )
     command: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
@@ -511,10 +714,27 @@ class JobStatus(ApiModel):
     completion_time: datetime | None = Field(None, description="When it Succeeded or Failed.")
 
 
+#: Longest job name: "<name>-rdzv" must be a DNS label (63).
+MAX_JOB_NAME = 58
+
+
 class ResilientTrainingJob(ApiModel):
     """A PyTorch training job kept alive through faults by NVRx and the operator's escalation ladder."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(
+        extra="ignore",
+        # Rules on the root object may read metadata.name: the rendezvous Service is <name>-rdzv
+        # (a DNS-1035 label of at most 63 characters) and the name is a label value of every child.
+        json_schema_extra=cel(
+            (
+                f"size(self.metadata.name) <= {MAX_JOB_NAME} "
+                "&& self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+                f"metadata.name must be at most {MAX_JOB_NAME} characters of lowercase letters, digits and "
+                "'-', starting with a letter and ending with a letter or digit (its rendezvous Service is "
+                "<name>-rdzv)",
+            ),
+        ),
+    )
 
     api_version: str = Field(description="API version.")
     kind: str = Field(description="Kind.")
