@@ -192,19 +192,12 @@ def _plain_job(body: kopf.Body) -> dict[str, Any]:
     }
 
 
-async def _mark_invalid(k: kube.Kube, body: kopf.Body, message: str, status: JobStatus | None = None) -> None:
-    """Failed/InvalidSpec, with an Event; `status` is the latest known (default: the body's)."""
-    if status is None:
-        status = JobStatus.model_validate(dict(body.status)) if body.status else JobStatus()
-    else:
-        status = status.model_copy(deep=True)
+async def _mark_invalid(k: kube.Kube, body: kopf.Body, message: str) -> None:
+    status = JobStatus.model_validate(dict(body.status)) if body.status else JobStatus()
     now = datetime.now(UTC)
     generation = body.metadata.get("generation")
     status.conditions = set_condition(
         status.conditions, ConditionType.FAILED, True, reasons.INVALID_SPEC, message, now, generation
-    )
-    status.conditions = set_condition(
-        status.conditions, ConditionType.RUNNING, False, reasons.INVALID_SPEC, "", now, generation
     )
     status.state, status.reason, status.observed_generation = "Failed", reasons.INVALID_SPEC, generation
     status.completion_time = status.completion_time or now
@@ -336,6 +329,7 @@ async def run_pass(
         },
         nodes={n.name: n for store in nodes.values() for n in store},
         service_exists=bool(list(services.get((namespace, name), []))),
+        refused=getattr(memo, "refused", {}).get(body.metadata.get("uid"), ""),
     )
     config = LadderConfig(
         fault_grace_seconds=SETTINGS.fault_grace_seconds,
@@ -361,11 +355,11 @@ async def run_pass(
     else:
         refused = await act(k, job, decision)
     if refused:
-        # The API server refused a pod (or Service, PV, PVC) built from an accepted spec: no retry
-        # can succeed, so the job fails saying why instead of waiting forever. The CRD's rules
-        # prevent every such case known (tests/reliability); this is the net for the rest.
-        await _mark_invalid(k, body, "; ".join(refused), decision.status)
-        return None
+        # The API server refused a pod (or Service) built from an accepted spec: no retry can
+        # succeed, so the next pass fails the job saying why instead of retrying forever. The CRD's
+        # rules prevent every such case known (tests/reliability); this is the net for the rest.
+        memo.refused = {body.metadata.get("uid"): "; ".join(refused)}  # this job only, not a namesake
+        return 0.0
     status = decision.status
     metrics.set_conditions(
         namespace, name, frozenset(c.type for c in status.conditions if c.status == "True")

@@ -98,6 +98,7 @@ class ObservedBuilder:
         self.leases: dict[str, LeaseObs] = {}
         self.nodes_: dict[str, NodeObs] = {}
         self.service = True
+        self.refused_ = ""
 
     def node(self, name: str, ready: str = "True") -> ObservedBuilder:
         self.nodes_[name] = NodeObs(name=name, ready=ready)
@@ -177,12 +178,17 @@ class ObservedBuilder:
         self.service = False
         return self
 
+    def refused(self, message: str) -> ObservedBuilder:
+        self.refused_ = message
+        return self
+
     def obj(self) -> Observed:
         return Observed(
             pods=dict(self.pods),
             leases=dict(self.leases),
             nodes=dict(self.nodes_),
             service_exists=self.service,
+            refused=self.refused_,
         )
 
 

@@ -460,6 +460,16 @@ CASES = [
         conditions={"Failed": "True", "Running": "False"},
     ),
     Case(
+        "the API server refused a pod built from the spec: InvalidSpec, nothing retried",
+        running_job().obj(),
+        observe().running(1).refused('Pod "train-n1-a0" is invalid: spec.volumes[2]: Forbidden').obj(),
+        [DeletePod("train-rdzv", "rdzv-1", None), DeletePod("train-n0-a0", "uid-train-n0-a0", None)],
+        state="Failed",
+        reason=reasons.INVALID_SPEC,
+        events=[reasons.INVALID_SPEC],
+        conditions={"Failed": "True", "Running": "False"},
+    ),
+    Case(
         "custom do-not-restart exit code",
         running_job().ft(doNotRestartExitCodes=[42]).obj(),
         observe().running(2).worker(0, phase="Failed", exit_code=42).obj(),

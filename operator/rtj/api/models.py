@@ -82,6 +82,11 @@ def qualified_name_error(key: str) -> str | None:
     )
 
 
+def _fits(value: Any, pattern: str, max_length: int) -> bool:
+    """What the CRD's `pattern` and `maxLength` say of a field inside an open (dict) item."""
+    return isinstance(value, str) and len(value) <= max_length and re.fullmatch(pattern, value) is not None
+
+
 def _check_keys(mapping: dict[str, Any]) -> dict[str, Any]:
     for key in mapping:
         error = qualified_name_error(key)
@@ -421,7 +426,7 @@ class PodTemplateOverrides(ApiModel):
     volumes: list[dict[str, Any]] = Field(
         default_factory=list,
         description="Extra core/v1 Volumes. hostPath volumes are refused: a job must not reach the node's "
-        f"filesystem through the operator (use a PersistentVolumeClaim the cluster admin provides). "
+        "filesystem through the operator (use a PersistentVolumeClaim the cluster admin provides). "
         f"Names are unique DNS labels other than {', '.join(RESERVED_VOLUMES)} (the operator's).",
         json_schema_extra={
             "items": {
@@ -499,11 +504,7 @@ class PodTemplateOverrides(ApiModel):
         seen: set[str] = set()
         for i, volume in enumerate(volumes):
             name = volume.get("name")
-            if (
-                not isinstance(name, str)
-                or not re.fullmatch(DNS_LABEL_PATTERN.strip("^$"), name)
-                or len(name) > 63
-            ):
+            if not _fits(name, DNS_LABEL_PATTERN, 63):
                 raise ValueError(f"volumes[{i}].name must be a DNS label of 1 to 63 characters")
             if name in RESERVED_VOLUMES or name in seen:
                 raise ValueError(f"volumes[{i}].name {name!r} is reserved or used twice")
@@ -516,17 +517,9 @@ class PodTemplateOverrides(ApiModel):
         seen: set[str] = set()
         for i, mount in enumerate(mounts):
             name, path = mount.get("name"), mount.get("mountPath")
-            if (
-                not isinstance(name, str)
-                or not re.fullmatch(DNS_LABEL_PATTERN.strip("^$"), name)
-                or len(name) > 63
-            ):
+            if not _fits(name, DNS_LABEL_PATTERN, 63):
                 raise ValueError(f"volumeMounts[{i}].name must be a DNS label of at most 63 characters")
-            if (
-                not isinstance(path, str)
-                or not re.fullmatch(MOUNT_PATH_PATTERN.strip("^$"), path)
-                or len(path) > 1024
-            ):
+            if not _fits(path, MOUNT_PATH_PATTERN, 1024):
                 raise ValueError(f"volumeMounts[{i}].mountPath must be an absolute path without ':'")
             if path in seen:
                 raise ValueError(f"volumeMounts[{i}].mountPath {path!r} is used twice")

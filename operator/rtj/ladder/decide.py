@@ -210,6 +210,9 @@ class _Pass:
         self.st.state, self.st.reason = "Suspended", reasons.SUSPENDED
 
     def active(self) -> None:
+        if self.obs.refused:
+            self.fail(reasons.INVALID_SPEC, self.obs.refused)
+            return
         causes: dict[int, str] = {}
         if is_true(self.old.conditions, ConditionType.SUSPENDED):
             for slot in self.slots:

@@ -99,6 +99,9 @@ class Observed:
     service_exists: bool = True
     #: Nodes are known (the node index is populated); when False, node health is not judged.
     nodes_known: bool = True
+    #: Why the API server refused (422) an object built from this job's spec on an earlier pass;
+    #: no retry can succeed, so the job fails (InvalidSpec) with this message.
+    refused: str = ""
 
 
 def pod_from_dict(obj: dict[str, Any]) -> PodObs:
