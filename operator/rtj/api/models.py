@@ -82,6 +82,11 @@ def qualified_name_error(key: str) -> str | None:
     )
 
 
+def _string_schema(description: str, pattern: str, max_length: int) -> dict[str, Any]:
+    """A string field of an open (dict) item, as the CRD declares it; `_fits` checks it in Python."""
+    return {"type": "string", "description": description, "maxLength": max_length, "pattern": pattern}
+
+
 def _fits(value: Any, pattern: str, max_length: int) -> bool:
     """What the CRD's `pattern` and `maxLength` say of a field inside an open (dict) item."""
     return isinstance(value, str) and len(value) <= max_length and re.fullmatch(pattern, value) is not None
@@ -433,13 +438,7 @@ class PodTemplateOverrides(ApiModel):
                 "type": "object",
                 # CEL sees only declared properties (not preserved unknown ones), so hostPath is declared.
                 "properties": {
-                    "name": {
-                        "type": "string",
-                        "description": "Volume name.",
-                        "minLength": 1,
-                        "maxLength": 63,
-                        "pattern": DNS_LABEL_PATTERN,
-                    },
+                    "name": _string_schema("Volume name.", DNS_LABEL_PATTERN, 63),
                     "hostPath": {
                         "type": "object",
                         "description": "Refused (see volumes).",
@@ -475,18 +474,8 @@ class PodTemplateOverrides(ApiModel):
             "items": {
                 "type": "object",
                 "properties": {
-                    "name": {
-                        "type": "string",
-                        "description": "Name of the volume to mount.",
-                        "maxLength": 63,
-                        "pattern": DNS_LABEL_PATTERN,
-                    },
-                    "mountPath": {
-                        "type": "string",
-                        "description": "Absolute path in the container.",
-                        "maxLength": 1024,
-                        "pattern": MOUNT_PATH_PATTERN,
-                    },
+                    "name": _string_schema("Name of the volume to mount.", DNS_LABEL_PATTERN, 63),
+                    "mountPath": _string_schema("Absolute path in the container.", MOUNT_PATH_PATTERN, 1024),
                 },
                 "required": ["name", "mountPath"],
                 "x-kubernetes-preserve-unknown-fields": True,
