@@ -122,6 +122,6 @@ def _alive(pid: int) -> bool:
     """True for a live process; a zombie (killed, not yet reaped by init) counts as dead."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between open and read
         return False
     return stat[stat.rindex(")") + 2] not in "ZX" and os.path.exists(f"/proc/{pid}")
