@@ -54,6 +54,7 @@ from rtj_local.stack import OperatorProcess, install_chart
 from rtj_local.timeline import Snapshot, Timeline
 from rtj_local.versions import REPO_ROOT, bin_path
 from rtj_local.wait import wait_for
+from rtj_trainer.entrypoint import is_launcher
 
 NAMESPACE = "rtj-bench-recovery"
 OPERATOR_NAMESPACE = "rtj-bench-recovery-system"
@@ -264,7 +265,7 @@ class Bench:
     def sigkill_rank(self, snap: Snapshot) -> tuple[float, str]:
         pod = self.victim(snap)["pod"]
         procs = self.agent.pod_processes(NAMESPACE, pod)
-        launchers = {p.pid for p in procs if any("fault_tolerance.launcher" in c for c in p.cmdline)}
+        launchers = {p.pid for p in procs if is_launcher(p.cmdline)}
         ranks = [p for p in procs if "RANK" in p.env and p.ppid in launchers]
         target = max(ranks, key=lambda p: int(p.env["RANK"]))
         t = time.time()

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 from kubernetes import config
+from rtj_trainer.entrypoint import is_launcher
 
 from rtj_local.cluster import LocalCluster
 from rtj_local.node_agent import NodeAgent
@@ -165,7 +166,7 @@ class Demo:
         started (its direct children; helpers forked by a rank share its command line and env)."""
         assert self.agent is not None
         procs = self.agent.pod_processes(NAMESPACE, pod)
-        launchers = {p.pid for p in procs if any("fault_tolerance.launcher" in c for c in p.cmdline)}
+        launchers = {p.pid for p in procs if is_launcher(p.cmdline)}
         out = {}
         for proc in procs:
             if "RANK" in proc.env and any("fsdp_train" in c for c in proc.cmdline) and proc.ppid in launchers:

@@ -23,12 +23,9 @@ from typing import Any
 
 import psutil
 from rtj.contract import TrainerConfig
-from rtj_trainer.entrypoint import launcher_command
+from rtj_trainer.entrypoint import is_launcher
 
 TOY_TRAIN = Path(__file__).with_name("toy_train.py")
-#: The modules the entrypoint runs ft_launcher as (worker and hot spare): how a launcher is told
-#: apart from the entrypoint's other children.
-LAUNCHER_MODULES = {launcher_command(standby)[-1] for standby in (False, True)}
 LAST_HEARTBEAT = re.compile(r"last heartbeat (\{.*\})\s*$", re.M)
 
 
@@ -183,7 +180,7 @@ class ToyJob:
         for name, pod in self.pods.items():
             try:
                 children = psutil.Process(pod.proc.pid).children()
-                out[name] = next(c.pid for c in children if LAUNCHER_MODULES & set(c.cmdline()))
+                out[name] = next(c.pid for c in children if is_launcher(c.cmdline()))
             except (psutil.NoSuchProcess, StopIteration):
                 continue
         return out

@@ -6,7 +6,14 @@ import json
 
 import pytest
 from rtj.contract import ExitCode, TrainerConfig
-from rtj_trainer.entrypoint import ConfigError, build_launcher_argv, load_config, map_exit_code
+from rtj_trainer.entrypoint import (
+    ConfigError,
+    build_launcher_argv,
+    is_launcher,
+    launcher_command,
+    load_config,
+    map_exit_code,
+)
 from rtj_trainer.runtime_env import RankEnv, rank_env_vars
 
 pytestmark = pytest.mark.unit
@@ -158,3 +165,10 @@ def test_exit_watch_fires_once_after_all_ranks_finished_for_the_timeout() -> Non
     assert w.launcher_stuck(done, now=130)
     assert w.fired
     assert not w.launcher_stuck(done, now=200)
+
+
+def test_the_launcher_is_told_apart_from_the_entrypoint_and_the_ranks() -> None:
+    for standby in (False, True):
+        assert is_launcher([*launcher_command(standby), "--nnodes=2", "--", "python", "train.py"])
+    assert not is_launcher(["/venv/bin/python", "/venv/bin/rtj-trainer", "launch"])
+    assert not is_launcher(["/venv/bin/python", "-u", "train.py", "--steps", "10"])

@@ -143,6 +143,12 @@ def launcher_command(standby: bool = False) -> list[str]:
     return [sys.executable, "-m", "rtj_trainer.launcher_main"]
 
 
+def is_launcher(cmdline: Sequence[str]) -> bool:
+    """Whether a process's command line is the ft_launcher this entrypoint starts (worker or hot
+    spare): how tools outside the pod (tests, the demo, benchmarks) find the ranks' parent."""
+    return any(launcher_command(standby)[-1] in cmdline for standby in (False, True))
+
+
 def build_launcher_argv(
     cfg: TrainerConfig,
     *,
