@@ -80,6 +80,11 @@ QUANTITY = st.one_of(
     st.sampled_from(["1", "180", "500m", "1800Gi", "64Gi", "0", "1.5", "2Ti", "100k", "1P"]),
     st.integers(0, 10**6),
 )
+#: A volume capacity: a quantity above zero.
+POSITIVE_QUANTITY = st.one_of(
+    st.sampled_from(["1", "180", "500m", "1800Gi", "0.5", "1.5", "2Ti", "100k", "1P"]),
+    st.integers(1, 10**6),
+)
 BAD_QUANTITY = st.sampled_from(
     ["1e3", "-1", "1.5.5", "12XB", "", " 1Gi", "0x10", "1Gi ", "+1", -1, -500, 1.5]
 )
@@ -89,7 +94,7 @@ FSX = st.fixed_dictionaries(
         "dnsName": st.sampled_from(["fs-0123.fsx.us-east-1.amazonaws.com", "a", "a" * 253]),
         "mountName": st.sampled_from(["abcdefgh", "a", "a" * 16, "fsx"]),
     },
-    optional={"storageCapacity": QUANTITY},
+    optional={"storageCapacity": POSITIVE_QUANTITY},
 )
 
 
@@ -345,6 +350,18 @@ PATTERN_BREAKS: list[tuple[tuple[str, ...], Any]] = [
     (("checkpoint", "fsx"), {"fileSystemId": "fs-0123456789abcdef0", "dnsName": "a", "mountName": "a" * 17}),
     (("checkpoint", "fsx"), {"fileSystemId": "fs-0123456789abcdef0", "dnsName": "a"}),
     (("resources", "cpu"), "BAD"),
+    (
+        ("checkpoint", "fsx"),
+        {"fileSystemId": "fs-01234567", "dnsName": "a", "mountName": "m", "storageCapacity": "0"},
+    ),
+    (
+        ("checkpoint", "fsx"),
+        {"fileSystemId": "fs-01234567", "dnsName": "a", "mountName": "m", "storageCapacity": 0},
+    ),
+    (
+        ("checkpoint", "fsx"),
+        {"fileSystemId": "fs-01234567", "dnsName": "a", "mountName": "m", "storageCapacity": "0.0Gi"},
+    ),
 ]
 WRONG_TYPES = st.sampled_from([None, "7", 7, 7.5, 7.0, True, False, [], {}, ["x"], {"a": 1}, "", -1, 2**64])
 TYPE_PATHS = (

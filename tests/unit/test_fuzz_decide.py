@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reliability.specgen import manifest, valid_spec
+from reliability.specgen import manifest, oracle, valid_spec
 from reliability.states import exercise, observed_states, scenario_states
 from rtj.api.models import ResilientTrainingJob
 from rtj.ladder import decide
@@ -28,6 +28,13 @@ def job_from(spec: dict[str, Any], status: dict[str, Any] | None = None) -> Resi
     obj["metadata"].update(namespace="ns", uid="uid-train", generation=1)
     obj["status"] = status or {}
     return ResilientTrainingJob.model_validate(obj)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(valid_spec())
+def test_the_valid_spec_strategy_draws_only_valid_specs(spec: dict[str, Any]) -> None:
+    # Every property below assumes it; a new API rule must be followed by the strategy.
+    assert oracle(spec) == (True, ""), oracle(spec)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
