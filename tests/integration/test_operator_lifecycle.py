@@ -216,7 +216,13 @@ def test_pod_the_api_server_refuses_fails_the_job_saying_why(env: Callable[..., 
     assert 'Pod "train-n0-a0" is invalid' in failed["message"] and "spec.volumes[" in failed["message"], (
         failed
     )
-    assert reasons.INVALID_SPEC in reasons_of(events(e.core, e.namespace, "train"))
+    # The Event follows the status write that made the job Failed.
+    until(
+        lambda: reasons.INVALID_SPEC in reasons_of(events(e.core, e.namespace, "train")),
+        None,
+        30,
+        "the Event",
+    )
     assert not e.workers("train"), "no pod exists"
     # Failed is final: later passes create nothing and keep the reason.
     before = passes(e)
