@@ -65,7 +65,6 @@ QUALIFIED_NAME_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
-_QUALIFIED_NAME = re.compile(QUALIFIED_NAME_PATTERN.rstrip("$") + r"\Z")
 
 
 def _qualified_name_cel(expr: str) -> str:
@@ -74,7 +73,7 @@ def _qualified_name_cel(expr: str) -> str:
 
 def qualified_name_error(key: str) -> str | None:
     """Why `key` is not a valid label/annotation key (None when it is)."""
-    if _QUALIFIED_NAME.match(key) and key.find("/") <= 253:
+    if re.fullmatch(QUALIFIED_NAME_PATTERN, key) and key.find("/") <= 253:
         return None
     return (
         f"{key!r} is not a valid key: an optional DNS-subdomain prefix and '/', then at most 63 "
