@@ -19,13 +19,34 @@ help: ## Show this help
 
 ##@ Setup
 
-.PHONY: venv
-venv: $(VENV_STAMP) ## Create .venv with the package and all extras (reused while pyproject.toml is unchanged)
+# Python 3.12, as in the trainer image (pyenv provides it on our machines; PYTHON312=... overrides).
+PYTHON312 ?= $(shell for p in python3.12 "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/3.12*/bin/python3.12; do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { command -v "$$p"; break; }; done)
+# The NVRx we ship, read from its one pin in pyproject.toml (the trainer Dockerfile's default is checked
+# against it by tests/unit/test_nvrx_pin.py).
+NVRX_VERSION := $(shell sed -n 's/^ *"nvidia-resiliency-ext==\([^"]*\)".*/\1/p' pyproject.toml)
+# NVRx >= 0.5 publishes only manylinux_2_39 wheels; Debian 12 has glibc 2.36, so plain pip would pick 0.4.1.
+# Its only compiled file (the straggler CUPTI extension) is never imported by what we use, so the wheel is
+# installed with pip's platform options; its dependencies then come from PyPI with the project's extras.
+NVRX_PIP_PLATFORM := --only-binary=:all: --no-deps --implementation cp --python-version 3.12 \
+	--platform manylinux_2_39_x86_64
 
-$(VENV_STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
+.PHONY: venv
+venv: $(VENV_STAMP) ## Create .venv (Python 3.12, NVRx $(NVRX_VERSION), all extras; reused while pyproject.toml is unchanged)
+
+$(VENV_STAMP): pyproject.toml Makefile
+	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install it (pyenv install 3.12) or set PYTHON312" >&2; exit 1; }
+	@test -n "$(NVRX_VERSION)" || { echo "no nvidia-resiliency-ext==X pin in pyproject.toml" >&2; exit 1; }
+	if [[ -x $(PY) ]] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then \
+		echo "$(VENV) is not Python 3.12: recreating it"; rm -rf $(VENV); fi
+	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --upgrade $(NVRX_PIP_PLATFORM) \
+		--target "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+		"nvidia-resiliency-ext==$(NVRX_VERSION)"
 	$(PY) -m pip install --quiet -e '.[operator,trainer,dev]'
+	$(PY) -c 'import importlib.metadata as m; v = m.version("nvidia-resiliency-ext"); \
+		assert v == "$(NVRX_VERSION)", v; print("NVRx", v, "in $(VENV)")'
 	touch $@
 
 ##@ Local cluster (etcd, kube-apiserver, controller-manager, scheduler, KWOK on 127.0.0.1)
