@@ -15,7 +15,9 @@ Fixtures for one test area belong in that directory's own conftest.py.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import platform
 import re
 import uuid
 from collections.abc import Iterator
@@ -27,6 +29,21 @@ from rtj_local.cluster import LocalCluster
 from rtj_local.wait import wait_for
 
 SESSION_NODES = 4
+
+
+def pytest_report_header() -> str:
+    """Every run says which NVRx and torch it tests (the shipped ones: see tests/unit/test_nvrx_pin.py)."""
+
+    def version(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (
+        f"rtj: NVRx {version('nvidia-resiliency-ext')}, torch {version('torch')}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ class WaitTimeout(AssertionError):
     """The predicate did not hold before the deadline. An AssertionError so pytest reports it plainly."""
 
 
-def wait_for(
+def wait_for[T](
     predicate: Callable[[], T | None],
     timeout: float = 30.0,
     interval: float = 0.2,

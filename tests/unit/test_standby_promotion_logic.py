@@ -129,7 +129,6 @@ def test_a_spare_runs_the_warm_launcher_with_the_same_launcher_arguments() -> No
         "local_addr": "10.0.0.5",
         "progress_file": "/p",
         "term_timeout_seconds": 25,
-        "nvrx_version": (0, 4, 1),
     }
     spare = build_launcher_argv(cfg, launcher=launcher_command(standby=True), **kw)
     worker = build_launcher_argv(cfg, launcher=launcher_command(), **kw)

@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 import pytest
 from rtj.contract import HEARTBEAT_ANNOTATION, FaultSeverity, Heartbeat, PodState, parse_heartbeat
 from rtj_trainer.heartbeat import Aggregator, LeaseWriter, PodIdentity, read_rank_files
-from rtj_trainer.nvrx_compat import NoProgressTracker
 from rtj_trainer.report import RankReporter
 
 pytestmark = pytest.mark.unit
@@ -152,25 +151,6 @@ def test_reporter_without_status_dir_is_a_no_op() -> None:
     r.state(PodState.TRAINING)
     r.checkpoint_committed(1)
     assert not r.enabled
-
-
-def test_no_progress_rule_matches_nvrx(tmp_path) -> None:
-    f = tmp_path / "iter"
-    t = NoProgressTracker(2, str(f))
-    assert not t.observe(1)  # cycle 0 ended before any checkpoint: unknown, skipped
-    f.write_text("4\n")
-    assert not t.observe(2)  # cycle 1 reached 4: progress
-    assert not t.observe(3)  # cycle 2: still 4 -> 1 without progress
-    assert t.observe(4)  # cycle 3: still 4 -> 2 -> stop
-    t2 = NoProgressTracker(2, str(f))  # baseline 4 from the file at start
-    f.write_text("8")
-    assert not t2.observe(1)
-    assert not t2.observe(2)
-    assert t2.observe(3)
-
-
-def test_no_progress_disabled_with_zero(tmp_path) -> None:
-    assert not NoProgressTracker(0, str(tmp_path / "x")).observe(50)
 
 
 def test_lease_body_carries_heartbeat_owner_and_times() -> None:

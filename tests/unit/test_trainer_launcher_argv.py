@@ -37,7 +37,7 @@ CFG = {
 }
 
 
-def _argv(version=(0, 4, 1), local_addr="10.0.0.7", **over):
+def _argv(local_addr="10.0.0.7", **over):
     cfg = TrainerConfig.model_validate({**CFG, **over})
     return build_launcher_argv(
         cfg,
@@ -45,7 +45,6 @@ def _argv(version=(0, 4, 1), local_addr="10.0.0.7", **over):
         local_addr=local_addr,
         progress_file="/tmp/s/checkpoint-iteration",
         term_timeout_seconds=25,
-        nvrx_version=version,
     )
 
 
@@ -75,16 +74,12 @@ def test_user_command_comes_last_verbatim_after_no_python() -> None:
     assert all(a.startswith("--") for a in argv[1:i])
 
 
-def test_041_uses_the_restart_policy_flag_and_no_native_progress_flags() -> None:
-    argv = _argv((0, 4, 1))
-    assert "--ft-restart-policy=any-failed" in argv
-    assert not any(a.startswith("--ft-max-no-progress-cycles") for a in argv)
-
-
-def test_07_has_native_no_progress_and_no_deprecated_policy_flag() -> None:
-    argv = _argv((0, 7, 0))
+def test_nvrx_progress_tracker_stops_with_our_do_not_restart_code() -> None:
+    argv = _argv()
     assert "--ft-max-no-progress-cycles=3" in argv
     assert "--ft-checkpoint-iteration-file=/tmp/s/checkpoint-iteration" in argv
+    assert f"--ft-no-restart-exit-code={ExitCode.DO_NOT_RESTART}" in argv
+    # 0.7 has only the any-failed restart policy; its flag is deprecated.
     assert not any(a.startswith("--ft-restart-policy") for a in argv)
 
 
@@ -93,20 +88,19 @@ def test_no_local_addr_flag_without_a_pod_ip() -> None:
 
 
 @pytest.mark.parametrize(
-    ("rc", "terminated", "no_progress", "expected"),
+    ("rc", "terminated", "expected"),
     [
-        (0, False, False, ExitCode.SUCCEEDED),
-        (1, False, False, ExitCode.LAUNCHER_BUDGET_EXHAUSTED),
-        (93, False, False, ExitCode.DO_NOT_RESTART),
-        (78, False, False, ExitCode.DO_NOT_RESTART),
-        (1, False, True, ExitCode.DO_NOT_RESTART),
-        (1, True, False, ExitCode.TERMINATED),
-        (0, True, False, ExitCode.TERMINATED),
-        (-9, False, False, ExitCode.LAUNCHER_BUDGET_EXHAUSTED),
+        (0, False, ExitCode.SUCCEEDED),
+        (1, False, ExitCode.LAUNCHER_BUDGET_EXHAUSTED),
+        (ExitCode.DO_NOT_RESTART, False, ExitCode.DO_NOT_RESTART),  # NVRx: no progress
+        (78, False, ExitCode.DO_NOT_RESTART),  # one of the job's doNotRestartExitCodes
+        (1, True, ExitCode.TERMINATED),
+        (0, True, ExitCode.TERMINATED),
+        (-9, False, ExitCode.LAUNCHER_BUDGET_EXHAUSTED),
     ],
 )
-def test_exit_code_mapping(rc: int, terminated: bool, no_progress: bool, expected: int) -> None:
-    got = map_exit_code(rc, terminated=terminated, no_progress=no_progress, do_not_restart=[93, 78])
+def test_exit_code_mapping(rc: int, terminated: bool, expected: int) -> None:
+    got = map_exit_code(rc, terminated=terminated, do_not_restart=[78])
     assert got == expected
 
 

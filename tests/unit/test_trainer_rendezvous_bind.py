@@ -1,4 +1,5 @@
-"""The rendezvous host waits for its port instead of crash-looping while a predecessor holds it."""
+"""The rendezvous host waits for its port instead of crash-looping while a predecessor holds it, and
+runs NVRx's own store host (`nvrx-control`) for the job."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 
 import pytest
 from rtj import contract
-from rtj_trainer import nvrx_compat
+from rtj_trainer import rendezvous_host
 
 pytestmark = pytest.mark.unit
 
@@ -17,10 +18,10 @@ def _config() -> contract.TrainerConfig:
         {
             "jobName": "j",
             "command": ["true"],
-            "nnodes": 1,
+            "nnodes": 3,
             "nprocPerNode": 1,
-            "rdzvEndpoint": "127.0.0.1:0",
-            "rdzvId": "j",
+            "rdzvEndpoint": "j-rdzv.ml.svc:29400",
+            "rdzvId": "j-uid",
             "maxInJobRestarts": 0,
             "heartbeatIntervalSeconds": 1,
             "rankHeartbeatTimeoutSeconds": 5,
@@ -32,32 +33,39 @@ def _config() -> contract.TrainerConfig:
     )
 
 
-def test_rendezvous_binds_once_the_predecessor_releases_the_port() -> None:
-    # The NVRx 0.4.1 path (CI's); 0.6+ hosts nvrx-control, which binds on its own.
+def test_waits_until_the_predecessor_releases_the_port() -> None:
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
     holder.listen()
     port = holder.getsockname()[1]
     stop, result = threading.Event(), []
-    server = threading.Thread(
-        target=lambda: result.append(
-            nvrx_compat.serve_rendezvous(_config(), host="127.0.0.1", port=port, stop=stop)
-        )
+    waiter = threading.Thread(
+        target=lambda: result.append(rendezvous_host.wait_for_free_port("127.0.0.1", port, stop, timeout=30))
     )
-    server.start()
-    assert not stop.wait(2.0) and server.is_alive(), "must keep retrying while the port is taken"
+    waiter.start()
+    waiter.join(2.0)
+    assert waiter.is_alive(), "must keep waiting while the port is taken"
     holder.close()
+    waiter.join(10)
+    assert result == [True]
 
-    def serving() -> bool:
-        with socket.socket() as probe:
-            return probe.connect_ex(("127.0.0.1", port)) == 0
 
-    deadline = threading.Event()
-    for _ in range(100):
-        if serving():
-            break
-        deadline.wait(0.1)
-    assert serving(), "the rendezvous store must be listening once the port is free"
-    stop.set()
-    server.join(10)
-    assert result == [0]
+def test_gives_up_when_stopped_or_out_of_time() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        assert not rendezvous_host.wait_for_free_port("127.0.0.1", port, threading.Event(), timeout=0.5)
+        stop = threading.Event()
+        stop.set()
+        assert not rendezvous_host.wait_for_free_port("127.0.0.1", port, stop, timeout=30)
+
+
+def test_control_plane_hosts_the_jobs_rendezvous() -> None:
+    cmd = rendezvous_host.control_plane_command(_config(), host="0.0.0.0", port=29400)
+    assert cmd[0].endswith("nvrx-control") or cmd[1:3] == [
+        "-m",
+        "nvidia_resiliency_ext.fault_tolerance.control_plane",
+    ]
+    for flag in ("--nnodes=3", "--rdzv-backend=c10d", "--rdzv-endpoint=0.0.0.0:29400", "--rdzv-id=j-uid"):
+        assert flag in cmd, flag

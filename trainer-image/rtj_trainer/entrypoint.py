@@ -12,7 +12,7 @@ operator's ASSIGNED_SLOT_ANNOTATION appears on its Lease: until then it is no re
 participant, so the job's nnodes never changes.
 
 `launch` exit codes (read by the operator's ladder, see `rtj.contract.ExitCode`):
-0 training finished; 93 no progress across restart cycles (do not restart);
+0 training finished; 93 NVRx decided the job must not restart (no progress across restart cycles);
 70 the launcher's in-job restart budget is spent (replace the pod); 78 invalid config;
 143 stopped by SIGTERM after a graceful stop.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import logging
 import os
 import signal
@@ -54,8 +55,9 @@ from rtj.contract import (
     TrainerConfig,
 )
 
-from . import nvrx_compat
 from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client
+from .log_filter import NoiseFilter
+from .rendezvous_host import serve_rendezvous
 from .report import RANK_FILE_PREFIX
 from .runtime_env import rank_env_vars
 from .warm_launcher import ENV_PREWARM_MODULE, GO, prewarm_module
@@ -77,8 +79,8 @@ DEFAULT_LAUNCHER_EXIT_TIMEOUT = 360.0
 class ExitWatch:
     """Notices a launcher that does not exit although all of its ranks finished.
 
-    Seen with NVRx 0.4.1 under heavy CPU load: the agent logged its exit, but the process stayed
-    (waiting on its rank-monitor subprocesses), so the pod would never complete.
+    A launcher waiting on its rank-monitor subprocesses (seen under heavy CPU load) would otherwise
+    keep a finished pod from ever completing.
     """
 
     def __init__(self, timeout: float) -> None:
@@ -149,6 +151,14 @@ def is_launcher(cmdline: Sequence[str]) -> bool:
     return any(launcher_command(standby)[-1] in cmdline for standby in (False, True))
 
 
+def nvrx_version() -> str:
+    """The installed NVRx version, for logs (the image pins it; see pyproject.toml)."""
+    try:
+        return importlib.metadata.version("nvidia-resiliency-ext")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def build_launcher_argv(
     cfg: TrainerConfig,
     *,
@@ -156,7 +166,6 @@ def build_launcher_argv(
     local_addr: str | None,
     progress_file: str,
     term_timeout_seconds: float,
-    nvrx_version: tuple[int, int, int],
 ) -> list[str]:
     """The ft_launcher command line for one worker pod (pure; unit-tested)."""
     argv = [
@@ -166,8 +175,8 @@ def build_launcher_argv(
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={cfg.rdzv_endpoint}",
         f"--rdzv-id={cfg.rdzv_id}",
-        # The store lives in the job's rendezvous pod: no training pod is special.
-        f"--rdzv-conf={nvrx_compat.rendezvous_conf()}",
+        # The store lives in the job's rendezvous pod (nvrx-control): no training pod is special.
+        "--rdzv-conf=is_host=false",
         f"--max-restarts={cfg.max_in_job_restarts}",
         f"--term-timeout={max(1, int(term_timeout_seconds))}",
         f"--workers-stop-timeout={WORKERS_STOP_TIMEOUT_SECONDS}",
@@ -175,30 +184,27 @@ def build_launcher_argv(
         # Hang detection: a rank silent past these is killed and the workers restarted.
         f"--ft-initial-rank-heartbeat-timeout={cfg.rank_initial_timeout_seconds:g}",
         f"--ft-rank-heartbeat-timeout={cfg.rank_heartbeat_timeout_seconds:g}",
-        *nvrx_compat.restart_policy_flags(nvrx_version),
+        # NVRx's progress tracker: N restart cycles without a newer committed checkpoint (the
+        # iteration our checkpoints write to this file) stop every launcher with this exit code.
+        f"--ft-checkpoint-iteration-file={progress_file}",
+        f"--ft-max-no-progress-cycles={cfg.max_no_progress_cycles}",
+        f"--ft-no-restart-exit-code={ExitCode.DO_NOT_RESTART}",
     ]
     if local_addr:
         # MASTER_ADDR for the ranks: the pod IP, reachable from other pods (a pod's hostname is not).
         argv.append(f"--local-addr={local_addr}")
-    if nvrx_compat.native_no_progress(nvrx_version):
-        argv += [
-            f"--ft-checkpoint-iteration-file={progress_file}",
-            f"--ft-max-no-progress-cycles={cfg.max_no_progress_cycles}",
-        ]
     # The command runs as given (`python train.py ...`, a console script, ...).
     argv += ["--no-python", cfg.command[0], *cfg.command[1:], *cfg.args]
     return argv
 
 
-def map_exit_code(
-    launcher_rc: int, *, terminated: bool, no_progress: bool, do_not_restart: Sequence[int]
-) -> int:
+def map_exit_code(launcher_rc: int, *, terminated: bool, do_not_restart: Sequence[int]) -> int:
     """The pod's exit code from how the launcher ended (pure; unit-tested)."""
     if launcher_rc == 0 and not terminated:
         return ExitCode.SUCCEEDED
     if terminated:
         return ExitCode.TERMINATED
-    if no_progress or launcher_rc in do_not_restart:
+    if launcher_rc == ExitCode.DO_NOT_RESTART or launcher_rc in do_not_restart:
         return ExitCode.DO_NOT_RESTART
     return ExitCode.LAUNCHER_BUDGET_EXHAUSTED
 
@@ -223,7 +229,6 @@ def launch(grace_seconds: float) -> int:
     pod = replace(pod_identity(), job_name=cfg.job_name)
     status_dir = _prepare_status_dir(pod)
     progress_file = os.path.join(status_dir, PROGRESS_FILE_NAME)
-    version = nvrx_compat.nvrx_version()
 
     api_client = load_api_client()
     if cfg.standby and api_client is None:
@@ -232,7 +237,6 @@ def launch(grace_seconds: float) -> int:
         return ExitCode.CONFIG_ERROR
     agent = HeartbeatAgent(status_dir, pod, cfg.heartbeat_interval_seconds, api_client, standby=cfg.standby)
     agent.start()
-    tracker = nvrx_compat.NoProgressTracker(cfg.max_no_progress_cycles, progress_file)
 
     argv = build_launcher_argv(
         cfg,
@@ -240,7 +244,6 @@ def launch(grace_seconds: float) -> int:
         local_addr=pod.pod_ip,
         progress_file=progress_file,
         term_timeout_seconds=max(1.0, grace_seconds - 5),
-        nvrx_version=version,
     )
     env = {**os.environ, **rank_env_vars(cfg, status_dir=status_dir, progress_file=progress_file)}
     if cfg.standby:
@@ -248,13 +251,20 @@ def launch(grace_seconds: float) -> int:
     log.info(
         "%s ft_launcher (NVRx %s): %s",
         "standby: pre-warming" if cfg.standby else "starting",
-        ".".join(map(str, version)),
+        nvrx_version(),
         " ".join(argv),
     )
     _become_subreaper()
     proc = subprocess.Popen(
-        argv, env=env, start_new_session=True, stdin=subprocess.PIPE if cfg.standby else None
+        argv,
+        env=env,
+        start_new_session=True,
+        stdin=subprocess.PIPE if cfg.standby else None,
+        # The launcher's and every rank's stderr, minus the store-poll noise (see log_filter).
+        stderr=subprocess.PIPE,
     )
+    assert proc.stderr is not None
+    log_filter = NoiseFilter(proc.stderr, sys.stderr.buffer).start()
 
     terminate = threading.Event()
 
@@ -270,7 +280,6 @@ def launch(grace_seconds: float) -> int:
         _await_promotion(agent, proc, terminate)
 
     kill_deadline: float | None = None
-    no_progress = False
     exit_watch = ExitWatch(float(os.environ.get(ENV_LAUNCHER_EXIT_TIMEOUT, DEFAULT_LAUNCHER_EXIT_TIMEOUT)))
     while True:
         try:
@@ -283,17 +292,6 @@ def launch(grace_seconds: float) -> int:
             if time.monotonic() >= kill_deadline:
                 log.warning("graceful stop took longer than %.0f s: killing the launcher", grace_seconds)
                 _kill_group(proc)
-        elif not no_progress and tracker.observe(agent.aggregator.in_job_restarts):
-            no_progress = True
-            log.error(
-                "no training progress in %d restart cycles (checkpoint iteration %s): stopping",
-                cfg.max_no_progress_cycles,
-                tracker.last_iteration,
-            )
-            _signal_launcher(proc, signal.SIGTERM)
-            kill_deadline = time.monotonic() + grace_seconds
-        if no_progress and kill_deadline is not None and time.monotonic() >= kill_deadline:
-            _kill_group(proc)
         if exit_watch.launcher_stuck(agent.last):
             log.warning(
                 "every rank finished %.0f s ago but ft_launcher has not exited: killing it",
@@ -302,21 +300,11 @@ def launch(grace_seconds: float) -> int:
             _kill_group(proc)
     # Workers the launcher left behind (e.g. it was SIGKILLed) must not outlive the pod's main process.
     _kill_group(proc)
+    log_filter.join(timeout=5)
     if exit_watch.fired:
         rc = 0  # the training itself completed on every rank
-    if rc != 0 and not terminate.is_set() and not no_progress:
-        # The launcher gave up after a cycle whose workers never restarted (0.7 stops on its own
-        # no-progress rule before starting new workers): that last cycle counts too.
-        agent.tick()
-        tracker.observe(agent.aggregator.in_job_restarts)
-        no_progress = tracker.observe(tracker.cycles_seen + 1)
 
-    code = map_exit_code(
-        rc,
-        terminated=terminate.is_set(),
-        no_progress=no_progress,
-        do_not_restart=cfg.do_not_restart_exit_codes,
-    )
+    code = map_exit_code(rc, terminated=terminate.is_set(), do_not_restart=cfg.do_not_restart_exit_codes)
     fault = None
     now = datetime.now(UTC)
     if code == ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
@@ -332,8 +320,8 @@ def launch(grace_seconds: float) -> int:
         fault = Fault(
             severity=FaultSeverity.SOFT,
             reason="NoProgress",
-            message=f"no progress past checkpoint iteration {tracker.last_iteration} in "
-            f"{cfg.max_no_progress_cycles} restart cycles",
+            message=f"ft_launcher exited with {rc}: NVRx saw no progress past checkpoint iteration "
+            f"{_read_progress(progress_file)} in {cfg.max_no_progress_cycles} restart cycles",
             time=now,
         )
     final = agent.stop(PodState.FINISHED if code == ExitCode.SUCCEEDED else None, fault)
@@ -341,6 +329,13 @@ def launch(grace_seconds: float) -> int:
         "ft_launcher exited with %s; pod exit code %s; last heartbeat %s", rc, code, final.to_annotation()
     )
     return code
+
+
+def _read_progress(progress_file: str) -> str:
+    try:
+        return Path(progress_file).read_text().strip() or "none"
+    except OSError:
+        return "none"
 
 
 def _await_promotion(
@@ -417,7 +412,7 @@ def rendezvous(host: str, port: int | None) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    return nvrx_compat.serve_rendezvous(cfg, host=host, port=port, stop=stop)
+    return serve_rendezvous(cfg, host=host, port=port, stop=stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,7 +35,6 @@ import torch
 import torch.distributed as dist
 from rtj.contract import FaultSeverity, PodState
 
-from . import nvrx_compat
 from .report import RankReporter
 from .runtime_env import RankEnv
 
@@ -69,8 +68,8 @@ def classify_exception(exc: BaseException) -> str:
 def _base_store(env: RankEnv) -> dist.TCPStore:
     """The store each restart iteration's process group is built on (prefixed per iteration).
 
-    Under ft_launcher 0.4.1 (c10d rendezvous) nothing listens on MASTER_PORT: rank 0 hosts it.
-    When the launcher's agent already hosts it (TORCHELASTIC_USE_AGENT_STORE), every rank is a client.
+    When the launcher's agent hosts it (TORCHELASTIC_USE_AGENT_STORE), every rank is a client;
+    otherwise (a plain torchrun-style launch) nothing listens on MASTER_PORT and rank 0 hosts it.
     """
     agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False").lower() == "true"
     return dist.TCPStore(
@@ -187,7 +186,9 @@ def run_with_inprocess_restart(
         completion_timeout=datetime.timedelta(seconds=max(hard, 30.0) * 2),
         last_call_wait=poll,
     )
-    nvrx_compat.cpu_safe_restart_health_check(wrapper)
+    if env.dist_backend != "nccl":
+        # NVRx's Wrapper probes GPU/NVLink between restarts, which kills a CPU rank: keep the plain check.
+        wrapper.restart_health_check = wrapper.health_check
     try:
         return wrapper(_wrapped)()
     finally:

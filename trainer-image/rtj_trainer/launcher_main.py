@@ -2,21 +2,44 @@
 
     python -m rtj_trainer.launcher_main <ft_launcher arguments...>
 
-See `nvrx_compat.keep_rendezvous_open` for why. Everything else is NVRx's launcher, run as __main__.
+Everything but `keep_rendezvous_open` is NVRx's launcher, run as __main__.
 """
 
 from __future__ import annotations
 
+import logging
 import runpy
 import sys
+from typing import Any
 
-from . import nvrx_compat
-from .warm_launcher import LAUNCHER_MODULE
+LAUNCHER_MODULE = "nvidia_resiliency_ext.fault_tolerance.launcher"
+
+log = logging.getLogger(__name__)
+
+
+def keep_rendezvous_open() -> None:
+    """Make this process's ft_launcher leave the job's rendezvous without shutting it down.
+
+    On exit, NVRx's launcher shuts the rendezvous down for good (`FtRendezvousBarrierHandler.shutdown`,
+    also on a failure once its restart budget is spent), and every later joiner fails at once with
+    RendezvousClosedError: the pod the operator starts in this one's place could never join, and the
+    job would die with the one pod. Here the rendezvous outlives any pod (the job's rendezvous pod
+    hosts it) and the operator decides the job's end, so a leaving launcher only removes itself.
+    NVRx's own "do not restart" broadcast (`signal_no_restart`, no progress) is a different call and
+    still reaches every launcher.
+    """
+    from nvidia_resiliency_ext.fault_tolerance.ft_rendezvous_barrier import FtRendezvousBarrierHandler
+
+    def _leave_open(self: Any, reason: str = "") -> bool:
+        log.info("launcher leaving (%s): the rendezvous stays open for its replacement", reason or "done")
+        return True
+
+    FtRendezvousBarrierHandler.shutdown = _leave_open  # type: ignore[method-assign]
 
 
 def run_launcher(argv: list[str]) -> None:
     """Run NVRx's launcher in this interpreter with `argv`; exits with the launcher's code."""
-    nvrx_compat.keep_rendezvous_open()
+    keep_rendezvous_open()
     sys.argv = [sys.argv[0], *argv]
     runpy.run_module(LAUNCHER_MODULE, run_name="__main__", alter_sys=True)
 

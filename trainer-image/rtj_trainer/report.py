@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 from datetime import UTC, datetime
@@ -29,13 +30,29 @@ from typing import Any
 
 from rtj.contract import ENV_STATUS_DIR, FaultSeverity, PodState
 
-from . import nvrx_compat
 from .runtime_env import ENV_PROGRESS_FILE
+
+log = logging.getLogger(__name__)
 
 #: Minimum seconds between two writes caused by step() alone.
 STEP_WRITE_INTERVAL_SECONDS = 0.5
 RANK_FILE_PREFIX = "rank-"
 RANK_FILE_SUFFIX = ".json"
+
+
+def make_rank_monitor_client() -> Any | None:
+    """An initialized NVRx RankMonitorClient when running under ft_launcher, else None."""
+    if "FT_RANK_MONITOR_IPC_SOCKET" not in os.environ:
+        return None
+    try:
+        from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
+
+        client = RankMonitorClient()
+        client.init_workload_monitoring()
+        return client
+    except Exception as exc:  # the rank must still train without hang detection
+        log.warning("NVRx rank monitor client unavailable: %s", exc)
+        return None
 
 
 def rank_file_name(local_rank: int) -> str:
@@ -98,7 +115,7 @@ class RankReporter:
             local_rank=int(env.get("LOCAL_RANK", "0")),
             in_job_restarts=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
             progress_file=env.get(ENV_PROGRESS_FILE) or None,
-            ft_client=nvrx_compat.make_rank_monitor_client(),
+            ft_client=make_rank_monitor_client(),
         )
 
     @property

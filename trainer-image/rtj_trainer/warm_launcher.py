@@ -17,7 +17,8 @@ import os
 import sys
 import time
 
-LAUNCHER_MODULE = "nvidia_resiliency_ext.fault_tolerance.launcher"
+from .launcher_main import LAUNCHER_MODULE, run_launcher
+
 ENV_PREWARM_MODULE = "RTJ_PREWARM_MODULE"
 GO = "go"
 
@@ -54,8 +55,6 @@ def main(argv: list[str]) -> int:
     if line.strip() != GO:
         return 0
     # Exactly what a worker runs (rtj_trainer.launcher_main), its imports already loaded.
-    from .launcher_main import run_launcher
-
     run_launcher(argv)  # exits with the launcher's code
     return 0
 
