@@ -101,6 +101,10 @@ verify: lint generate ## lint + generate, then fail if generated files differ fr
 demo: venv cluster-build ## Run the end-to-end demo on the local cluster
 	$(PY) -m rtj_local.demo
 
+.PHONY: gpu-smoke
+gpu-smoke: ## On a 2-GPU machine: the product path (rendezvous + launch -> ft_launcher -> FSDP2 ~1 B) through an in-process and an in-job fault; prints JSON
+	$(PY) bench/gpu_smoke.py --out .run/gpu-smoke.json $(SMOKE_ARGS)
+
 .PHONY: bench
 bench: venv cluster-build ## Run the benchmarks (bench/run_all.sh)
 	@if [[ -x bench/run_all.sh ]]; then bench/run_all.sh; \

@@ -163,6 +163,9 @@ def container_env(pod: Mapping[str, Any], container: Mapping[str, Any], ctx: Pla
         "KUBERNETES_SERVICE_PORT": str(ctx.apiserver_port),
         "KUBERNETES_SERVICE_PORT_HTTPS": str(ctx.apiserver_port),
         "KUBERNETES_PORT": f"tcp://{ctx.apiserver_host}:{ctx.apiserver_port}",
+        # Every local pod shares the host's address, so NVRx sees several ft_launchers on one node,
+        # which it refuses (closing the rendezvous) unless told it is a simulation.
+        "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1",
     }
     for source in container.get("envFrom") or []:
         prefix = source.get("prefix", "")

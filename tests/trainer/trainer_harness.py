@@ -120,6 +120,8 @@ class ToyJob:
             "RTJ_LAUNCHER_EXIT_TIMEOUT_SECONDS": "60",
             "OMP_NUM_THREADS": "1",
             "PYTHONUNBUFFERED": "1",
+            # Several "pods" on one address: NVRx closes such a rendezvous unless told it is a simulation.
+            "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1",
             **self.env,
             **(extra_env or {}),
         }

@@ -1,0 +1,205 @@
+"""The product path on one machine, as a pod runs it, with an in-process and an in-job fault.
+
+    python bench/gpu_smoke.py --out smoke.json           # 2xH200: FSDP2 at ~1.1 B parameters, NCCL
+    python bench/gpu_smoke.py --cpu --out smoke.json     # anywhere: a tiny model on gloo (self-test)
+
+`rtj-trainer rendezvous` (nvrx-control) and `rtj-trainer launch` (heartbeat agent -> ft_launcher ->
+`rtj_trainer.examples.fsdp_train`) run exactly as in the pods, with the fault injection of
+fsdp_train: an exception in rank 1 (NVRx in-process restart) and a SIGKILL of rank 1 (ft_launcher's
+in-job restart). Prints one JSON document: per fault, seconds from the fault to the first completed
+step and the steps redone; checkpoints committed; final step and loss; pod-log lines per minute
+(all, and c10d store-poll timeouts before and after the log filter). Exits non-zero if the run did
+not train to the last step through both faults. Run it after every change to trainer-image/ and
+record date, commit and figures in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+#: ~1.1 B parameters: fp32 master weights + AdamW state ~ 6.8 GB per rank on 2 GPUs (FACTS).
+GPU_MODEL = "--dim 2048 --layers 20 --heads 16 --vocab 32000 --seq 2048 --batch 4"
+CPU_MODEL = "--dim 64 --layers 2 --heads 4 --vocab 128 --seq 32 --batch 4 --min-step-time 0.05"
+STORE_POLL_NOISE = re.compile(r"\[c10d\] waitForInput: socket .* timed out after \d+ms")
+DROPPED = re.compile(r"rtj-trainer: dropped (\d+) '\[c10d\] waitForInput")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def trainer_config(args: argparse.Namespace, work: Path, port: int) -> dict[str, Any]:
+    model = CPU_MODEL if args.cpu else GPU_MODEL
+    return {
+        "jobName": "gpu-smoke",
+        "command": [sys.executable, "-m", "rtj_trainer.examples.fsdp_train"],
+        "args": [*model.split(), "--steps", str(args.steps), "--log-dir", str(work / "logs")],
+        "nnodes": 1,
+        "nprocPerNode": args.nproc,
+        "rdzvEndpoint": f"127.0.0.1:{port}",
+        "rdzvId": "gpu-smoke",
+        "maxInJobRestarts": 3,
+        "heartbeatIntervalSeconds": 1,
+        "rankHeartbeatTimeoutSeconds": 120,
+        "rankInitialTimeoutSeconds": 300,
+        "inProcess": {"enabled": True, "softTimeoutSeconds": 60, "hardTimeoutSeconds": 90, "maxRestarts": 3},
+        "checkpointDir": str(work / "ckpt"),
+        "checkpointIntervalSteps": args.checkpoint_interval,
+        "checkpointsToKeep": 2,
+        "maxNoProgressCycles": 3,
+    }
+
+
+def pod_env(cfg: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "RTJ_TRAINER_CONFIG": json.dumps(cfg),
+        "RTJ_POD_NAME": "gpu-smoke-n0-a0",
+        "RTJ_NAMESPACE": "default",
+        "RTJ_POD_IP": "127.0.0.1",
+        "RTJ_STATUS_DIR": str(work / "status"),
+        "RTJ_FAULT_INJECT": f"exception:1:{args.exception_step};sigkill:1:{args.sigkill_step}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    if args.cpu:
+        env["RTJ_COLLECTIVE_TIMEOUT_SECONDS"] = "10"
+    return env
+
+
+def read_rank_log(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def recoveries(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each resume after the first: the fault's time (the last step logged before it), the first
+    step completed after it, and the steps redone."""
+    out = []
+    last_step: dict[str, Any] | None = None
+    pending: dict[str, Any] | None = None
+    for rec in records:
+        if rec.get("event") == "resume":
+            if last_step is not None:
+                pending = {"resume": rec, "before": last_step}
+            continue
+        if "loss" not in rec:
+            continue
+        if pending is not None:
+            before, resume = pending["before"], pending["resume"]
+            out.append(
+                {
+                    "kind": "in-process" if resume["restart"] == before["restart"] else "in-job",
+                    "fault_after_step": before["step"],
+                    "resumed_from_step": resume["step"],
+                    "steps_redone": before["step"] - resume["step"],
+                    "seconds_fault_to_first_step": round(rec["t"] - before["t"], 2),
+                }
+            )
+            pending = None
+        last_step = rec
+    return out
+
+
+def log_lines(launch_log: str, minutes: float) -> dict[str, Any]:
+    lines = launch_log.splitlines()
+    noise_passed = sum(bool(STORE_POLL_NOISE.search(x)) for x in lines)
+    dropped = sum(int(m.group(1)) for x in lines if (m := DROPPED.search(x)))
+    return {
+        "minutes": round(minutes, 2),
+        "pod_log_lines_per_min": round(len(lines) / minutes, 1),
+        "store_poll_lines_per_min_before_filter": round((noise_passed + dropped) / minutes, 1),
+        "store_poll_lines_per_min_after_filter": round(noise_passed / minutes, 1),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="rtj-smoke-", dir=args.work_dir))
+    port = free_port()
+    cfg = trainer_config(args, work, port)
+    env = pod_env(cfg, work, args)
+    entry = [sys.executable, "-m", "rtj_trainer.entrypoint"]
+    rdzv = subprocess.Popen([*entry, "rendezvous"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(work / "rendezvous.log", "wb"))  # fmt: skip  # noqa: SIM115
+    t0 = time.monotonic()
+    try:
+        launch = subprocess.run(
+            [*entry, "launch"], env=env, capture_output=True, text=True, timeout=args.timeout
+        )
+        rc, out = launch.returncode, launch.stdout + launch.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, out = 124, (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(errors="replace")
+    finally:
+        rdzv.terminate()
+        rdzv.wait(30)
+    minutes = (time.monotonic() - t0) / 60
+    (work / "launch.log").write_text(out)
+    ranks = {r: read_rank_log(work / "logs" / f"rank-{r}.jsonl") for r in range(args.nproc)
+             if (work / "logs" / f"rank-{r}.jsonl").exists()}  # fmt: skip
+    steps = [x for x in ranks.get(0, []) if "loss" in x]
+    faults = recoveries(ranks.get(0, []))
+    committed = sorted({x["committed"] for x in steps if x.get("committed")})
+    result = {
+        "launch_exit_code": rc,
+        "faults": faults,
+        "checkpoints_committed": committed,
+        "final_step": steps[-1]["step"] if steps else None,
+        "final_loss": steps[-1]["loss"] if steps else None,
+        "first_loss": steps[0]["loss"] if steps else None,
+        "median_step_seconds": sorted(x["dt"] for x in steps)[len(steps) // 2] if steps else None,
+        "log": log_lines(out, minutes),
+        "nvrx": _version("nvidia-resiliency-ext"),
+        "torch": _version("torch"),
+        "work_dir": str(work),
+    }
+    kinds = [f["kind"] for f in faults]
+    result["passed"] = bool(
+        rc == 0 and result["final_step"] == args.steps and "in-process" in kinds and "in-job" in kinds
+    )
+    return result
+
+
+def _version(dist: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cpu", action="store_true", help="gloo and a tiny model (a self-test without GPUs)")
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--exception-step", type=int, default=50)
+    p.add_argument("--sigkill-step", type=int, default=100)
+    p.add_argument("--checkpoint-interval", type=int, default=40)
+    p.add_argument("--timeout", type=float, default=420)
+    p.add_argument("--work-dir", default=None, help="parent of the run's directory (default: the temp dir)")
+    p.add_argument("--out", default=None, help="also write the JSON here")
+    args = p.parse_args()
+    result = run(args)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    if not result["passed"]:
+        print(f"gpu-smoke FAILED; logs in {result['work_dir']}", file=sys.stderr)
+        print("\n".join((Path(result["work_dir"]) / "launch.log").read_text().splitlines()[-40:]), file=sys.stderr)
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
