@@ -138,7 +138,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         rc, out = launch.returncode, launch.stdout + launch.stderr
     except subprocess.TimeoutExpired as exc:
-        rc, out = 124, (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(errors="replace")
+        # Always bytes here, whatever text= says.
+        rc, out = 124, b"".join(x or b"" for x in (exc.stdout, exc.stderr)).decode(errors="replace")
     finally:
         rdzv.terminate()
         rdzv.wait(30)
@@ -197,7 +198,8 @@ def main() -> int:
         Path(args.out).write_text(text + "\n")
     if not result["passed"]:
         print(f"gpu-smoke FAILED; logs in {result['work_dir']}", file=sys.stderr)
-        print("\n".join((Path(result["work_dir"]) / "launch.log").read_text().splitlines()[-40:]), file=sys.stderr)
+        tail = (Path(result["work_dir"]) / "launch.log").read_text().splitlines()[-40:]
+        print("\n".join(tail), file=sys.stderr)
     return 0 if result["passed"] else 1
 
 
