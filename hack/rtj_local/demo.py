@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import itertools
 import json
 import logging
 import os
+import platform
 import shutil
 import signal
 import sys
@@ -356,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(message)s",
     )
     demo = Demo(run_dir, job_timeout=args.timeout)
+    # The pods run this environment's trainer runtime: say which NVRx and torch they train with.
+    print(
+        f"== trainer runtime: NVRx {importlib.metadata.version('nvidia-resiliency-ext')}, "
+        f"torch {importlib.metadata.version('torch')}, Python {platform.python_version()}"
+    )
     t0 = time.monotonic()
     ok = False
     try:

@@ -371,7 +371,7 @@ def rendezvous_pod(job: ResilientTrainingJob, settings: BuildSettings | None = N
                     "ports": [{"name": RDZV_PORT_NAME, "containerPort": RDZV_PORT, "protocol": "TCP"}],
                     "resources": {
                         "requests": {"cpu": "250m", "memory": "256Mi"},
-                        # The store process imports torch (~650 MB RSS on NVRx 0.4.1).
+                        # nvrx-control imports torch (~700 MB RSS measured on NVRx 0.7.0, torch 2.15).
                         "limits": {"cpu": "1", "memory": "2Gi"},
                     },
                 }
