@@ -27,10 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rtj_trainer.log_filter import STORE_POLL_TIMEOUT
+
 #: ~1.1 B parameters: fp32 master weights + AdamW state ~ 6.8 GB per rank on 2 GPUs (FACTS).
 GPU_MODEL = "--dim 2048 --layers 20 --heads 16 --vocab 32000 --seq 2048 --batch 4"
 CPU_MODEL = "--dim 64 --layers 2 --heads 4 --vocab 128 --seq 32 --batch 4 --min-step-time 0.05"
-STORE_POLL_NOISE = re.compile(r"\[c10d\] waitForInput: socket .* timed out after \d+ms")
 DROPPED = re.compile(r"rtj-trainer: dropped (\d+) '\[c10d\] waitForInput")
 
 
@@ -113,7 +114,7 @@ def recoveries(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def log_lines(launch_log: str, minutes: float) -> dict[str, Any]:
     lines = launch_log.splitlines()
-    noise_passed = sum(bool(STORE_POLL_NOISE.search(x)) for x in lines)
+    noise_passed = sum(bool(STORE_POLL_TIMEOUT.search(x.encode())) for x in lines)
     dropped = sum(int(m.group(1)) for x in lines if (m := DROPPED.search(x)))
     return {
         "minutes": round(minutes, 2),
