@@ -4,7 +4,8 @@ NVRx's in-process restart polls the c10d store with 50 ms timeouts, and every po
 torch log it twice (`[c10d] waitForInput: poll for socket ... returned 0, likely a timeout` and
 `[c10d] waitForInput: socket ... timed out after 50ms`): ~3,100 lines a minute on a 2-rank H200 run.
 Those lines, and only those, are dropped; once a minute at most, one line says how many were.
-Everything else, real warnings and tracebacks included, is passed on unchanged. This runs in the pod's main process, which outlives the processes it reads from and drains the pipe before it exits.
+Everything else, real warnings and tracebacks included, is passed on unchanged. This runs in the pod's
+main process, which outlives the processes it reads from and drains the pipe before it exits.
 """
 
 from __future__ import annotations
