@@ -8,6 +8,7 @@ prints them as a table.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -184,6 +185,25 @@ def test_lost_pod_is_replaced_and_training_continues(make_job, victim: str) -> N
         f"\nRECOVERY lost pod ({victim}): {back['t'] - t_kill:.2f} s from SIGKILL to the first step past "
         f"step {before} (replacement started 0 s after the kill)"
     )
+
+
+def test_a_launcher_out_of_budget_leaves_the_rendezvous_open_for_its_replacement(make_job) -> None:
+    """NVRx shuts the rendezvous down when a launcher gives up; ours stays open (launcher_main), so the
+    pod the operator starts in its place joins the survivor and the job trains on."""
+    job = make_job(env={"TOY_STEPS": "80"})
+    no_budget = {**json.loads(job.trainer_config), "maxInJobRestarts": 0}
+    job.start_rendezvous()
+    # Whichever global ranks pod0 gets, they die at step 30: its launcher has no restart left.
+    kill_pod0_ranks = ";".join(f"sigkill:{rank}:30" for rank in range(4))
+    job.start_pod("pod0", {"RTJ_TRAINER_CONFIG": json.dumps(no_budget), "RTJ_FAULT_INJECT": kill_pod0_ranks})
+    job.start_pod("pod1")
+    assert job.wait_exit("pod0", 300) == ExitCode.LAUNCHER_BUDGET_EXHAUSTED, job.dump_logs()
+    assert job.pods["pod1"].proc.poll() is None, "the surviving pod waits for a new rendezvous round"
+    job.start_pod("replacement")
+    for name in ("pod1", "replacement"):
+        assert job.wait_exit(name, 300) == ExitCode.SUCCEEDED, job.dump_logs()
+    assert job.max_step() == 80
+    assert not [n for n, pod in job.pods.items() if "RendezvousClosedError" in pod.log_text()]
 
 
 def test_sigterm_stops_gracefully_with_143(make_job) -> None:
