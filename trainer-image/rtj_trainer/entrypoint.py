@@ -320,8 +320,12 @@ def launch(grace_seconds: float) -> int:
         fault = Fault(
             severity=FaultSeverity.SOFT,
             reason="NoProgress",
-            message=f"ft_launcher exited with {rc}: NVRx saw no progress past checkpoint iteration "
-            f"{_read_progress(progress_file)} in {cfg.max_no_progress_cycles} restart cycles",
+            message=(
+                f"ft_launcher exited with {rc}: NVRx saw no progress past checkpoint iteration "
+                f"{_read_progress(progress_file)} in {cfg.max_no_progress_cycles} restart cycles"
+                if rc == ExitCode.DO_NOT_RESTART
+                else f"ft_launcher exited with {rc}, one of the job's doNotRestartExitCodes"
+            ),
             time=now,
         )
     final = agent.stop(PodState.FINISHED if code == ExitCode.SUCCEEDED else None, fault)
