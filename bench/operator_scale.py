@@ -331,14 +331,14 @@ class Bench:
             **os.environ,
             "KUBECONFIG": str(self.op_kubeconfig),
             "RTJ_METRICS_PORT": str(self.metrics_port),
-            "RTJ_HEALTH_ENDPOINT": f"http://127.0.0.1:{self.health_port}/healthz",
             **dict(kv.split("=", 1) for kv in self.a.operator_env),
         }
         if self.a.operator_src:  # e.g. a checkout of the baseline: its `rtj` shadows the installed one
             env["PYTHONPATH"] = os.pathsep.join([self.a.operator_src, env.get("PYTHONPATH", "")])
         log = (self.run_dir / "operator.log").open("ab")
         self.op_proc = subprocess.Popen(
-            [sys.executable, "-m", "rtj"],
+            # The options of the chart's `kopf run -m rtj.handlers` (python -m rtj passes them on).
+            [sys.executable, "-m", "rtj", "--all-namespaces", f"--liveness=http://127.0.0.1:{self.health_port}/healthz"],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -49,9 +49,7 @@ class OperatorProcess:
         self.metrics_port, self.health_port = free_port(), free_port()
         self.env = {
             "KUBECONFIG": str(kubeconfig),
-            "RTJ_NAMESPACES": namespace,
             "RTJ_METRICS_PORT": str(self.metrics_port),
-            "RTJ_HEALTH_ENDPOINT": f"http://127.0.0.1:{self.health_port}/healthz",
             "RTJ_RECONCILE_INTERVAL_SECONDS": "0.5",
             "RTJ_FAULT_GRACE_SECONDS": "0",
             "RTJ_TERMINATION_GRACE_SECONDS": "5",
@@ -68,7 +66,9 @@ class OperatorProcess:
         log.write(f"\n===== operator start #{self.starts} =====\n".encode())
         log.flush()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rtj"],
+            # The options of `kopf run -m rtj.handlers` (python -m rtj passes them on).
+            [sys.executable, "-m", "rtj", f"--namespace={self.namespace}",
+             f"--liveness=http://127.0.0.1:{self.health_port}/healthz"],  # fmt: skip
             env={**os.environ, **self.env},
             stdout=log,
             stderr=subprocess.STDOUT,
