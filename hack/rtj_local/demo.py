@@ -132,7 +132,7 @@ class Demo:
         self.out("== helm install charts/resilient-training-operator (operator.replicas=0)")
         install_chart(self.cluster, trainer_namespaces=[NAMESPACE])
         self.out("== operator: local process, the chart's args/env, its ServiceAccount token (chart RBAC)")
-        self.operator = OperatorProcess(self.cluster, self.run_dir / "operator").start(raw)
+        self.operator = OperatorProcess.from_chart(self.cluster, raw, self.run_dir / "operator").start()
         self.out(f"   log {self.operator.log_path}")
         docs = self._example()
         for path in self.checkpoint_dirs:  # a fresh demo starts from no checkpoint

@@ -20,7 +20,7 @@ Channels:
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -216,3 +216,24 @@ class TrainerConfig(_Model):
 def lease_name(pod_name: str) -> str:
     """The heartbeat Lease of a pod has the pod's name."""
     return pod_name
+
+
+# --- Kubernetes time formats (writer: trainer heartbeat agent, local tools; reader: operator) -----
+def micro_time(t: datetime) -> str:
+    """A Kubernetes MicroTime (a Lease's renewTime/acquireTime): RFC 3339 in UTC, microseconds."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A Kubernetes Time/MicroTime (or a datetime) as an aware datetime; None when absent or
+    malformed (the reader never raises on what a workload wrote). A naive value is taken as UTC."""
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str) and value:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    else:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

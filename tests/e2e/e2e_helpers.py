@@ -153,7 +153,7 @@ class JobRun:
                 "--- timeline (last 40 lines)",
                 *self.lines[-40:],
                 "--- operator log (tail)",
-                self.stack.operator.tail(30),
+                self.stack.operator.log_tail(30),
             ]
         )
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from rtj.contract import ExitCode
-from trainer_harness import ToyJob, first_step_after, wait_for
+from rtj_local.wait import wait_for
+from trainer_harness import ToyJob, first_step_after
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(420)]
 
@@ -174,10 +175,10 @@ def test_lost_pod_is_replaced_and_training_continues(make_job, victim: str) -> N
     back = wait_for(
         lambda: first_step_after(job.events(), t_kill, step_above=before, exclude_pids=old_pids),
         300,
-        "training to continue past the kill",
+        message="training to continue past the kill",
     )
     # The replacement really trains: its launcher runs ranks that complete steps past the kill.
-    wait_for(lambda: job.max_step() >= before + 20, 120, "20 more steps")
+    wait_for(lambda: job.max_step() >= before + 20, 120, message="20 more steps")
     replacement_launcher = job.launcher_pids()["replacement"]
     assert any(e["ppid"] == replacement_launcher and e["step"] > before for e in job.events())
     assert job.pods[survivor].proc.poll() is None, "the surviving pod must keep running"
