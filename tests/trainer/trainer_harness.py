@@ -63,6 +63,7 @@ class ToyJob:
         cfg = {
             "jobName": "toy",
             "command": [sys.executable, str(TOY_TRAIN)],
+            "args": [],
             "nnodes": self.nnodes,
             "nprocPerNode": self.nproc_per_node,
             "rdzvEndpoint": f"127.0.0.1:{self.port}",
@@ -79,7 +80,9 @@ class ToyJob:
             },
             "checkpointDir": str(self.ckpt_dir),
             "checkpointIntervalSteps": 20,
+            "checkpointsToKeep": 2,
             "maxNoProgressCycles": 2,
+            "doNotRestartExitCodes": [93, 78],
         }
         cfg.update(self.config)
         TrainerConfig.model_validate(cfg)  # a typo in a test fails here, not in a pod

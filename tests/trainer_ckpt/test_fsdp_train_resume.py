@@ -52,6 +52,7 @@ def test_fsdp_train_survives_faults_and_resumes_from_committed_checkpoints(tmp_p
         "checkpointIntervalSteps": INTERVAL,
         "checkpointsToKeep": 2,
         "maxNoProgressCycles": 3,
+        "doNotRestartExitCodes": [93, 78],
     }
     env = {
         **os.environ,

@@ -111,6 +111,7 @@ def test_a_spare_runs_the_warm_launcher_with_the_same_launcher_arguments() -> No
         {
             "jobName": "j",
             "command": ["python", "-m", "train"],
+            "args": [],
             "nnodes": 2,
             "nprocPerNode": 2,
             "rdzvEndpoint": "j-rdzv.ns.svc:29400",
@@ -119,9 +120,17 @@ def test_a_spare_runs_the_warm_launcher_with_the_same_launcher_arguments() -> No
             "heartbeatIntervalSeconds": 1,
             "rankHeartbeatTimeoutSeconds": 20,
             "rankInitialTimeoutSeconds": 60,
-            "inProcess": {},
+            "inProcess": {
+                "enabled": True,
+                "softTimeoutSeconds": 60,
+                "hardTimeoutSeconds": 90,
+                "maxRestarts": 10,
+            },
             "checkpointDir": "/ckpt",
             "checkpointIntervalSteps": 10,
+            "checkpointsToKeep": 2,
+            "maxNoProgressCycles": 3,
+            "doNotRestartExitCodes": [93, 78],
             "standby": True,
         }
     )
