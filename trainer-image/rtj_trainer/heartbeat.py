@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from rtj.contract import (
@@ -314,8 +314,17 @@ class LeaseWriter:
         return dict(lease.metadata.annotations or {})
 
 
+class LeaseStore(Protocol):
+    """Where the agent publishes a heartbeat: `LeaseWriter` (the API server), or a test's fake."""
+
+    def write(self, hb: Heartbeat, now: datetime) -> dict[str, str]: ...
+
+
 class HeartbeatAgent:
-    """A daemon thread: aggregate the rank files and renew the Lease every interval."""
+    """A daemon thread: aggregate the rank files and renew the Lease every interval.
+
+    The Lease goes through `writer` when given, else a `LeaseWriter` on `api_client` (None and
+    None: no Lease, e.g. outside a cluster)."""
 
     def __init__(
         self,
@@ -324,6 +333,7 @@ class HeartbeatAgent:
         interval_seconds: float,
         api_client: Any | None,
         standby: bool = False,
+        writer: LeaseStore | None = None,
     ) -> None:
         self.status_dir = status_dir
         self.interval = interval_seconds
@@ -335,9 +345,9 @@ class HeartbeatAgent:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rtj-heartbeat", daemon=True)
-        self._writer = (
-            LeaseWriter(api_client, pod, max(1, math.ceil(3 * interval_seconds))) if api_client else None
-        )
+        if writer is None and api_client is not None:
+            writer = LeaseWriter(api_client, pod, max(1, math.ceil(3 * interval_seconds)))
+        self._writer = writer
         self.last: Heartbeat | None = None
         self._last_error: str | None = None
 
