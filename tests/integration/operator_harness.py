@@ -1,7 +1,8 @@
-"""Run the operator as a real subprocess (`python -m rtj`, rtj_local.stack.OperatorProcess) against the test cluster, and act as the
-trainer would (heartbeat Leases written through rtj.contract, pod exits as pod status).
+"""Run the operator as a real subprocess (`python -m rtj`, rtj_local.stack.OperatorProcess) against
+the test cluster, and act as the trainer would (heartbeat Leases written through rtj.contract, pod
+exits as pod status).
 
-Used by tests/integration/test_operator_*.py through the fixtures in `operator_fixtures()`.
+Used by tests/integration/test_operator_*.py through `operator_env_factory()` (their conftest.py).
 Each test gets its own namespace, its own KWOK p5 nodes (labelled with a node group named after the
 namespace, which the job selects) and its own operator process watching only that namespace, so tests
 never see each other's pods, nodes or taints.
