@@ -49,6 +49,7 @@ from rtj.builders import RDZV_PORT
 from rtj.contract import API_GROUP, API_VERSION, LABEL_JOB, LABEL_ROLE, PLURAL, ROLE_WORKER, parse_time
 from rtj_local.cluster import LocalCluster
 from rtj_local.node_agent import AGENT_LABEL, NodeAgent
+from rtj_local.nodes import schedulable
 from rtj_local.rawapi import MERGE, RawApi
 from rtj_local.stack import OperatorProcess, install_chart
 from rtj_local.timeline import Snapshot, Timeline
@@ -327,17 +328,6 @@ def _port_bound(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _ready_untainted(raw: RawApi, name: str) -> bool:
-    node = raw.get(f"/api/v1/nodes/{name}")
-    if node is None:
-        return False
-    conditions = node["status"].get("conditions") or []
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-    return ready and not any(
-        t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints") or []
-    )
-
-
 def _stats(values: list[float]) -> str:
     if not values:
         return "-"
@@ -413,7 +403,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         agent.start()
-        wait_for(lambda: all(_ready_untainted(raw, n) for n in NODES), timeout=120, message="nodes Ready")
+        wait_for(
+            lambda: all(schedulable(raw.get(f"/api/v1/nodes/{n}")) for n in NODES),
+            timeout=120,
+            message="nodes Ready",
+        )
         install_chart(cluster, [NAMESPACE], OPERATOR_NAMESPACE, RELEASE)
         operator = OperatorProcess.from_chart(
             cluster, raw, args.run_dir / "operator", OPERATOR_NAMESPACE, RELEASE

@@ -37,6 +37,7 @@ from rtj_trainer.entrypoint import is_launcher
 
 from rtj_local.cluster import LocalCluster
 from rtj_local.node_agent import NodeAgent
+from rtj_local.nodes import schedulable
 from rtj_local.rawapi import RawApi
 from rtj_local.stack import OperatorProcess, install_chart
 from rtj_local.timeline import Snapshot, Timeline
@@ -148,19 +149,7 @@ class Demo:
 
     @staticmethod
     def _nodes_schedulable(raw: RawApi) -> bool:
-        for name in NODES:
-            node = raw.get(f"/api/v1/nodes/{name}")
-            if node is None:
-                return False
-            ready = any(
-                c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or []
-            )
-            not_ready_taint = any(
-                t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints") or []
-            )
-            if not ready or not_ready_taint:
-                return False
-        return True
+        return all(schedulable(raw.get(f"/api/v1/nodes/{name}")) for name in NODES)
 
     # --- faults ---------------------------------------------------------------------------------------
     def _rank_pids(self, pod: str) -> dict[int, int]:
