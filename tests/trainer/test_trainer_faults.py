@@ -207,6 +207,23 @@ def test_a_launcher_out_of_budget_leaves_the_rendezvous_open_for_its_replacement
     assert not [n for n, pod in job.pods.items() if "RendezvousClosedError" in pod.log_text()]
 
 
+def test_when_every_launcher_is_out_of_budget_replacement_pods_still_form_a_round(make_job) -> None:
+    """Both launchers give up (budget 0): the operator replaces both pods, and they must be able to
+    rendezvous, although no surviving launcher is left to open the next round."""
+    job = make_job(config={"maxInJobRestarts": 0}, env={"TOY_STEPS": "60"})
+    job.start_rendezvous()
+    job.start_pod("pod0", {"RTJ_FAULT_INJECT": "sigkill:*:20"})
+    job.start_pod("pod1")
+    for name in ("pod0", "pod1"):
+        assert job.wait_exit(name, 300) == ExitCode.LAUNCHER_BUDGET_EXHAUSTED, job.dump_logs()
+    replacements = ("pod0-a1", "pod1-a1")
+    for name in replacements:
+        job.start_pod(name)
+    for name in replacements:
+        assert job.wait_exit(name, 300) == ExitCode.SUCCEEDED, job.dump_logs()
+    assert job.max_step() == 60
+
+
 def test_sigterm_stops_gracefully_with_143(make_job) -> None:
     job = make_job()
     job.start()

@@ -25,12 +25,22 @@ def keep_rendezvous_open() -> None:
     RendezvousClosedError: the pod the operator starts in this one's place could never join, and the
     job would die with the one pod. Here the rendezvous outlives any pod (the job's rendezvous pod
     hosts it) and the operator decides the job's end, so a leaving launcher only removes itself.
+
+    Leaving after a failure, it opens the next round instead, as a launcher that restarts would: the
+    survivors restart their workers into it, and the replacement pods can join it even when every
+    launcher of the job has left (a round nobody opens is never closed, and joiners wait forever).
     NVRx's own "do not restart" broadcast (`signal_no_restart`, no progress) is a different call and
     still reaches every launcher.
     """
     from nvidia_resiliency_ext.fault_tolerance.ft_rendezvous_barrier import FtRendezvousBarrierHandler
+    from nvidia_resiliency_ext.fault_tolerance.utils import RDZV_SHUTDOWN_REASON_FAILURE
 
     def _leave_open(self: Any, reason: str = "") -> bool:
+        if reason == RDZV_SHUTDOWN_REASON_FAILURE:
+            try:
+                self._barrier_state.open_rendezvous()
+            except Exception as exc:  # the store may be gone too; the operator recreates it
+                log.warning("could not open the next rendezvous round: %s", exc)
         log.info("launcher leaving (%s): the rendezvous stays open for its replacement", reason or "done")
         return True
 
