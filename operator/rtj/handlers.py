@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,6 +51,7 @@ from rtj.ladder import (
     Observed,
     PromoteSpare,
     TaintNode,
+    create_refusals,
     decide,
     goodput,
     lease_from_dict,
@@ -57,11 +59,12 @@ from rtj.ladder import (
     pod_from_dict,
 )
 from rtj.ladder.conditions import set_condition
+from rtj.ladder.observe import CreateRefusal
 from rtj.settings import Settings
 
 SETTINGS = Settings.from_env()
 #: Actions that create an object the builders made from the spec.
-CREATES = (CreateWorkerPod, CreateSparePod, CreateRendezvousPod, CreateRendezvousService)
+CREATES = create_refusals.CREATES
 GROUP, VERSION, PLURAL = contract.API_GROUP, contract.API_VERSION, contract.PLURAL
 OURS = {contract.LABEL_JOB: kopf.PRESENT}
 PARALLEL_CALLS = 16
@@ -326,6 +329,7 @@ async def run_pass(
         nodes={n.name: n for store in nodes.values() for n in store},
         service_exists=bool(list(services.get((namespace, name), []))),
         refused=getattr(memo, "refused", {}).get(body.metadata.get("uid"), ""),
+        create_refusal=getattr(memo, "create_refusal", None),
     )
     config = LadderConfig(
         fault_grace_seconds=SETTINGS.fault_grace_seconds,
@@ -344,18 +348,20 @@ async def run_pass(
             raise
         memo.last_write = (rv, new_rv, decision.status)
         metrics.committed(namespace, name, decision.restarts, decision.recoveries)
-        refused = await act(k, job, decision)
+        outcome = await act(k, job, decision)
         plain = _plain_job(body)
         for ev in decision.events:
             await k.emit_event(plain, ev.type, ev.reason, ev.message)
     else:
-        refused = await act(k, job, decision)
-    if refused:
+        outcome = await act(k, job, decision)
+    if outcome.invalid:
         # The API server refused a pod (or Service) built from an accepted spec: no retry can
         # succeed, so the next pass fails the job saying why instead of retrying forever. The CRD's
         # rules prevent every such case known (tests/reliability); this is the net for the rest.
-        memo.refused = {body.metadata.get("uid"): "; ".join(refused)}  # this job only, not a namesake
+        memo.refused = {body.metadata.get("uid"): "; ".join(outcome.invalid)}  # this job only, not a namesake
         return 0.0
+    if remember_refusal(memo, namespace, name, outcome, now):
+        return 0.0  # the next pass shows it on the job (condition + Event)
     status = decision.status
     metrics.set_conditions(
         namespace, name, frozenset(c.type for c in status.conditions if c.status == "True")
@@ -367,16 +373,43 @@ async def run_pass(
     return min(ahead) + DEADLINE_SLACK_SECONDS if ahead else None
 
 
-async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> list[str]:
-    """Execute a decision's actions, bounded in parallel (failures are retried by the next pass).
-    Returns why the API server refused objects the builders made (422: invalid, never retried)."""
+@dataclass
+class ActOutcome:
+    #: Why the API server refused objects the builders made as invalid (422: never retried).
+    invalid: list[str] = field(default_factory=list)
+    #: Creates refused for a reason that may end (403, ...): the newest (status, reason, message).
+    refused: tuple[int, str, str] | None = None
+    #: Whether any create was accepted (a remembered refusal is then over).
+    created: bool = False
+
+
+def remember_refusal(memo: kopf.Memo, namespace: str, name: str, outcome: ActOutcome, now: datetime) -> bool:
+    """Keep the job's newest create refusal for the next pass (rtj.ladder.create_refusals); True when
+    it is new. The log gets one line per new refusal message, not one per retry."""
+    previous: CreateRefusal | None = getattr(memo, "create_refusal", None)
+    if outcome.refused is not None:
+        status, reason, message = outcome.refused
+        memo.create_refusal = create_refusals.next_refusal(previous, status, reason, message, now)
+        if previous is None or previous.message != message:
+            logger.warning("%s/%s: the API server refused a create (%s, retried with backoff): %s",
+                           namespace, name, status, message)  # fmt: skip
+            return True
+        return False
+    if outcome.created and previous is not None:
+        memo.create_refusal = None
+        logger.info("%s/%s: creates accepted again", namespace, name)
+    return False
+
+
+async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> ActOutcome:
+    """Execute a decision's actions, bounded in parallel (failures are retried by the next pass)."""
     ns, name = job.metadata["namespace"], job.metadata["name"]
     bs = builders.BuildSettings(
         trainer_service_account=SETTINGS.trainer_service_account,
         termination_grace_seconds=SETTINGS.termination_grace_seconds,
     )
     gate = asyncio.Semaphore(PARALLEL_CALLS)
-    refused: list[str] = []
+    outcome = ActOutcome()
 
     async def one(action: Any) -> bool:
         async with gate:
@@ -417,10 +450,16 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> li
                     case DeleteJob():
                         await k.delete_job(ns, name, str(job.metadata.get("uid", "")))
             except kube.KubeError as exc:  # the next pass retries (level-based)
+                if isinstance(action, CREATES) and create_refusals.is_retryable_refusal(exc.status):
+                    # Logged once per new message by remember_refusal (a refusal repeats every retry).
+                    outcome.refused = (exc.status, exc.server_reason, exc.message)
+                    return False
                 logger.warning("%s/%s: %s failed: %s", ns, name, type(action).__name__, exc)
                 if exc.invalid and isinstance(action, CREATES):
-                    refused.append(f"the API server refused {exc.message}")
+                    outcome.invalid.append(f"the API server refused {exc.message}")
                 return False
+            if isinstance(action, CREATES):
+                outcome.created = True
             return True
 
     # Deletions first; the promotion signal on a spare's Lease only after its pod was relabelled
@@ -433,4 +472,4 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> li
     results = await asyncio.gather(*(one(a) for a in others))
     failed = {a.pod for a, ok in zip(others, results, strict=True) if isinstance(a, PromoteSpare) and not ok}
     await asyncio.gather(*(one(a) for a in signals if a.lease not in failed))
-    return refused
+    return outcome

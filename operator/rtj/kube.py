@@ -61,6 +61,14 @@ class KubeError(Exception):
         return self.status == 422
 
     @property
+    def server_reason(self) -> str:
+        """The API server's CamelCase Status reason (e.g. Forbidden), else the HTTP reason phrase."""
+        try:
+            return str(json.loads(self.body)["reason"]) or self.reason
+        except (ValueError, KeyError, TypeError):
+            return self.reason
+
+    @property
     def message(self) -> str:
         """The API server's Status message (it names the object and the field), else the body."""
         try:

@@ -37,6 +37,13 @@ POD_RESCHEDULE_BUDGET_EXHAUSTED = "PodRescheduleBudgetExhausted"
 DO_NOT_RESTART_EXIT_CODE = "DoNotRestartExitCode"
 ALL_PODS_SUCCEEDED = "AllPodsSucceeded"
 INVALID_SPEC = "InvalidSpec"
+#: A pod reported a fault of severity Permanent (a checkpoint of another world size, a bad
+#: config): deterministic, so the job fails on the first report; no pod replaced, no node quarantined.
+PERMANENT_FAULT = "PermanentFault"
+
+# --- The API server refused a create (403, ...): condition type, Event reason (rtj.ladder.create_refusals)
+CREATE_REFUSED = "CreateRefused"
+CREATES_ACCEPTED = "CreatesAccepted"
 
 # --- Lifecycle --------------------------------------------------------------------------------------
 PODS_PENDING = "PodsPending"

@@ -27,6 +27,12 @@ from rtj.ladder import (
 pytestmark = pytest.mark.unit
 
 HARD = {"severity": "Hard", "reason": "GpuXid", "message": "Xid 79", "time": ago(2).isoformat()}
+PERMANENT = {
+    "severity": "Permanent",
+    "reason": "WorldSizeMismatch",
+    "message": "/ckpt/step-0000000100 was written by 2 ranks, this job has 3",
+    "time": ago(2).isoformat(),
+}
 SOFT = {"severity": "Soft", "reason": "RankException", "message": "boom", "time": ago(3).isoformat()}
 
 
@@ -228,7 +234,7 @@ CASES = [
     ),
     Case(
         "no first heartbeat past startupTimeoutSeconds",
-        make_job().nodes(1).status(**running_status(1)).obj(),
+        make_job().nodes(1).status(**running_status(1, nodeSlots=[{"slot": 0, "pod": "train-n0-a0"}])).obj(),
         observe().rdzv().worker(0, started=ago(121), created=ago(121)).obj(),
         [DeletePod("train-n0-a0", "uid-train-n0-a0", 5), TaintNode("node-0")],
         restarts=(0, 0, 1),
@@ -468,6 +474,34 @@ CASES = [
         reason=reasons.INVALID_SPEC,
         events=[reasons.INVALID_SPEC],
         conditions={"Failed": "True", "Running": "False"},
+    ),
+    Case(
+        "a permanent error reported by a pod fails the job at once: nothing replaced, no quarantine",
+        running_job().obj(),
+        observe().running(2).lease("train-n1-a0", 1, hb("InProcessRestarting", ip=1, fault=PERMANENT)).obj(),
+        [
+            DeletePod("train-rdzv", "rdzv-1", None),
+            DeletePod("train-n0-a0", "uid-train-n0-a0", None),
+            DeletePod("train-n1-a0", "uid-train-n1-a0", None),
+        ],
+        state="Failed",
+        reason=reasons.PERMANENT_FAULT,
+        events=[reasons.PERMANENT_FAULT],
+        conditions={"Failed": "True", "Running": "False", "Degraded": "False"},
+    ),
+    Case(
+        "a permanent error on the Lease of a pod that then exited 70 fails the job (not a reschedule)",
+        running_job().obj(),
+        observe()
+        .running(2)
+        .worker(1, phase="Failed", exit_code=70)
+        .lease("train-n1-a0", 1, hb("InJobRestarting", fault=PERMANENT))
+        .obj(),
+        [DeletePod("train-rdzv", "rdzv-1", None), DeletePod("train-n0-a0", "uid-train-n0-a0", None)],
+        state="Failed",
+        reason=reasons.PERMANENT_FAULT,
+        events=[reasons.PERMANENT_FAULT],
+        quarantined=[],
     ),
     Case(
         "custom do-not-restart exit code",

@@ -142,9 +142,35 @@ def cel(*rules: tuple[str, str] | tuple[str, str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": out}
 
 
-def immutable(what: str) -> dict[str, Any]:
+def immutable(what: str, why: str = "") -> dict[str, Any]:
     """A transition rule on a field that exists in every version of the object (oldSelf is set on update)."""
-    return cel(("self == oldSelf", f"{what} is immutable; create a new job to change it"))
+    return cel(("self == oldSelf", _immutable_message(what, why)))
+
+
+def _immutable_message(what: str, why: str = "") -> str:
+    return f"{what} is immutable{f' ({why})' if why else ''}; create a new job to change it"
+
+
+def immutable_optional(field: str, what: str, why: str) -> tuple[str, str, str]:
+    """A transition rule, on the object holding the optional `field`, that it is neither set,
+    unset nor changed (a rule on the field itself is not evaluated when it is added or removed)."""
+    self_, old = f"self.{field}", f"oldSelf.{field}"
+    return (
+        f"has({self_}) == has({old}) && (!has({self_}) || {self_} == {old})",
+        _immutable_message(what, why),
+        f".{field}",
+    )
+
+
+#: Why the fields that define the training world are immutable: a replacement pod would join its
+#: peers with another world (issue 13: a changed procsPerNode looped through 66 restarts).
+_WORLD = (
+    "a replacement pod would join its peers with a different world, and the job's checkpoints fit "
+    "only the world they were written by"
+)
+_STORAGE = "the job's checkpoints are there: a replacement pod would resume from elsewhere than its peers"
+#: Fields that change what every rank runs: only together with suspend (all pods are recreated).
+_PROGRAM_FIELDS = ("command", "args", "env")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,16 +312,21 @@ class Checkpoint(ApiModel):
                 f"checkpoint.mountPath must not be {SHM_MOUNT_PATH} (the shared-memory volume's)",
                 ".mountPath",
             ),
+            immutable_optional("pvc", "checkpoint.pvc", _STORAGE),
+            immutable_optional("fsx", "checkpoint.fsx", _STORAGE),
         )
     )
 
-    pvc: PvcSource | None = Field(None, description="Use an existing PVC for checkpoints.")
-    fsx: FsxSource | None = Field(None, description="Use an FSx for Lustre file system for checkpoints.")
+    pvc: PvcSource | None = Field(None, description="Use an existing PVC for checkpoints. Immutable.")
+    fsx: FsxSource | None = Field(
+        None, description="Use an FSx for Lustre file system for checkpoints. Immutable."
+    )
     mount_path: str = Field(
         "/checkpoints",
-        description="Where the checkpoint volume is mounted in every pod.",
+        description="Where the checkpoint volume is mounted in every pod. Immutable.",
         pattern=MOUNT_PATH_PATTERN,
         max_length=1024,
+        json_schema_extra=immutable("checkpoint.mountPath", _STORAGE),
     )
     interval_steps: int = Field(
         100, description="Save a checkpoint every this many training steps.", ge=1, le=10_000_000
@@ -516,7 +547,9 @@ class PodTemplateOverrides(ApiModel):
 
 
 class JobSpec(ApiModel):
-    """What to run and how to keep it alive. image and nodes are immutable."""
+    """What to run and how to keep it alive. image, nodes, gpusPerNode, procsPerNode and the
+    checkpoint volume and mountPath are immutable; command, args and env change only together with
+    suspend: true."""
 
     model_config = ConfigDict(
         json_schema_extra=cel(
@@ -531,6 +564,18 @@ class JobSpec(ApiModel):
                 f"podTemplate.volumeMounts must not use {SHM_MOUNT_PATH} or checkpoint.mountPath "
                 "(the operator mounts its volumes there)",
                 ".podTemplate.volumeMounts",
+            ),
+            immutable_optional("procsPerNode", "procsPerNode", _WORLD),
+            *(
+                (
+                    f"self.suspend || "
+                    f"(has(self.{f}) ? self.{f} : []) == (has(oldSelf.{f}) ? oldSelf.{f} : [])",
+                    f"{f} may change only together with suspend: true (all pods are then recreated "
+                    "with it on resume); a running job's replacement pods would run another program "
+                    "than their peers",
+                    f".{f}",
+                )
+                for f in _PROGRAM_FIELDS
             ),
         )
     )
@@ -557,10 +602,17 @@ class JobSpec(ApiModel):
         le=10000,
         json_schema_extra=immutable("nodes"),
     )
-    gpus_per_node: int = Field(8, description="GPUs per pod (nvidia.com/gpu); 8 on p5.48xlarge.", ge=0, le=8)
+    gpus_per_node: int = Field(
+        8,
+        description="GPUs per pod (nvidia.com/gpu); 8 on p5.48xlarge. Immutable.",
+        ge=0,
+        le=8,
+        json_schema_extra=immutable("gpusPerNode", _WORLD),
+    )
     procs_per_node: int | None = Field(
         None,
-        description="Training processes (ranks) per pod; defaults to gpusPerNode (1 when it is 0).",
+        description="Training processes (ranks) per pod; defaults to gpusPerNode (1 when it is 0). "
+        "Immutable.",
         ge=1,
         le=64,
     )
@@ -598,6 +650,8 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    #: The API server refuses to create the job's pods (e.g. 403): retried with backoff.
+    CREATE_REFUSED = "CreateRefused"
 
 
 class Condition(ApiModel):
@@ -639,6 +693,11 @@ class NodeSlotStatus(ApiModel):
         "Succeeded, Failed, Suspended.",
     )
     last_heartbeat_time: datetime | None = Field(None, description="Last heartbeat renewal seen.")
+    lease_missing_since: datetime | None = Field(
+        None,
+        description="When the operator first saw the heartbeat Lease of a pod that had heartbeated "
+        "missing (the trainer recreates it; silence still counts from lastHeartbeatTime).",
+    )
     in_process_restarts: int = Field(
         0,
         description="In-process restarts the slot's current pod reported (last seen; the operator's "

@@ -36,6 +36,7 @@ from rtj.api.models import (
     ResilientTrainingJob,
     SpareStatus,
 )
+from rtj.ladder import create_refusals, missing_lease
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     Action,
@@ -52,7 +53,7 @@ from rtj.ladder.actions import (
     RestartObserved,
     TaintNode,
 )
-from rtj.ladder.conditions import is_true, set_condition
+from rtj.ladder.conditions import get_condition, is_true, set_condition
 from rtj.ladder.observe import LeaseObs, Observed, PodObs
 
 NORMAL, WARNING = "Normal", "Warning"
@@ -177,6 +178,8 @@ class _Pass:
         else:
             self.active()
             self.apply_heartbeat_times()
+            if self.st.state not in ("Failed", "Succeeded"):
+                self.create_refusal()
         self.st.node_slots = self.slots
         self.d.status = self.st
         return self.d
@@ -218,6 +221,7 @@ class _Pass:
             for slot in self.slots:
                 slot.attempt += 1
                 slot.pod, slot.state, slot.last_heartbeat_time = "", "Pending", None
+                slot.lease_missing_since = None
                 slot.in_process_restarts = slot.in_job_restarts = 0
                 causes[slot.slot] = reasons.CAUSE_RESUME
             self.cond(ConditionType.SUSPENDED, False, reasons.RESUMED, "")
@@ -271,6 +275,26 @@ class _Pass:
         )
         return [f for f in faults if f not in silent]
 
+    # --- creates the API server refuses (rtj.ladder.create_refusals) -------------------------------
+    def create_refusal(self) -> None:
+        refusal = self.obs.create_refusal
+        old = get_condition(self.old.conditions, ConditionType.CREATE_REFUSED)
+        if refusal is None:
+            if old is not None and old.status == "True":
+                self.cond(ConditionType.CREATE_REFUSED, False, reasons.CREATES_ACCEPTED, "")
+            return
+        self.d.actions = create_refusals.held_back(self.d.actions, refusal, self.now)
+        message = f"the API server refused to create the job's objects ({refusal.status}): {refusal.message}"
+        if old is None or old.status != "True" or old.message != message[:1024]:
+            self.event(
+                WARNING,
+                reasons.CREATE_REFUSED,
+                f"{message}; retried with backoff until it is accepted",
+            )
+        self.cond(ConditionType.CREATE_REFUSED, True, refusal.reason or reasons.CREATE_REFUSED, message)
+        if self.st.state == "Pending":
+            self.st.reason = reasons.CREATE_REFUSED
+
     # --- rendezvous ------------------------------------------------------------------------------
     def rendezvous(self) -> None:
         if not self.obs.service_exists:
@@ -312,7 +336,7 @@ class _Pass:
                 slot.recovering_level = reasons.LEVEL_POD
             slot.attempt, slot.pod = newest.attempt, ""
             slot.in_process_restarts = slot.in_job_restarts = 0
-            slot.last_heartbeat_time = None  # a new pod: its own heartbeats from now on
+            slot.last_heartbeat_time = slot.lease_missing_since = None  # a new pod: its own heartbeats
         for old in pods:
             if old.attempt < slot.attempt and old.live:
                 self.delete(
@@ -331,6 +355,14 @@ class _Pass:
         lease = self.lease(current)
         if current.phase == "Succeeded":
             slot.state = "Succeeded"
+            return None
+        permanent = p.reported_permanent_fault(lease)
+        if permanent is not None:
+            self.failed = (
+                reasons.PERMANENT_FAULT,
+                f"pod {current.name} (slot {slot.slot}) reported a permanent error, which no restart "
+                f"can fix: {permanent}",
+            )
             return None
         if current.phase == "Failed":
             slot.state = "Failed"
@@ -355,13 +387,23 @@ class _Pass:
         if node_reason is not None:
             return current, node_reason, f"node {current.node} of pod {current.name} is not Ready or gone"
         self.count_soft(slot, current, lease)
-        for check in (p.reported_hard_fault(lease), p.heartbeat_silence(current, lease, self.ft, self.now)):
+        lease_missing = current.phase == "Running" and missing_lease.applies(
+            slot, lease is not None and lease.renew_time is not None
+        )
+        if lease_missing:
+            silence = missing_lease.silence(slot, self.ft, self.now)
+        else:
+            slot.lease_missing_since = None
+            silence = p.heartbeat_silence(current, lease, self.ft, self.now)
+        for check in (p.reported_hard_fault(lease), silence):
             if check is not None:
                 return current, check[0], f"pod {current.name}: {check[1]}"
         if lease is not None and lease.renew_time is not None:
             self.d.heartbeat_ages[slot.slot] = p.seconds_since(lease.renew_time, self.now)
         if current.phase != "Running":
             slot.state = "Pending"
+        elif lease_missing:
+            slot.state = missing_lease.STATE_LEASE_MISSING
         elif lease is None or lease.heartbeat is None:
             slot.state = "Starting"
         elif lease.heartbeat.state == contract.PodState.CHECKPOINTING:
@@ -470,7 +512,7 @@ class _Pass:
         slot.attempt += 1
         slot.pod, slot.state, slot.last_fault_reason = "", "Replacing", reason
         slot.in_process_restarts = slot.in_job_restarts = 0
-        slot.last_heartbeat_time = None
+        slot.last_heartbeat_time = slot.lease_missing_since = None
         slot.recovering_since, slot.recovering_level = self.now, reasons.LEVEL_POD
         self.event(
             WARNING,
@@ -600,6 +642,9 @@ class _Pass:
         self.cond(ConditionType.FAILED, True, reason, message)
         self.cond(ConditionType.RUNNING, False, reason, "")
         self.cond(ConditionType.RECOVERING, False, reason, "")
+        self.cond(ConditionType.DEGRADED, False, reason, "")  # no stale Degraded on a failed job
+        for slot in self.slots:
+            slot.recovering_since, slot.recovering_level = None, ""
         self.st.completion_time = self.st.completion_time or self.now
         self.st.state, self.st.reason = "Failed", reason
         self.st.nodes_ready = 0
