@@ -389,6 +389,7 @@ def remember_refusal(memo: kopf.Memo, namespace: str, name: str, outcome: ActOut
     previous: CreateRefusal | None = getattr(memo, "create_refusal", None)
     if outcome.refused is not None:
         status, reason, message = outcome.refused
+        metrics.create_refused(namespace, name, status)
         memo.create_refusal = create_refusals.next_refusal(previous, status, reason, message, now)
         if previous is None or previous.message != message:
             logger.warning("%s/%s: the API server refused a create (%s, retried with backoff): %s",

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 from operator_harness import (
+    TRAINER_SERVICE_ACCOUNT,
     OperatorEnv,
+    condition,
     end_pod,
     events,
     is_true,
@@ -319,3 +321,113 @@ def test_hot_spare_takes_over_a_failed_slot(env: Callable[..., OperatorEnv]) -> 
     until(running(e, "train", 2), t, 60, e.explain("train"))
     assert e.status("train")["restarts"]["podReschedules"] == 1
     assert reasons.SPARE_PROMOTED in reasons_of(events(e.core, e.namespace, "train"))
+
+
+def slot_status(e: OperatorEnv, job: str, slot: int) -> dict[str, Any]:
+    return next((s for s in e.status(job).get("nodeSlots") or [] if s["slot"] == slot), {})
+
+
+def test_deleted_heartbeat_lease_is_not_silence_from_pod_start(env: Callable[..., OperatorEnv]) -> None:
+    """issue 13, case 3: a user deletes a healthy pod's Lease; the trainer recreates it on its next
+    renewal. Before: replaced and its node quarantined in the same second (StartupTimeout)."""
+    e = env(nodes=3)
+    ft = {"heartbeatIntervalSeconds": 2, "heartbeatTimeoutSeconds": 6, "startupTimeoutSeconds": 6}
+    e.create_job("train", 2, faultTolerance=ft)
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    victim = e.workers("train")[1]
+    name, node = victim.metadata.name, victim.spec.node_name
+    coord = client.CoordinationV1Api(e.kube)
+    # Older than startupTimeoutSeconds: the old fallback (silence from pod start) replaced it at once.
+    until(
+        lambda: (datetime.now(UTC) - e.workers("train")[1].status.start_time).total_seconds() > 7,
+        t,
+        30,
+        e.explain("train"),
+    )
+    t.silent.add(name)  # between two renewals of its trainer
+    coord.delete_namespaced_lease(name, e.namespace)
+    until(lambda: slot_status(e, "train", 1).get("leaseMissingSince"), t, 30, e.explain("train"))
+    t.silent.discard(name)  # the trainer's next renewal recreates the Lease
+    until(
+        lambda: (
+            slot_status(e, "train", 1).get("leaseMissingSince") is None
+            and slot_status(e, "train", 1).get("state") == "Training"
+        ),
+        t,
+        30,
+        e.explain("train"),
+    )
+    assert e.workers("train")[1].metadata.uid == victim.metadata.uid, "the pod was kept"
+    assert restarts(e, "train").get("podReschedules", 0) == 0 and not has_taint(e, node, "train")
+    evs = reasons_of(events(e.core, e.namespace, "train"))
+    assert reasons.STARTUP_TIMEOUT not in evs and reasons.HEARTBEAT_TIMEOUT not in evs, evs
+
+    # A Lease that is not recreated: silence (from the last heartbeat), not a startup timeout.
+    t.silent.add(name)
+    coord.delete_namespaced_lease(name, e.namespace)
+    until(
+        lambda: (p := e.workers("train").get(1)) is not None and p.metadata.name == "train-n1-a1",
+        t,
+        60,
+        e.explain("train"),
+    )
+    assert slot_status(e, "train", 1)["lastFaultReason"] == reasons.HEARTBEAT_TIMEOUT
+
+
+def test_permanent_error_fails_the_job_at_once_without_quarantine(env: Callable[..., OperatorEnv]) -> None:
+    """issue 13, case 4: a checkpoint of another world size is deterministic; before, 66 restarts
+    and a healthy node quarantined, the cause never named."""
+    e = env(nodes=3)
+    e.create_job("train", 2)
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    message = "/checkpoints/step-0000000100 was written by 2 ranks, this job has 3"
+    t.heartbeats["train-n1-a0"] = contract.Heartbeat(
+        state=contract.PodState.IN_PROCESS_RESTARTING,
+        fault=contract.Fault(
+            severity=contract.FaultSeverity.PERMANENT,
+            reason="WorldSizeMismatch",
+            message=message,
+            time=datetime.now(UTC),
+        ),
+    )
+    until(lambda: is_true(e.job("train"), "Failed"), t, 30, e.explain("train"))
+    st = e.status("train")
+    assert st["reason"] == reasons.PERMANENT_FAULT and message in st["conditions"][-1]["message"]
+    assert st["restarts"]["podReschedules"] == 0 and st.get("quarantinedNodes", []) == []
+    assert not any(has_taint(e, n, "train") for n in e.nodes)
+    assert not is_true(e.job("train"), "Degraded")
+    until(
+        lambda: reasons_of(events(e.core, e.namespace, "train")).count(reasons.PERMANENT_FAULT) == 1,
+        None,
+        30,
+        e.explain("train"),
+    )
+
+
+def refused_creates(e: OperatorEnv) -> float:
+    lines = [ln for ln in e.operator.metrics().splitlines() if ln.startswith("rtj_create_refused_total{")]
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)
+
+
+def test_forbidden_pod_shows_on_the_job_and_is_retried(env: Callable[..., OperatorEnv]) -> None:
+    """issue 13, case 5: a namespace without the trainer ServiceAccount (403). Before: Pending
+    PodsPending forever, no Event, ~3 log lines a second."""
+    e = env(nodes=3)
+    e.core.delete_namespaced_service_account(TRAINER_SERVICE_ACCOUNT, e.namespace)
+    e.create_job("train", 2)
+    refused = lambda: condition(e.job("train"), "CreateRefused") or {}  # noqa: E731
+    until(lambda: refused().get("status") == "True", None, 60, e.explain("train"))
+    assert refused()["reason"] == "Forbidden" and "service account" in refused()["message"], refused()
+    assert e.status("train")["reason"] == reasons.CREATE_REFUSED
+    until(lambda: refused_creates(e) >= 4, None, 60, e.explain("train"))  # retried (backoff 1, 2, 4 s)
+    evs = events(e.core, e.namespace, "train")
+    assert reasons_of(evs).count(reasons.CREATE_REFUSED) == 1, reasons_of(evs)
+    assert "service account" in next(ev.message for ev in evs if ev.reason == reasons.CREATE_REFUSED)
+    assert e.operator.log_tail(10_000).count("refused a create") == 1, "one log line per refusal"
+
+    e.core.create_namespaced_service_account(e.namespace, {"metadata": {"name": TRAINER_SERVICE_ACCOUNT}})
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 120, e.explain("train"))
+    assert refused()["status"] == "False" and refused()["reason"] == reasons.CREATES_ACCEPTED
