@@ -53,6 +53,7 @@ from rtj.ladder import (
     TaintNode,
     create_refusals,
     decide,
+    event_outbox,
     goodput,
     lease_from_dict,
     node_from_dict,
@@ -330,6 +331,7 @@ async def run_pass(
         service_exists=bool(list(services.get((namespace, name), []))),
         refused=getattr(memo, "refused", {}).get(body.metadata.get("uid"), ""),
         create_refusal=getattr(memo, "create_refusal", None),
+        events_posted=getattr(memo, "events_posted", None),
     )
     config = LadderConfig(
         fault_grace_seconds=SETTINGS.fault_grace_seconds,
@@ -349,11 +351,10 @@ async def run_pass(
         memo.last_write = (rv, new_rv, decision.status)
         metrics.committed(namespace, name, decision.restarts, decision.recoveries)
         outcome = await act(k, job, decision)
-        plain = _plain_job(body)
-        for ev in decision.events:
-            await k.emit_event(plain, ev.type, ev.reason, ev.message)
     else:
         outcome = await act(k, job, decision)
+    # Committed either way (just written, or unchanged since our write): post what it holds.
+    await post_events(k, memo, body, decision.status)
     if outcome.invalid:
         # The API server refused a pod (or Service) built from an accepted spec: no retry can
         # succeed, so the next pass fails the job saying why instead of retrying forever. The CRD's
@@ -371,6 +372,21 @@ async def run_pass(
     timeout = job.spec.fault_tolerance.heartbeat_timeout_seconds
     ahead = [timeout - age for age in decision.heartbeat_ages.values() if age <= timeout]
     return min(ahead) + DEADLINE_SLACK_SECONDS if ahead else None
+
+
+async def post_events(k: kube.Kube, memo: kopf.Memo, body: kopf.Body, status: JobStatus) -> None:
+    """Post the committed status's unposted Events in order (rtj.ladder.event_outbox); the next pass
+    drops those posted. Stops at the first failure, so a later Event never overtakes an earlier one."""
+    posted = getattr(memo, "events_posted", None)
+    plain = _plain_job(body)
+    uid = str(body.metadata.get("uid", ""))
+    for ev in status.unposted_events:
+        if posted is not None and ev.seq <= posted:
+            continue
+        name = event_outbox.event_name(str(body.metadata.get("name", "")), uid, ev.seq)
+        if not await k.emit_event(plain, ev.type, ev.reason, ev.message, name=name, when=ev.time):
+            return
+        memo.events_posted = posted = ev.seq
 
 
 @dataclass

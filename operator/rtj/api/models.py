@@ -725,6 +725,18 @@ class SpareStatus(ApiModel):
     state: str = Field("", description="Standby when ready to take over a slot.")
 
 
+class EventRecord(ApiModel):
+    """An Event decided by a pass and not yet known to be posted (rtj.ladder.event_outbox)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    seq: int = Field(description="Sequence number of the Event in this job (names it).")
+    type: str = Field(description="Normal or Warning.")
+    reason: str = Field(description="CamelCase reason.")
+    message: str = Field("", description="Human-readable message.")
+    time: datetime = Field(description="When the pass decided it.")
+
+
 class JobStatus(ApiModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -756,6 +768,13 @@ class JobStatus(ApiModel):
     )
     start_time: datetime | None = Field(None, description="When the job first ran.")
     completion_time: datetime | None = Field(None, description="When it Succeeded or Failed.")
+    last_event_seq: int = Field(0, description="Sequence number of the job's last Event.")
+    unposted_events: list[EventRecord] = Field(
+        default_factory=list,
+        description="Events written with the status that decided them and not yet known to be posted "
+        "(a restarted operator posts them, exactly once).",
+        max_length=64,
+    )
 
 
 #: Longest job name: "<name>-rdzv" must be a DNS label (63).
@@ -793,6 +812,7 @@ __all__ = [
     "Condition",
     "ConditionType",
     "EnvVar",
+    "EventRecord",
     "FaultTolerance",
     "FsxSource",
     "InProcessRestart",

@@ -36,7 +36,7 @@ from rtj.api.models import (
     ResilientTrainingJob,
     SpareStatus,
 )
-from rtj.ladder import create_refusals, missing_lease
+from rtj.ladder import create_refusals, event_outbox, missing_lease
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     Action,
@@ -181,6 +181,7 @@ class _Pass:
             if self.st.state not in ("Failed", "Succeeded"):
                 self.create_refusal()
         self.st.node_slots = self.slots
+        event_outbox.record(self.st, self.d.events, self.obs.events_posted, self.now)
         self.d.status = self.st
         return self.d
 

@@ -120,6 +120,9 @@ class Observed:
     refused: str = ""
     #: A create the API server refused for a reason that may end (403, ...): retried with backoff.
     create_refusal: CreateRefusal | None = None
+    #: Highest Event sequence number this operator process posted for the job (None: none known,
+    #: e.g. after a restart); see rtj.ladder.event_outbox.
+    events_posted: int | None = None
 
 
 def pod_from_dict(obj: dict[str, Any]) -> PodObs:
