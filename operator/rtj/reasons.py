@@ -47,6 +47,10 @@ CREATES_ACCEPTED = "CreatesAccepted"
 
 # --- Lifecycle --------------------------------------------------------------------------------------
 PODS_PENDING = "PodsPending"
+#: Every pod runs, some have not sent their first heartbeat yet.
+PODS_STARTING = "PodsStarting"
+#: Every pod runs, some no longer heartbeat (Lease missing, silence held): not known to train.
+PODS_NOT_HEARTBEATING = "PodsNotHeartbeating"
 #: Most slots' heartbeats stale at once: replacements held (see ladder.decide).
 HEARTBEATS_STALE = "HeartbeatsStale"
 ALL_PODS_RUNNING = "AllPodsRunning"

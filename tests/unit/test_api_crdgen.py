@@ -161,9 +161,18 @@ def test_status_is_typed() -> None:
 
 def test_printer_columns() -> None:
     cols = {c["name"]: c for c in VERSION["additionalPrinterColumns"]}
-    assert list(cols) == [
+    default = [c["name"] for c in VERSION["additionalPrinterColumns"] if not c.get("priority")]
+    assert default == [
         "Ready", "Desired", "State", "Reason", "In-Proc", "In-Job", "Resched", "Ckpt-Step", "Ckpt-Age", "Age",
     ]  # fmt: skip
+    # -o wide only (priority 1): what a user asks next about a job in trouble (issue 13, case 8).
+    wide = {c["name"]: c["jsonPath"] for c in VERSION["additionalPrinterColumns"] if c.get("priority") == 1}
+    assert wide == {
+        "Step": ".status.step",
+        "Last-Fault": ".status.lastFault.reason",
+        "Fault-Node": ".status.lastFault.node",
+        "Fault-Age": ".status.lastFault.time",
+    }
     assert cols["Ckpt-Age"] == {
         "name": "Ckpt-Age",
         "type": "date",

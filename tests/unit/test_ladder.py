@@ -102,12 +102,14 @@ CASES = [
         conditions={"Running": "False", "Degraded": "True"},
     ),
     Case(
-        "running pod without heartbeat inside startup timeout is Starting",
+        "running pod without heartbeat inside startup timeout is Starting (not Running: 0 heartbeating)",
         make_job().nodes(1).obj(),
         observe().rdzv().worker(0, started=ago(60), created=ago(60)).obj(),
         [],
-        state="Running",
+        state="Starting",
+        reason=reasons.PODS_STARTING,
         slots={0: {"state": "Starting"}},
+        conditions={"Running": "False", "Degraded": "False"},
     ),
     # --- level 1 / 2: soft faults, counted, pods untouched ---------------------------------------
     Case(
@@ -962,3 +964,36 @@ def test_pod_parser_reads_exit_code_and_labels() -> None:
         {"metadata": {"name": "x", "labels": {contract.LABEL_ATTEMPT: "-4"}}, "status": None}
     )
     assert garbage.attempt == 0 and garbage.slot is None
+
+
+def test_wide_columns_newest_fault_and_step() -> None:
+    """kubectl get rtj -o wide: the newest fault (reason, node) and the newest step reported."""
+    d = decide(running_job().obj(), observe().running(2).lease("train-n1-a0", 31, hb()).obj(), NOW)
+    fault = d.status.last_fault
+    assert fault is not None and (fault.reason, fault.node, fault.slot) == (
+        reasons.HEARTBEAT_TIMEOUT,
+        "node-1",
+        1,
+    )
+    fresh = make_job().nodes(2).obj()  # first heartbeats: due at once
+    obs = (
+        observe().running(2).lease("train-n0-a0", 1, hb(step=120)).lease("train-n1-a0", 1, hb(step=118)).obj()
+    )
+    assert decide(fresh, obs, NOW).status.step == 120
+
+
+def test_failed_job_keeps_no_stale_degraded() -> None:
+    """issue 13, case 1's end state: Failed with Degraded=True PodsPending still set."""
+    job = running_job(
+        conditions=[
+            {
+                "type": "Degraded",
+                "status": "True",
+                "reason": "PodsPending",
+                "lastTransitionTime": ago(9).isoformat(),
+            },
+            {"type": "Failed", "status": "True", "reason": "PodRescheduleBudgetExhausted"},
+        ]
+    ).obj()
+    conds = {c.type: c.status for c in decide(job, observe().obj(), NOW).status.conditions}
+    assert conds["Degraded"] == "False" and conds["Failed"] == "True"

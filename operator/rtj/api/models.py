@@ -725,6 +725,18 @@ class SpareStatus(ApiModel):
     state: str = Field("", description="Standby when ready to take over a slot.")
 
 
+class FaultStatus(ApiModel):
+    """The newest fault the operator saw in any slot (kubectl get rtj -o wide shows it)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    reason: str = Field(description="CamelCase reason (a ladder reason, or the pod's own for a soft fault).")
+    slot: int | None = Field(None, description="Node slot of the pod.")
+    pod: str = Field("", description="The pod.")
+    node: str = Field("", description="The node the pod ran on.")
+    time: datetime = Field(description="When the operator saw it.")
+
+
 class EventRecord(ApiModel):
     """An Event decided by a pass and not yet known to be posted (rtj.ladder.event_outbox)."""
 
@@ -768,6 +780,11 @@ class JobStatus(ApiModel):
     )
     start_time: datetime | None = Field(None, description="When the job first ran.")
     completion_time: datetime | None = Field(None, description="When it Succeeded or Failed.")
+    last_fault: FaultStatus | None = Field(None, description="The newest fault seen in any slot.")
+    step: int | None = Field(
+        None,
+        description="Newest training step the pods reported (refreshed with the slots' lastHeartbeatTime).",
+    )
     last_event_seq: int = Field(0, description="Sequence number of the job's last Event.")
     unposted_events: list[EventRecord] = Field(
         default_factory=list,
@@ -813,6 +830,7 @@ __all__ = [
     "ConditionType",
     "EnvVar",
     "EventRecord",
+    "FaultStatus",
     "FaultTolerance",
     "FsxSource",
     "InProcessRestart",

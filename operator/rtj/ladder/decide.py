@@ -31,6 +31,7 @@ from rtj import contract, reasons
 from rtj.api.models import (
     CheckpointStatus,
     ConditionType,
+    FaultStatus,
     JobStatus,
     NodeSlotStatus,
     ResilientTrainingJob,
@@ -140,6 +141,8 @@ class _Pass:
         self.stale_heartbeats = ""
         self.promoted_spares: set[str] = set()
         self.renewals: list[tuple[NodeSlotStatus, datetime]] = []
+        #: Training steps the slots' heartbeats report (status.step, refreshed with heartbeat times).
+        self.steps: list[int] = []
 
     # --- helpers ---------------------------------------------------------------------------------
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -159,6 +162,10 @@ class _Pass:
 
     def avoid_nodes(self) -> tuple[str, ...]:
         return tuple(sorted(set(self.st.quarantined_nodes)))
+
+    def note_fault(self, slot: NodeSlotStatus, reason: str, pod: str, node: str) -> None:
+        """The newest fault for status.lastFault (kubectl get rtj -o wide)."""
+        self.st.last_fault = FaultStatus(reason=reason, slot=slot.slot, pod=pod, node=node, time=self.now)
 
     def cond(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.st.conditions = set_condition(
@@ -193,6 +200,8 @@ class _Pass:
             else {contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS}
         )
         self.delete_live_pods(roles)
+        if is_true(self.old.conditions, ConditionType.DEGRADED):  # consistent with the job's end
+            self.cond(ConditionType.DEGRADED, False, reasons.FINISHED, "")
         if p.ttl_expired(self.st.completion_time, self.spec.ttl_seconds_after_finished, self.now):
             self.d.actions.append(DeleteJob())
 
@@ -359,6 +368,7 @@ class _Pass:
             return None
         permanent = p.reported_permanent_fault(lease)
         if permanent is not None:
+            self.note_fault(slot, reasons.PERMANENT_FAULT, current.name, current.node)
             self.failed = (
                 reasons.PERMANENT_FAULT,
                 f"pod {current.name} (slot {slot.slot}) reported a permanent error, which no restart "
@@ -368,6 +378,7 @@ class _Pass:
         if current.phase == "Failed":
             slot.state = "Failed"
             if p.is_do_not_restart(current, self.ft):
+                self.note_fault(slot, reasons.DO_NOT_RESTART_EXIT_CODE, current.name, current.node)
                 self.failed = (
                     reasons.DO_NOT_RESTART_EXIT_CODE,
                     f"pod {current.name} (slot {slot.slot}) exited with do-not-restart code "
@@ -448,6 +459,7 @@ class _Pass:
             if slot.recovering_since is None:
                 slot.recovering_since, slot.recovering_level = detected, level
             fault = f" ({hb.fault.reason}: {hb.fault.message})" if hb.fault is not None else ""
+            self.note_fault(slot, hb.fault.reason if hb.fault is not None else reason, pod.name, pod.node)
             self.event(
                 NORMAL,
                 reason,
@@ -481,6 +493,8 @@ class _Pass:
         renew = lease.renew_time if lease is not None else None
         if renew is not None:
             self.renewals.append((slot, renew))
+        if lease is not None and lease.heartbeat is not None:
+            self.steps.append(lease.heartbeat.step)
 
     def apply_heartbeat_times(self) -> None:
         """Heartbeat times reach status at `heartbeat_status_resolution_seconds`, for all slots at
@@ -495,6 +509,8 @@ class _Pass:
         if any(due(slot, renew) for slot, renew in self.renewals):
             for slot, renew in self.renewals:
                 slot.last_heartbeat_time = renew
+            if self.steps:
+                self.st.step = max(self.steps)
 
     # --- level 3: replace one pod ----------------------------------------------------------------
     def hard_fault(self, slot: NodeSlotStatus, pod: PodObs | None, reason: str, message: str) -> None:
@@ -505,6 +521,7 @@ class _Pass:
             )
             return
         node = pod.node if pod is not None else slot.node
+        self.note_fault(slot, reason, pod.name if pod is not None else slot.pod, node)
         if pod is not None:
             self.delete(pod, 0 if reason in _FORCE else self.cfg.fault_grace_seconds)
         self.st.restarts.pod_reschedules += 1
@@ -690,6 +707,9 @@ class _Pass:
             1 for s in self.slots if s.state not in ("Pending", "Replacing", "Failed", "Suspended", "")
         )
         self.st.nodes_ready = ready
+        # A pod that runs but has not heartbeated (or whose Lease is gone) is not known to train.
+        renewing = {slot.slot for slot, _renew in self.renewals}
+        starting = sum(1 for s in self.slots if s.state == "Starting" and s.slot not in renewing)
         if running and self.st.start_time is None:
             self.st.start_time = self.now
         recovering = [s for s in self.slots if s.recovering_since is not None]
@@ -699,11 +719,14 @@ class _Pass:
             self.close_degraded()
         nodes = self.spec.nodes
         all_running = running == nodes
+        all_heartbeating = all_running and len(renewing) == nodes
         self.cond(
             ConditionType.RUNNING,
-            all_running,
-            reasons.ALL_PODS_RUNNING if all_running else reasons.PODS_PENDING,
-            f"{running}/{nodes} pods running, {ready} training",
+            all_heartbeating,
+            reasons.ALL_PODS_RUNNING
+            if all_heartbeating
+            else (reasons.PODS_STARTING if all_running else reasons.PODS_PENDING),
+            f"{running}/{nodes} pods running, {len(renewing)} heartbeating, {ready} training",
         )
         if recovering:
             latest = max(recovering, key=lambda s: s.recovering_since or self.now)
@@ -739,8 +762,12 @@ class _Pass:
                 "Recovering",
                 next(c.reason for c in self.st.conditions if c.type == ConditionType.RECOVERING),
             )
-        elif all_running:
+        elif all_heartbeating:
             self.st.state, self.st.reason = "Running", reasons.ALL_PODS_RUNNING
+        elif all_running and starting:
+            self.st.state, self.st.reason = "Starting", reasons.PODS_STARTING
+        elif all_running:
+            self.st.state, self.st.reason = "Running", reasons.PODS_NOT_HEARTBEATING
         else:
             self.st.state, self.st.reason = "Pending", reasons.PODS_PENDING
 
