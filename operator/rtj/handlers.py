@@ -427,6 +427,7 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> Ac
     )
     gate = asyncio.Semaphore(PARALLEL_CALLS)
     outcome = ActOutcome()
+    refusals: list[tuple[int, kube.KubeError]] = []
 
     async def one(action: Any) -> bool:
         async with gate:
@@ -469,7 +470,7 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> Ac
             except kube.KubeError as exc:  # the next pass retries (level-based)
                 if isinstance(action, CREATES) and create_refusals.is_retryable_refusal(exc.status):
                     # Logged once per new message by remember_refusal (a refusal repeats every retry).
-                    outcome.refused = (exc.status, exc.server_reason, exc.message)
+                    refusals.append((decision.actions.index(action), exc))
                     return False
                 logger.warning("%s/%s: %s failed: %s", ns, name, type(action).__name__, exc)
                 if exc.invalid and isinstance(action, CREATES):
@@ -489,4 +490,9 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> Ac
     results = await asyncio.gather(*(one(a) for a in others))
     failed = {a.pod for a, ok in zip(others, results, strict=True) if isinstance(a, PromoteSpare) and not ok}
     await asyncio.gather(*(one(a) for a in signals if a.lease not in failed))
+    if refusals:
+        # The first refused create in the decision's order, not the last to return: an unchanged
+        # cause keeps an unchanged message (one Event), whatever order parallel creates finish in.
+        exc = min(refusals, key=lambda r: r[0])[1]
+        outcome.refused = (exc.status, exc.server_reason, exc.message)
     return outcome
