@@ -229,3 +229,34 @@ def test_pod_the_api_server_refuses_fails_the_job_saying_why(env: Callable[..., 
     until(lambda: passes(e) >= before + 2, None, 60, "two more passes")
     assert e.status("train")["reason"] == reasons.INVALID_SPEC
     assert not e.workers("train")
+
+
+def test_job_is_deletable_when_its_operator_is_gone(env: Callable[..., OperatorEnv]) -> None:
+    """issue 13, case 6: `helm uninstall` with jobs left; `kubectl delete rtj` then hung on the
+    operator's finalizer. A job holding nothing that garbage collection cannot remove (a PVC for
+    checkpoints, no node quarantined) carries no finalizer; one with an FSx PV keeps it."""
+    e = env(nodes=2)
+    e.create_job("plain", 1, checkpoint={"pvc": {"claimName": "ckpt"}})
+    e.create_job("fsx", 1)
+    finalizer = f"{contract.API_GROUP}/cleanup"
+    until(lambda: e.status("plain").get("nodeSlots") and e.status("fsx").get("nodeSlots"), None, 60,
+          e.explain("plain"))  # fmt: skip
+    until(lambda: finalizer in (e.job("fsx")["metadata"].get("finalizers") or []), None, 30, e.explain("fsx"))
+    assert finalizer not in (e.job("plain")["metadata"].get("finalizers") or [])
+    until(lambda: [p for p in e.trainers("plain").pods()], None, 30, e.explain("plain"))
+    e.operator.stop()
+    e.rtj.api.delete_namespaced_custom_object(
+        contract.API_GROUP, contract.API_VERSION, e.namespace, contract.PLURAL, "plain"
+    )
+
+    def gone() -> bool:
+        try:
+            e.job("plain")
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    until(gone, None, 30, e.explain("plain"))
+    until(lambda: not e.trainers("plain").pods(), None, 60, e.explain("plain"))  # garbage collected
