@@ -45,6 +45,11 @@ PERMANENT_FAULT = "PermanentFault"
 CREATE_REFUSED = "CreateRefused"
 CREATES_ACCEPTED = "CreatesAccepted"
 
+# --- Progress watchdog (rtj.ladder.progress_watchdog): condition Stalled, then the job fails -------
+STALLED = "Stalled"
+PROGRESSING = "Progressing"
+NO_PROGRESS = "NoProgress"
+
 # --- Lifecycle --------------------------------------------------------------------------------------
 PODS_PENDING = "PodsPending"
 #: Every pod runs, some have not sent their first heartbeat yet.

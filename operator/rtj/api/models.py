@@ -416,6 +416,14 @@ class FaultTolerance(ApiModel):
     quarantine_faulty_nodes: bool = Field(
         True, description="Taint a node after a hard fault there and keep replacements off it."
     )
+    progress_timeout_seconds: int = Field(
+        1800,
+        description="Progress watchdog: while every pod runs (or has finished), no pod reporting a new "
+        "highest step for this long sets condition Stalled; as long again fails the job (NoProgress). "
+        "Also ends a job whose workers wait forever for a peer that exited 0 early.",
+        ge=10,
+        le=7 * 86400,
+    )
     do_not_restart_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
         default_factory=lambda: list(DEFAULT_DO_NOT_RESTART_EXIT_CODES),
         description="Pod exit codes that mean the job must fail rather than restart (NVRx uses 93).",
@@ -652,6 +660,8 @@ class ConditionType(StrEnum):
     FAILED = "Failed"
     #: The API server refuses to create the job's pods (e.g. 403): retried with backoff.
     CREATE_REFUSED = "CreateRefused"
+    #: No pod reported a new highest step for progressTimeoutSeconds while all pods ran.
+    STALLED = "Stalled"
 
 
 class Condition(ApiModel):
@@ -781,6 +791,13 @@ class JobStatus(ApiModel):
     start_time: datetime | None = Field(None, description="When the job first ran.")
     completion_time: datetime | None = Field(None, description="When it Succeeded or Failed.")
     last_fault: FaultStatus | None = Field(None, description="The newest fault seen in any slot.")
+    progress_step: int | None = Field(
+        None, description="Highest training step seen (progress watchdog; refreshed coarsely)."
+    )
+    last_progress_time: datetime | None = Field(
+        None,
+        description="When progressStep last rose, or the watchdog was not armed (pods not all running).",
+    )
     step: int | None = Field(
         None,
         description="Newest training step the pods reported (refreshed with the slots' lastHeartbeatTime).",

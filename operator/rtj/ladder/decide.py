@@ -37,7 +37,7 @@ from rtj.api.models import (
     ResilientTrainingJob,
     SpareStatus,
 )
-from rtj.ladder import create_refusals, event_outbox, missing_lease
+from rtj.ladder import create_refusals, event_outbox, missing_lease, progress_watchdog
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     Action,
@@ -261,6 +261,27 @@ class _Pass:
             self.fill_slot(slot, causes.get(slot.slot))
         self.keep_spares()
         self.summarize()
+        self.watch_progress()
+
+    def watch_progress(self) -> None:
+        """rtj.ladder.progress_watchdog: Stalled, then NoProgress."""
+        verdict = progress_watchdog.check(
+            self.st, self.slots, self.steps, self.ft, self.now, self.cfg.heartbeat_status_resolution_seconds
+        )
+        if verdict.failed:
+            self.fail(reasons.NO_PROGRESS, verdict.message)
+            return
+        if verdict.stalled:
+            if not is_true(self.old.conditions, ConditionType.STALLED):
+                self.event(
+                    WARNING,
+                    reasons.STALLED,
+                    f"{verdict.message}; the job fails NoProgress if this lasts as long again",
+                )
+            self.cond(ConditionType.STALLED, True, reasons.STALLED, verdict.message)
+            self.st.reason = reasons.STALLED
+        elif get_condition(self.old.conditions, ConditionType.STALLED) is not None:
+            self.cond(ConditionType.STALLED, False, reasons.PROGRESSING, "")
 
     def hold_correlated_silence(
         self, faults: list[tuple[NodeSlotStatus, PodObs | None, str, str]]
@@ -661,6 +682,8 @@ class _Pass:
         self.cond(ConditionType.RUNNING, False, reason, "")
         self.cond(ConditionType.RECOVERING, False, reason, "")
         self.cond(ConditionType.DEGRADED, False, reason, "")  # no stale Degraded on a failed job
+        if reason != reasons.NO_PROGRESS and is_true(self.st.conditions, ConditionType.STALLED):
+            self.cond(ConditionType.STALLED, False, reason, "")
         for slot in self.slots:
             slot.recovering_since, slot.recovering_level = None, ""
         self.st.completion_time = self.st.completion_time or self.now
