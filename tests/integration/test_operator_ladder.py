@@ -431,3 +431,33 @@ def test_forbidden_pod_shows_on_the_job_and_is_retried(env: Callable[..., Operat
     t = e.trainers("train")
     until(running(e, "train", 2), t, 120, e.explain("train"))
     assert refused()["status"] == "False" and refused()["reason"] == reasons.CREATES_ACCEPTED
+
+
+@pytest.mark.parametrize("early_exit", [False, True], ids=["frozen-step", "worker-exits-0-early"])
+def test_progress_watchdog_stalls_then_fails(env: Callable[..., OperatorEnv], early_exit: bool) -> None:
+    """issue 13, case 2: one worker's command returned 0 early and the other waited forever for a
+    rendezvous round; for 7+ minutes the job read `Running AllPodsRunning`, step frozen, no Event."""
+    e = env(nodes=3, RTJ_HEARTBEAT_STATUS_RESOLUTION_SECONDS="1")
+    e.create_job("train", 2, faultTolerance={"progressTimeoutSeconds": 10})
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    for pod in ("train-n0-a0", "train-n1-a0"):  # both at step 7, and no further
+        t.heartbeats[pod] = contract.Heartbeat(state=contract.PodState.TRAINING, step=7)
+    if early_exit:
+        end_pod(e.core, e.namespace, "train-n1-a0", 0)
+        t.heartbeats["train-n0-a0"] = contract.Heartbeat(state=contract.PodState.IN_JOB_RESTARTING, step=7)
+    until(lambda: is_true(e.job("train"), "Stalled"), t, 60, e.explain("train"))
+    assert e.status("train")["progressStep"] == 7
+    until(lambda: is_true(e.job("train"), "Failed"), t, 60, e.explain("train"))
+    st = e.status("train")
+    assert st["reason"] == reasons.NO_PROGRESS and st["restarts"]["podReschedules"] == 0
+    failed = condition(e.job("train"), "Failed") or {}
+    assert ("train-n1-a0 exited 0" in failed["message"]) is early_exit, failed
+    evs = reasons_of(events(e.core, e.namespace, "train"))
+    assert evs.count(reasons.STALLED) == 1, evs
+    until(
+        lambda: reasons_of(events(e.core, e.namespace, "train")).count(reasons.NO_PROGRESS) == 1,
+        None,
+        30,
+        e.explain("train"),
+    )
