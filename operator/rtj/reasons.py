@@ -32,6 +32,15 @@ NODE_SUSPECT = frozenset(
     }
 )
 
+# --- Job level: one recovery for a fault that is not the pods' own (rtj.ladder.job_level) ----------
+#: Workers failed right after the rendezvous pod was lost.
+RENDEZVOUS_RESTART = "RendezvousRestart"
+#: Several workers failed in the same pass (a shared cause).
+PODS_FAILED_TOGETHER = "PodsFailedTogether"
+#: Causes of pods replaced at job level: never counted as pod reschedules.
+JOB_LEVEL_CAUSES = frozenset({RENDEZVOUS_RESTART, PODS_FAILED_TOGETHER})
+JOB_RESTART_BUDGET_EXHAUSTED = "JobRestartBudgetExhausted"
+
 # --- Level 4: the job ends ------------------------------------------------------------------------
 POD_RESCHEDULE_BUDGET_EXHAUSTED = "PodRescheduleBudgetExhausted"
 DO_NOT_RESTART_EXIT_CODE = "DoNotRestartExitCode"
@@ -77,3 +86,4 @@ NON_FAULT_CAUSES = frozenset({CAUSE_INITIAL, CAUSE_RESUME})
 LEVEL_IN_PROCESS = "InProcess"
 LEVEL_IN_JOB = "InJob"
 LEVEL_POD = "Pod"
+LEVEL_JOB = "Job"

@@ -461,3 +461,44 @@ def test_progress_watchdog_stalls_then_fails(env: Callable[..., OperatorEnv], ea
         30,
         e.explain("train"),
     )
+
+
+def test_workers_failing_after_the_rendezvous_pod_died_are_one_job_level_recovery(
+    env: Callable[..., OperatorEnv],
+) -> None:
+    """issue 13, case 1: the rendezvous pod dies, every worker's launcher exits 70. Before: each a
+    pod reschedule with its healthy node quarantined; Failed/PodRescheduleBudgetExhausted in 8.7 s."""
+    e = env(nodes=4)
+    e.create_job("train", 3, faultTolerance={"maxPodReschedules": 1})
+    t = e.trainers("train")
+    until(running(e, "train", 3), t, 90, e.explain("train"))
+    end_pod(e.core, e.namespace, "train-rdzv", 1)
+    until(lambda: e.status("train").get("jobFaultTime"), t, 30, e.explain("train"))
+    for slot in range(3):
+        end_pod(e.core, e.namespace, f"train-n{slot}-a0", contract.ExitCode.LAUNCHER_BUDGET_EXHAUSTED)
+    until(
+        lambda: (
+            sorted(p.metadata.name for p in e.workers("train").values())
+            == ["train-n0-a1", "train-n1-a1", "train-n2-a1"]
+        ),
+        t,
+        60,
+        e.explain("train"),
+    )
+    until(running(e, "train", 3), t, 60, e.explain("train"))
+    st = e.status("train")
+    assert st["restarts"]["podReschedules"] == 1, "the rendezvous pod only"
+    assert st["restarts"]["job"] == 1 and not st.get("quarantinedNodes"), st
+    assert not any(has_taint(e, n, "train") for n in e.nodes)
+    # One Warning, and one Normal per replaced pod.
+    until(
+        lambda: reasons_of(events(e.core, e.namespace, "train")).count(reasons.RENDEZVOUS_RESTART) == 1 + 3,
+        None,
+        30,
+        e.explain("train"),
+    )
+    counted = (
+        f'rtj_restarts_total{{job="train",level="Job",namespace="{e.namespace}",'
+        'reason="RendezvousRestart"} 1.0'
+    )
+    until(lambda: counted in e.operator.metrics(), t, 30, lambda: e.operator.metrics()[-2000:])

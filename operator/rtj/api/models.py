@@ -410,6 +410,13 @@ class FaultTolerance(ApiModel):
     max_pod_reschedules: int = Field(
         4, description="Level 3: pod replacements allowed for the whole job before it fails.", ge=0, le=1000
     )
+    max_job_restarts: int = Field(
+        4,
+        description="Job-level recoveries allowed (pods failing together, or right after the rendezvous "
+        "pod was lost: no pod budget spent, no node quarantined) before the job fails.",
+        ge=0,
+        le=1000,
+    )
     max_no_progress_cycles: int = Field(
         3, description="Restart cycles without a new checkpoint before NVRx stops (exit 93).", ge=1, le=1000
     )
@@ -681,6 +688,11 @@ class RestartCounts(ApiModel):
     in_process: int = Field(0, description="Level 1: in-process restarts observed (sum over pods).")
     in_job: int = Field(0, description="Level 2: ft_launcher in-job restarts observed (sum over pods).")
     pod_reschedules: int = Field(0, description="Level 3: pods replaced (derived from pod attempts).")
+    job: int = Field(
+        0,
+        description="Job-level recoveries: workers failing together, or right after the rendezvous pod "
+        "was lost; each counted once however many pods it replaced (rtj.ladder.job_level).",
+    )
 
 
 class CheckpointStatus(ApiModel):
@@ -791,6 +803,14 @@ class JobStatus(ApiModel):
     start_time: datetime | None = Field(None, description="When the job first ran.")
     completion_time: datetime | None = Field(None, description="When it Succeeded or Failed.")
     last_fault: FaultStatus | None = Field(None, description="The newest fault seen in any slot.")
+    job_fault_time: datetime | None = Field(
+        None,
+        description="When the last job-level fault began (the rendezvous pod lost, pods failing "
+        "together): worker failures shortly after it are recovered at job level.",
+    )
+    job_restart_time: datetime | None = Field(
+        None, description="When the last job-level recovery was counted."
+    )
     progress_step: int | None = Field(
         None, description="Highest training step seen (progress watchdog; refreshed coarsely)."
     )

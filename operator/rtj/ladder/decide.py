@@ -37,7 +37,7 @@ from rtj.api.models import (
     ResilientTrainingJob,
     SpareStatus,
 )
-from rtj.ladder import create_refusals, event_outbox, missing_lease, progress_watchdog
+from rtj.ladder import create_refusals, event_outbox, job_level, missing_lease, progress_watchdog
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     Action,
@@ -246,9 +246,15 @@ class _Pass:
         # Many slots failing in one pass is a correlated fault (network, a zone), not several bad
         # nodes: replace the pods, quarantine no node.
         self.correlated = len(faults) > 1 and len(faults) * 2 > self.spec.nodes
+        job_reason = job_level.attribute([f[2] for f in faults], self.st, self.ft, self.now)
+        if job_reason == reasons.PODS_FAILED_TOGETHER:
+            job_level.begin(self.st, self.ft, self.now)
         if self.failed is None:
             for slot, pod, reason, message in faults:
-                self.hard_fault(slot, pod, reason, message)
+                if job_reason is not None and reason in job_level.SYMPTOMS:
+                    self.job_fault(slot, pod, message, job_reason, reason in _FORCE)
+                else:
+                    self.hard_fault(slot, pod, reason, message)
                 if self.failed is not None:
                     break
         if self.failed is not None:
@@ -332,11 +338,15 @@ class _Pass:
             self.d.actions.append(CreateRendezvousService())
         pod = self.rdzv
         if pod is None:
+            if self.st.rendezvous_pod_uid:  # lost: the workers' launchers fail next (job level)
+                job_level.begin(self.st, self.ft, self.now)
             self.d.actions.append(CreateRendezvousPod())
             return
         if pod.terminal or p.node_fault(pod, self.obs.nodes, self.obs.nodes_known):
             # Its replacement counts as a pod reschedule (below), so it spends the same budget.
             replaces = bool(self.st.rendezvous_pod_uid)
+            if replaces:
+                job_level.begin(self.st, self.ft, self.now)
             if replaces and p.budget_exhausted(self.st.restarts.pod_reschedules + 1, self.ft):
                 self.failed = (
                     reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED,
@@ -348,6 +358,7 @@ class _Pass:
             return
         if pod.uid and pod.uid != self.st.rendezvous_pod_uid:
             if self.st.rendezvous_pod_uid:
+                job_level.begin(self.st, self.ft, self.now)
                 self.st.restarts.pod_reschedules += 1
                 self.d.restarts.append(RestartObserved(reasons.LEVEL_POD, reasons.RENDEZVOUS_LOST))
                 self.event(WARNING, reasons.RENDEZVOUS_LOST, f"rendezvous pod {pod.name} was recreated")
@@ -359,7 +370,11 @@ class _Pass:
         newest = max(pods, key=lambda q: q.attempt, default=None)
         if newest is not None and newest.attempt > slot.attempt:
             # Created (or promoted) by a pass whose status write was lost: adopt, count once.
-            if newest.cause and newest.cause not in reasons.NON_FAULT_CAUSES:
+            if newest.cause in reasons.JOB_LEVEL_CAUSES:  # job level: no pod reschedule
+                slot.last_fault_reason = newest.cause
+                slot.recovering_since = slot.recovering_since or self.now
+                slot.recovering_level = reasons.LEVEL_JOB
+            elif newest.cause and newest.cause not in reasons.NON_FAULT_CAUSES:
                 self.st.restarts.pod_reschedules += 1
                 self.d.restarts.append(RestartObserved(reasons.LEVEL_POD, newest.cause))
                 slot.last_fault_reason = newest.cause
@@ -532,6 +547,50 @@ class _Pass:
                 slot.last_heartbeat_time = renew
             if self.steps:
                 self.st.step = max(self.steps)
+
+    # --- job level: one recovery for the job's fault (rtj.ladder.job_level) -----------------------------
+    def job_fault(
+        self, slot: NodeSlotStatus, pod: PodObs | None, message: str, reason: str, force: bool
+    ) -> None:
+        if job_level.needs_count(self.st):
+            if self.st.restarts.job + 1 > self.ft.max_job_restarts:
+                self.failed = (
+                    reasons.JOB_RESTART_BUDGET_EXHAUSTED,
+                    f"{reason}: slot {slot.slot}: {message}; maxJobRestarts={self.ft.max_job_restarts} "
+                    "already used",
+                )
+                return
+            self.st.restarts.job += 1
+            self.st.job_restart_time = self.now
+            self.d.restarts.append(RestartObserved(reasons.LEVEL_JOB, reason))
+            cause = (
+                "right after the rendezvous pod was lost"
+                if reason == reasons.RENDEZVOUS_RESTART
+                else "together with other workers"
+            )
+            self.event(
+                WARNING,
+                reason,
+                f"workers failed {cause}: recovered at job level ({self.st.restarts.job}/"
+                f"{self.ft.max_job_restarts} job restarts); their pods are replaced and rejoin, no pod "
+                "budget spent, no node quarantined",
+            )
+        node = pod.node if pod is not None else slot.node
+        self.note_fault(slot, reason, pod.name if pod is not None else slot.pod, node)
+        if pod is not None:
+            self.delete(pod, 0 if force else self.cfg.fault_grace_seconds)
+        old_name = slot.pod
+        slot.attempt += 1
+        slot.pod, slot.state, slot.last_fault_reason = "", "Replacing", reason
+        slot.in_process_restarts = slot.in_job_restarts = 0
+        slot.last_heartbeat_time = slot.lease_missing_since = None
+        slot.recovering_since, slot.recovering_level = self.now, reasons.LEVEL_JOB
+        self.event(
+            NORMAL,
+            reason,
+            f"slot {slot.slot}: {message}; replacing {old_name or 'pod'} with attempt {slot.attempt} "
+            "(job level)",
+        )
 
     # --- level 3: replace one pod ----------------------------------------------------------------
     def hard_fault(self, slot: NodeSlotStatus, pod: PodObs | None, reason: str, message: str) -> None:
