@@ -87,7 +87,7 @@ def test_children_and_soft_faults_counted_without_touching_pods(env: Callable[..
     )
 
     assert {s: p.metadata.uid for s, p in e.workers("train").items()} == uids, "soft faults never touch pods"
-    assert restarts(e, "train") == {"inProcess": 2, "inJob": 1, "podReschedules": 0}
+    assert restarts(e, "train") == {"inProcess": 2, "inJob": 1, "podReschedules": 0, "job": 0}
     evs = reasons_of(events(e.core, e.namespace, "train"))
     assert evs.count(reasons.IN_PROCESS_RESTART) == 1 and evs.count(reasons.IN_JOB_RESTART) == 1
     assert reasons.RECOVERED in evs

@@ -89,7 +89,9 @@ def test_suspend_removes_pods_and_resume_recreates_them(env: Callable[..., Opera
     until(running(e, "train", 2), t, 90, e.explain("train"))
     assert sorted(p.metadata.name for p in e.workers("train").values()) == ["train-n0-a1", "train-n1-a1"]
     st = e.status("train")
-    assert st["restarts"] == {"inProcess": 0, "inJob": 1, "podReschedules": 0}, "resume is not a reschedule"
+    assert st["restarts"] == {"inProcess": 0, "inJob": 1, "podReschedules": 0, "job": 0}, (
+        "resume is not a reschedule"
+    )
     evs = reasons_of(events(e.core, e.namespace, "train"))
     assert evs.count(reasons.SUSPENDED) == 1 and evs.count(reasons.RESUMED) == 1
     assert reasons.RENDEZVOUS_LOST not in evs
@@ -172,9 +174,9 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(
     e.operator.start(tick=t.beat)
     until(lambda: passes(e) >= 20, t, 60, e.explain("train"))  # ~10 s of passes by the new process
     after = e.status("train")
-    assert after["restarts"] == before["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 1}, (
-        e.explain("train")()
-    )
+    assert (
+        after["restarts"] == before["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 1, "job": 0}
+    ), e.explain("train")()
 
     # lastHeartbeatTime is refreshed coarsely (every 60 s) by design; everything else must be equal.
     def slots(st: dict[str, Any]) -> list[dict[str, Any]]:
@@ -195,7 +197,7 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(
         e.explain("train"),
     )
     until(running(e, "train", 2), t, 60, e.explain("train"))
-    assert e.status("train")["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 2}
+    assert e.status("train")["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 2, "job": 0}
     # What a user sees (shown with pytest -rP).
     print(kubectl("get", "rtj", "-n", e.namespace, "-o", "wide").stdout)
     print(kubectl("describe", "rtj", "train", "-n", e.namespace).stdout)
