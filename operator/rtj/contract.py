@@ -114,6 +114,15 @@ class FaultSeverity(StrEnum):
     SOFT = "Soft"
     #: The pod knows it cannot recover (e.g. a GPU/EFA error): the operator replaces it.
     HARD = "Hard"
+    #: No restart anywhere can help (a checkpoint written for another world size, a bad config):
+    #: deterministic, so the trainer stops restarting and the operator fails the job on the first
+    #: report (reason PermanentFault), replacing nothing and quarantining no node. Writer:
+    #: rtj_trainer for a `rtj_trainer.permanent.PermanentError`; reader: the operator's ladder.
+    PERMANENT = "Permanent"
+
+
+#: Severity order (the more severe fault of a pod is the one its heartbeat carries).
+FAULT_SEVERITY_RANK = {FaultSeverity.SOFT: 0, FaultSeverity.HARD: 1, FaultSeverity.PERMANENT: 2}
 
 
 Counter = Annotated[int, Field(ge=0, le=MAX_COUNTER)]

@@ -2,18 +2,20 @@
 
 - Indexes of our pods, heartbeat Leases, rendezvous Services (label-selected: only objects
   carrying LABEL_JOB are watched) and Nodes, so a pass needs no LIST call.
-- One daemon per job runs a pass: observe (indexes) -> decide (pure) -> ONE status write
-  (resourceVersion precondition) -> act -> Events -> metrics. It runs every
+- One loop per job (an asyncio task that `track_job` starts, feeds and stops from the job's watch
+  events; not a kopf daemon, which would put a finalizer on every job) runs a pass: observe
+  (indexes) -> decide (pure) -> ONE status write (resourceVersion precondition) -> act -> Events
+  (from the status's outbox) -> metrics. It runs every
   RTJ_RECONCILE_INTERVAL_SECONDS (default 1 s), and also right when a heartbeat deadline passes and
-  when one of the job's pods changes (a deleted pod's replacement need not wait a whole interval):
+  when the job or one of its pods changes (a deleted pod's replacement need not wait an interval):
   measured by bench/operator_scale.py, a fixed-interval timer put 1-2 intervals between a missed
   heartbeat deadline and the replacement pod.
   Status first: a pass computed from a stale copy conflicts and has no side effect at all; a pass
   whose actions fail half-way is completed by the next pass (every action is level-based).
 - create/resume: validate the spec (PermanentError + Failed/InvalidSpec) and ensure the checkpoint
   volume; delete: remove what garbage collection cannot (the cluster-scoped FSx PV and our node
-  taints), hence kopf's finalizer on the job. Everything else is owned by the job and garbage
-  collected.
+  taints), hence kopf's finalizer, on jobs that have those only (`holds_cluster_state`). Everything
+  else is owned by the job and garbage collected.
 
 Why Leases for heartbeats, at 10,000 pods: one Lease update per pod per heartbeatIntervalSeconds
 (default 10 s) is 1,000 writes/s of a ~1 KB object, the same load and mechanism as kubelet node
@@ -26,8 +28,10 @@ RTJ_HEARTBEAT_STATUS_RESOLUTION_SECONDS).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,18 +54,21 @@ from rtj.ladder import (
     Observed,
     PromoteSpare,
     TaintNode,
+    create_refusals,
     decide,
+    event_outbox,
     goodput,
     lease_from_dict,
     node_from_dict,
     pod_from_dict,
 )
 from rtj.ladder.conditions import set_condition
+from rtj.ladder.observe import CreateRefusal
 from rtj.settings import Settings
 
 SETTINGS = Settings.from_env()
 #: Actions that create an object the builders made from the spec.
-CREATES = (CreateWorkerPod, CreateSparePod, CreateRendezvousPod, CreateRendezvousService)
+CREATES = create_refusals.CREATES
 GROUP, VERSION, PLURAL = contract.API_GROUP, contract.API_VERSION, contract.PLURAL
 OURS = {contract.LABEL_JOB: kopf.PRESENT}
 PARALLEL_CALLS = 16
@@ -69,8 +76,6 @@ PARALLEL_CALLS = 16
 DEADLINE_SLACK_SECONDS = 0.02
 #: Events of a job's pods arriving within this window wake its pass once.
 WAKE_DEBOUNCE_SECONDS = 0.02
-#: (namespace, job) -> event that wakes the job's pass early (set by pod events).
-_WAKE: dict[tuple[str, str], asyncio.Event] = {}
 logger = logging.getLogger("rtj.operator")
 
 
@@ -103,7 +108,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     )
     settings.persistence.finalizer = f"{GROUP}/cleanup"
     memo.kube = kube.Kube.from_environment(SETTINGS.request_timeout_seconds)
-    memo.last_pass = time.monotonic()
     metrics.serve(SETTINGS.metrics_port)
     logger.info(
         "rtj operator started (metrics on :%s, interval %ss)",
@@ -114,6 +118,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
 @kopf.on.cleanup()
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    for key in list(_LOOPS):
+        _stop_loop(key)
     if getattr(memo, "kube", None) is not None:
         memo.kube.close()
 
@@ -224,7 +230,15 @@ async def admit(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         raise kopf.TemporaryError(f"checkpoint volume not created yet: {exc}", delay=5) from exc
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL)
+def holds_cluster_state(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
+    """The job has what garbage collection cannot undo: node taints of ours (quarantine) or a
+    cluster-scoped FSx PV. Only then does the job carry kopf's finalizer (kopf adds it when this
+    turns true and removes it when false): every other child is owned by the job and collected by
+    garbage collection, so a job without these is deletable with no operator running."""
+    return bool((spec.get("checkpoint") or {}).get("fsx")) or bool(status.get("quarantinedNodes"))
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, when=holds_cluster_state)
 async def cleanup(body: kopf.Body, memo: kopf.Memo, namespace: str, name: str, **_: Any) -> None:
     """Undo what garbage collection cannot: our node taints and the cluster-scoped FSx PV."""
     k: kube.Kube = memo.kube
@@ -235,62 +249,106 @@ async def cleanup(body: kopf.Body, memo: kopf.Memo, namespace: str, name: str, *
             await k.delete("PersistentVolume", None, builders.fsx_pv_name(namespace, name))
     except kube.KubeError as exc:
         raise kopf.TemporaryError(f"cleanup not finished: {exc}", delay=5) from exc
-    metrics.forget(namespace, name)
 
 
 # --- the pass ----------------------------------------------------------------------------------------
 @kopf.on.event("pods", labels=OURS)
 def wake_on_pod_change(namespace: str, labels: kopf.Labels, **_: Any) -> None:
     """A pod of the job changed (created, exited, deleted, gone): run the job's pass now."""
-    wake = _WAKE.get((namespace, labels.get(contract.LABEL_JOB, "")))
-    if wake is not None:
-        wake.set()
+    job_loop = _LOOPS.get((namespace, labels.get(contract.LABEL_JOB, "")))
+    if job_loop is not None:
+        job_loop.wake.set()
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, backoff=1.0, cancellation_backoff=5.0, cancellation_timeout=5.0)
-async def reconcile(
+@dataclass
+class _JobLoop:
+    """One job's passes, an asyncio task fed the newest job object by `track_job`."""
+
+    uid: str
+    body: kopf.Body
+    #: kopf's memo of this object: per-job state kept across passes (last write, refusals, Events).
+    memo: kopf.Memo
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+#: (namespace, job) -> its loop.
+_LOOPS: dict[tuple[str, str], _JobLoop] = {}
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def track_job(
+    event: kopf.RawEvent,
     body: kopf.Body,
     memo: kopf.Memo,
+    namespace: str,
+    name: str,
+    uid: str,
+    rtj_pods: kopf.Index,
+    rtj_leases: kopf.Index,
+    rtj_services: kopf.Index,
+    rtj_nodes: kopf.Index,
+    **_: Any,
+) -> None:
+    """Start, feed and stop each job's loop of passes.
+
+    Not a kopf daemon (nor timer): kopf puts its finalizer on every object that has one, so a job
+    whose operator is gone (`helm uninstall`) could never be deleted, nor its namespace (issue 13,
+    case 6). An event handler needs no finalizer; the loop stops when the job is gone.
+    """
+    key = (namespace, name)
+    current = _LOOPS.get(key)
+    if current is not None and (current.uid != uid or event.get("type") == "DELETED"):
+        _stop_loop(key)  # deleted, or a namesake replaced a deleted job
+        current = None
+    if event.get("type") == "DELETED":
+        metrics.forget(namespace, name)
+        return
+    if current is None:
+        current = _LOOPS[key] = _JobLoop(uid, body, memo)
+        indexes = (rtj_pods, rtj_leases, rtj_services, rtj_nodes)  # live: kopf updates them in place
+        current.task = asyncio.create_task(job_passes(current, namespace, name, *indexes))
+    else:
+        current.body = body  # the next pass reads it (most events are this loop's own status writes)
+
+
+def _stop_loop(key: tuple[str, str]) -> None:
+    job_loop = _LOOPS.pop(key, None)
+    if job_loop is not None and job_loop.task is not None:
+        job_loop.task.cancel()
+
+
+async def job_passes(
+    job_loop: _JobLoop,
     namespace: str,
     name: str,
     rtj_pods: kopf.Index,
     rtj_leases: kopf.Index,
     rtj_services: kopf.Index,
     rtj_nodes: kopf.Index,
-    stopped: kopf.DaemonStopped,
-    **_: Any,
 ) -> None:
-    """The job's passes: every interval, at the next heartbeat deadline, or on a pod change."""
-    key = (namespace, name)
-    wake = _WAKE[key] = asyncio.Event()
+    """The job's passes: every interval, at the next heartbeat deadline, on a pod or job change."""
+    wake = job_loop.wake
     loop = asyncio.get_running_loop()
-    stop = asyncio.ensure_future(stopped.wait())  # job deleted or operator exiting: leave between passes
-    try:
-        while not stopped:
-            wake.clear()
-            started = time.perf_counter()
-            memo.last_pass = time.monotonic()
-            delay = SETTINGS.reconcile_interval_seconds
-            try:
-                deadline_in = await run_pass(
-                    body, memo, namespace, name, rtj_pods, rtj_leases, rtj_services, rtj_nodes
-                )
-                if deadline_in is not None:
-                    delay = min(delay, max(0.0, deadline_in - (time.perf_counter() - started)))
-            except Exception:  # a pass never crashes the operator; the next one retries
-                logger.exception("pass for %s/%s failed", namespace, name)
-            finally:
-                metrics.RECONCILE.observe(time.perf_counter() - started)
-            until = loop.time() + delay
-            woken = asyncio.ensure_future(wake.wait())
-            await asyncio.wait((woken, stop), timeout=delay, return_when=asyncio.FIRST_COMPLETED)
-            woken.cancel()
-            if wake.is_set() and not stopped:  # let the rest of a burst of pod events arrive first
-                await asyncio.sleep(min(WAKE_DEBOUNCE_SECONDS, max(0.0, until - loop.time())))
-    finally:
-        stop.cancel()
-        if _WAKE.get(key) is wake:
-            del _WAKE[key]
+    while True:
+        wake.clear()
+        started = time.perf_counter()
+        delay = SETTINGS.reconcile_interval_seconds
+        try:
+            deadline_in = await run_pass(
+                job_loop.body, job_loop.memo, namespace, name, rtj_pods, rtj_leases, rtj_services, rtj_nodes
+            )
+            if deadline_in is not None:
+                delay = min(delay, max(0.0, deadline_in - (time.perf_counter() - started)))
+        except Exception:  # a pass never crashes the operator; the next one retries
+            logger.exception("pass for %s/%s failed", namespace, name)
+        finally:
+            metrics.RECONCILE.observe(time.perf_counter() - started)
+        until = loop.time() + delay
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), timeout=delay)
+        if wake.is_set():  # let the rest of a burst of events arrive first
+            await asyncio.sleep(min(WAKE_DEBOUNCE_SECONDS, max(0.0, until - loop.time())))
 
 
 async def run_pass(
@@ -326,6 +384,8 @@ async def run_pass(
         nodes={n.name: n for store in nodes.values() for n in store},
         service_exists=bool(list(services.get((namespace, name), []))),
         refused=getattr(memo, "refused", {}).get(body.metadata.get("uid"), ""),
+        create_refusal=getattr(memo, "create_refusal", None),
+        events_posted=getattr(memo, "events_posted", None),
     )
     config = LadderConfig(
         fault_grace_seconds=SETTINGS.fault_grace_seconds,
@@ -344,18 +404,19 @@ async def run_pass(
             raise
         memo.last_write = (rv, new_rv, decision.status)
         metrics.committed(namespace, name, decision.restarts, decision.recoveries)
-        refused = await act(k, job, decision)
-        plain = _plain_job(body)
-        for ev in decision.events:
-            await k.emit_event(plain, ev.type, ev.reason, ev.message)
+        outcome = await act(k, job, decision)
     else:
-        refused = await act(k, job, decision)
-    if refused:
+        outcome = await act(k, job, decision)
+    # Committed either way (just written, or unchanged since our write): post what it holds.
+    await post_events(k, memo, body, decision.status)
+    if outcome.invalid:
         # The API server refused a pod (or Service) built from an accepted spec: no retry can
         # succeed, so the next pass fails the job saying why instead of retrying forever. The CRD's
         # rules prevent every such case known (tests/reliability); this is the net for the rest.
-        memo.refused = {body.metadata.get("uid"): "; ".join(refused)}  # this job only, not a namesake
+        memo.refused = {body.metadata.get("uid"): "; ".join(outcome.invalid)}  # this job only, not a namesake
         return 0.0
+    if remember_refusal(memo, namespace, name, outcome, now):
+        return 0.0  # the next pass shows it on the job (condition + Event)
     status = decision.status
     metrics.set_conditions(
         namespace, name, frozenset(c.type for c in status.conditions if c.status == "True")
@@ -367,16 +428,60 @@ async def run_pass(
     return min(ahead) + DEADLINE_SLACK_SECONDS if ahead else None
 
 
-async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> list[str]:
-    """Execute a decision's actions, bounded in parallel (failures are retried by the next pass).
-    Returns why the API server refused objects the builders made (422: invalid, never retried)."""
+async def post_events(k: kube.Kube, memo: kopf.Memo, body: kopf.Body, status: JobStatus) -> None:
+    """Post the committed status's unposted Events in order (rtj.ladder.event_outbox); the next pass
+    drops those posted. Stops at the first failure, so a later Event never overtakes an earlier one."""
+    posted = getattr(memo, "events_posted", None)
+    plain = _plain_job(body)
+    uid = str(body.metadata.get("uid", ""))
+    for ev in status.unposted_events:
+        if posted is not None and ev.seq <= posted:
+            continue
+        name = event_outbox.event_name(str(body.metadata.get("name", "")), uid, ev.seq)
+        if not await k.emit_event(plain, ev.type, ev.reason, ev.message, name=name, when=ev.time):
+            return
+        memo.events_posted = posted = ev.seq
+
+
+@dataclass
+class ActOutcome:
+    #: Why the API server refused objects the builders made as invalid (422: never retried).
+    invalid: list[str] = field(default_factory=list)
+    #: Creates refused for a reason that may end (403, ...): the newest (status, reason, message).
+    refused: tuple[int, str, str] | None = None
+    #: Whether any create was accepted (a remembered refusal is then over).
+    created: bool = False
+
+
+def remember_refusal(memo: kopf.Memo, namespace: str, name: str, outcome: ActOutcome, now: datetime) -> bool:
+    """Keep the job's newest create refusal for the next pass (rtj.ladder.create_refusals); True when
+    it is new. The log gets one line per new refusal message, not one per retry."""
+    previous: CreateRefusal | None = getattr(memo, "create_refusal", None)
+    if outcome.refused is not None:
+        status, reason, message = outcome.refused
+        metrics.create_refused(namespace, name, status)
+        memo.create_refusal = create_refusals.next_refusal(previous, status, reason, message, now)
+        if previous is None or previous.message != message:
+            logger.warning("%s/%s: the API server refused a create (%s, retried with backoff): %s",
+                           namespace, name, status, message)  # fmt: skip
+            return True
+        return False
+    if outcome.created and previous is not None:
+        memo.create_refusal = None
+        logger.info("%s/%s: creates accepted again", namespace, name)
+    return False
+
+
+async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> ActOutcome:
+    """Execute a decision's actions, bounded in parallel (failures are retried by the next pass)."""
     ns, name = job.metadata["namespace"], job.metadata["name"]
     bs = builders.BuildSettings(
         trainer_service_account=SETTINGS.trainer_service_account,
         termination_grace_seconds=SETTINGS.termination_grace_seconds,
     )
     gate = asyncio.Semaphore(PARALLEL_CALLS)
-    refused: list[str] = []
+    outcome = ActOutcome()
+    refusals: list[tuple[int, kube.KubeError]] = []
 
     async def one(action: Any) -> bool:
         async with gate:
@@ -417,10 +522,16 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> li
                     case DeleteJob():
                         await k.delete_job(ns, name, str(job.metadata.get("uid", "")))
             except kube.KubeError as exc:  # the next pass retries (level-based)
+                if isinstance(action, CREATES) and create_refusals.is_retryable_refusal(exc.status):
+                    # Logged once per new message by remember_refusal (a refusal repeats every retry).
+                    refusals.append((decision.actions.index(action), exc))
+                    return False
                 logger.warning("%s/%s: %s failed: %s", ns, name, type(action).__name__, exc)
                 if exc.invalid and isinstance(action, CREATES):
-                    refused.append(f"the API server refused {exc.message}")
+                    outcome.invalid.append(f"the API server refused {exc.message}")
                 return False
+            if isinstance(action, CREATES):
+                outcome.created = True
             return True
 
     # Deletions first; the promotion signal on a spare's Lease only after its pod was relabelled
@@ -433,4 +544,9 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> li
     results = await asyncio.gather(*(one(a) for a in others))
     failed = {a.pod for a, ok in zip(others, results, strict=True) if isinstance(a, PromoteSpare) and not ok}
     await asyncio.gather(*(one(a) for a in signals if a.lease not in failed))
-    return refused
+    if refusals:
+        # The first refused create in the decision's order, not the last to return: an unchanged
+        # cause keeps an unchanged message (one Event), whatever order parallel creates finish in.
+        exc = min(refusals, key=lambda r: r[0])[1]
+        outcome.refused = (exc.status, exc.server_reason, exc.message)
+    return outcome

@@ -61,6 +61,14 @@ class KubeError(Exception):
         return self.status == 422
 
     @property
+    def server_reason(self) -> str:
+        """The API server's CamelCase Status reason (e.g. Forbidden), else the HTTP reason phrase."""
+        try:
+            return str(json.loads(self.body)["reason"]) or self.reason
+        except (ValueError, KeyError, TypeError):
+            return self.reason
+
+    @property
     def message(self) -> str:
         """The API server's Status message (it names the object and the field), else the body."""
         try:
@@ -250,15 +258,24 @@ class Kube:
         return True
 
     # --- events ---------------------------------------------------------------------------------------------
-    async def emit_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """A core/v1 Event on the job (shown by `kubectl describe rtj`). Best effort: never fails a pass."""
+    async def emit_event(
+        self,
+        job: dict[str, Any],
+        type_: str,
+        reason: str,
+        message: str,
+        name: str | None = None,
+        when: datetime | None = None,
+    ) -> bool:
+        """A core/v1 Event on the job (shown by `kubectl describe rtj`). Best effort: never fails a
+        pass; True when posted. With a `name`, an Event already posted under it is success too."""
         meta = job.get("metadata") or {}
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{meta.get('name')}.{uuid.uuid4().hex[:16]}",
+                "name": name or f"{meta.get('name')}.{uuid.uuid4().hex[:16]}",
                 "namespace": meta.get("namespace"),
             },
             "involvedObject": {
@@ -282,9 +299,13 @@ class Kube:
         try:
             await self.request("POST", self._collection("Event", meta.get("namespace")), event)
         except KubeError as exc:  # events are best effort; status is the record
+            if name and exc.conflict and '"AlreadyExists"' in exc.body:
+                return True
             logger.warning(
                 "event %s on %s/%s not posted: %s", reason, meta.get("namespace"), meta.get("name"), exc
             )
+            return False
+        return True
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)

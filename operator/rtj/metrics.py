@@ -5,6 +5,8 @@
   the deltas of a status write that succeeded (so exactly once per observed restart, per process).
 - rtj_recovery_seconds{level}: fault detected -> the pod back to Training (heartbeat time).
 - rtj_heartbeat_age_seconds{namespace,job,slot}: now - last heartbeat of each slot's pod.
+- rtj_create_refused_total{namespace,job,code}: creates the API server refused with a retryable 4xx
+  (rtj.ladder.create_refusals), each retry counted.
 - rtj_reconcile_duration_seconds: one pass of one job.
 - rtj_goodput_ratio{namespace,job}: 1 - lost / elapsed since the job first ran, where lost is the
   wall time during which some slot was recovering (rtj.ladder.goodput).
@@ -31,6 +33,11 @@ RECOVERY = Histogram(
 HEARTBEAT_AGE = Gauge(
     "rtj_heartbeat_age_seconds", "Seconds since the slot's pod last heartbeat.", ["namespace", "job", "slot"]
 )
+CREATE_REFUSED = Counter(
+    "rtj_create_refused_total",
+    "Creates the API server refused with a retryable 4xx (each retry counted).",
+    ["namespace", "job", "code"],
+)
 RECONCILE = Histogram(
     "rtj_reconcile_duration_seconds",
     "Duration of one reconcile pass of one job.",
@@ -47,6 +54,7 @@ _tally: Tally[str] = Tally()
 _slots: dict[tuple[str, str], set[str]] = {}
 _restart_labels: dict[tuple[str, str], set[tuple[str, str]]] = {}
 _goodput_jobs: set[tuple[str, str]] = set()
+_refused_codes: dict[tuple[str, str], set[str]] = {}
 
 
 def serve(port: int) -> None:
@@ -63,6 +71,12 @@ def committed(
         _restart_labels.setdefault((namespace, job), set()).add((r.level, r.reason))
     for rec in recoveries:
         RECOVERY.labels(rec.level).observe(max(0.0, rec.seconds))
+
+
+def create_refused(namespace: str, job: str, code: int) -> None:
+    """A create the API server refused with a retryable 4xx (rtj.ladder.create_refusals)."""
+    CREATE_REFUSED.labels(namespace, job, str(code)).inc()
+    _refused_codes.setdefault((namespace, job), set()).add(str(code))
 
 
 def set_conditions(namespace: str, job: str, true_conditions: frozenset[str]) -> None:
@@ -106,3 +120,5 @@ def forget(namespace: str, job: str) -> None:
         GOODPUT.remove(namespace, job)
     for level, reason in _restart_labels.pop((namespace, job), set()):
         RESTARTS.remove(namespace, job, level, reason)
+    for code in _refused_codes.pop((namespace, job), set()):
+        CREATE_REFUSED.remove(namespace, job, code)

@@ -32,14 +32,39 @@ NODE_SUSPECT = frozenset(
     }
 )
 
+# --- Job level: one recovery for a fault that is not the pods' own (rtj.ladder.job_level) ----------
+#: Workers failed right after the rendezvous pod was lost.
+RENDEZVOUS_RESTART = "RendezvousRestart"
+#: Several workers failed in the same pass (a shared cause).
+PODS_FAILED_TOGETHER = "PodsFailedTogether"
+#: Causes of pods replaced at job level: never counted as pod reschedules.
+JOB_LEVEL_CAUSES = frozenset({RENDEZVOUS_RESTART, PODS_FAILED_TOGETHER})
+JOB_RESTART_BUDGET_EXHAUSTED = "JobRestartBudgetExhausted"
+
 # --- Level 4: the job ends ------------------------------------------------------------------------
 POD_RESCHEDULE_BUDGET_EXHAUSTED = "PodRescheduleBudgetExhausted"
 DO_NOT_RESTART_EXIT_CODE = "DoNotRestartExitCode"
 ALL_PODS_SUCCEEDED = "AllPodsSucceeded"
 INVALID_SPEC = "InvalidSpec"
+#: A pod reported a fault of severity Permanent (a checkpoint of another world size, a bad
+#: config): deterministic, so the job fails on the first report; no pod replaced, no node quarantined.
+PERMANENT_FAULT = "PermanentFault"
+
+# --- The API server refused a create (403, ...): condition type, Event reason (rtj.ladder.create_refusals)
+CREATE_REFUSED = "CreateRefused"
+CREATES_ACCEPTED = "CreatesAccepted"
+
+# --- Progress watchdog (rtj.ladder.progress_watchdog): condition Stalled, then the job fails -------
+STALLED = "Stalled"
+PROGRESSING = "Progressing"
+NO_PROGRESS = "NoProgress"
 
 # --- Lifecycle --------------------------------------------------------------------------------------
 PODS_PENDING = "PodsPending"
+#: Every pod runs, some have not sent their first heartbeat yet.
+PODS_STARTING = "PodsStarting"
+#: Every pod runs, some no longer heartbeat (Lease missing, silence held): not known to train.
+PODS_NOT_HEARTBEATING = "PodsNotHeartbeating"
 #: Most slots' heartbeats stale at once: replacements held (see ladder.decide).
 HEARTBEATS_STALE = "HeartbeatsStale"
 ALL_PODS_RUNNING = "AllPodsRunning"
@@ -61,3 +86,4 @@ NON_FAULT_CAUSES = frozenset({CAUSE_INITIAL, CAUSE_RESUME})
 LEVEL_IN_PROCESS = "InProcess"
 LEVEL_IN_JOB = "InJob"
 LEVEL_POD = "Pod"
+LEVEL_JOB = "Job"

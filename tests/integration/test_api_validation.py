@@ -195,15 +195,53 @@ def test_cel_messages_are_ours(rtj_api, namespace: str) -> None:
 
 @pytest.mark.parametrize(
     "change,field",
-    [({"image": "trainer:2"}, "spec.image"), ({"nodes": 3}, "spec.nodes")],
-    ids=["image", "nodes"],
+    [
+        ({"image": "trainer:2"}, "spec.image"),
+        ({"nodes": 3}, "spec.nodes"),
+        # issue 13, case 4: accepted silently before, then a replacement pod joined with another world.
+        ({"procsPerNode": 3}, "spec.procsPerNode"),
+        ({"gpusPerNode": 4}, "spec.gpusPerNode"),
+        ({"checkpoint": {"pvc": {"claimName": "other"}}}, "spec.checkpoint.pvc"),
+        ({"checkpoint": {"mountPath": "/elsewhere"}}, "spec.checkpoint.mountPath"),
+        ({"checkpoint": {"pvc": None, "fsx": FSX}}, "spec.checkpoint.pvc"),
+        ({"command": ["python", "other.py"]}, "spec.command"),
+        ({"args": ["--lr", "1"]}, "spec.args"),
+        ({"env": [{"name": "SEED", "value": "2"}]}, "spec.env"),
+    ],
+    ids=[
+        "image",
+        "nodes",
+        "procsPerNode",
+        "gpusPerNode",
+        "claimName",
+        "mountPath",
+        "pvc-to-fsx",
+        "command",
+        "args",
+        "env",
+    ],
 )
-def test_image_and_nodes_are_immutable(rtj_api, namespace: str, change: dict, field: str) -> None:
+def test_fields_that_define_the_job_are_immutable(rtj_api, namespace: str, change: dict, field: str) -> None:
     rtj_api.create(namespace, job("immutable"))
+    before = rtj_api.get(namespace, "immutable")
     message = rejection(lambda: rtj_api.patch(namespace, "immutable", {"spec": change}))
-    assert field in message and "is immutable" in message, message
-    current = rtj_api.get(namespace, "immutable")["spec"]
-    assert (current["image"], current["nodes"]) == ("trainer:1", 2)  # nothing was lost or changed
+    assert field in message, message
+    assert "is immutable" in message or "only together with suspend" in message, message
+    after = rtj_api.get(namespace, "immutable")
+    assert after["spec"] == before["spec"]  # nothing was lost or changed
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+
+
+def test_program_changes_together_with_suspend(rtj_api, namespace: str) -> None:
+    """command/args/env change through a whole-job restart: with suspend (all pods go), then resume."""
+    rtj_api.create(namespace, job("restart"))
+    change = {"suspend": True, "args": ["--lr", "1"], "command": ["python", "b.py"]}
+    updated = rtj_api.patch(namespace, "restart", {"spec": change})
+    assert updated["spec"]["args"] == ["--lr", "1"] and updated["spec"]["command"] == ["python", "b.py"]
+    resumed = rtj_api.patch(namespace, "restart", {"spec": {"suspend": False}})
+    assert resumed["spec"]["suspend"] is False
+    message = rejection(lambda: rtj_api.patch(namespace, "restart", {"spec": {"args": []}}))
+    assert "spec.args" in message and "only together with suspend" in message, message
 
 
 def test_mutable_fields_can_change(rtj_api, namespace: str) -> None:

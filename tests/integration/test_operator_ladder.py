@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 from operator_harness import (
+    TRAINER_SERVICE_ACCOUNT,
     OperatorEnv,
+    condition,
     end_pod,
     events,
     is_true,
@@ -85,7 +87,7 @@ def test_children_and_soft_faults_counted_without_touching_pods(env: Callable[..
     )
 
     assert {s: p.metadata.uid for s, p in e.workers("train").items()} == uids, "soft faults never touch pods"
-    assert restarts(e, "train") == {"inProcess": 2, "inJob": 1, "podReschedules": 0}
+    assert restarts(e, "train") == {"inProcess": 2, "inJob": 1, "podReschedules": 0, "job": 0}
     evs = reasons_of(events(e.core, e.namespace, "train"))
     assert evs.count(reasons.IN_PROCESS_RESTART) == 1 and evs.count(reasons.IN_JOB_RESTART) == 1
     assert reasons.RECOVERED in evs
@@ -319,3 +321,184 @@ def test_hot_spare_takes_over_a_failed_slot(env: Callable[..., OperatorEnv]) -> 
     until(running(e, "train", 2), t, 60, e.explain("train"))
     assert e.status("train")["restarts"]["podReschedules"] == 1
     assert reasons.SPARE_PROMOTED in reasons_of(events(e.core, e.namespace, "train"))
+
+
+def slot_status(e: OperatorEnv, job: str, slot: int) -> dict[str, Any]:
+    return next((s for s in e.status(job).get("nodeSlots") or [] if s["slot"] == slot), {})
+
+
+def test_deleted_heartbeat_lease_is_not_silence_from_pod_start(env: Callable[..., OperatorEnv]) -> None:
+    """issue 13, case 3: a user deletes a healthy pod's Lease; the trainer recreates it on its next
+    renewal. Before: replaced and its node quarantined in the same second (StartupTimeout)."""
+    e = env(nodes=3)
+    ft = {"heartbeatIntervalSeconds": 2, "heartbeatTimeoutSeconds": 6, "startupTimeoutSeconds": 6}
+    e.create_job("train", 2, faultTolerance=ft)
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    victim = e.workers("train")[1]
+    name, node = victim.metadata.name, victim.spec.node_name
+    coord = client.CoordinationV1Api(e.kube)
+    # Older than startupTimeoutSeconds: the old fallback (silence from pod start) replaced it at once.
+    until(
+        lambda: (datetime.now(UTC) - e.workers("train")[1].status.start_time).total_seconds() > 7,
+        t,
+        30,
+        e.explain("train"),
+    )
+    t.silent.add(name)  # between two renewals of its trainer
+    coord.delete_namespaced_lease(name, e.namespace)
+    until(lambda: slot_status(e, "train", 1).get("leaseMissingSince"), t, 30, e.explain("train"))
+    t.silent.discard(name)  # the trainer's next renewal recreates the Lease
+    until(
+        lambda: (
+            slot_status(e, "train", 1).get("leaseMissingSince") is None
+            and slot_status(e, "train", 1).get("state") == "Training"
+        ),
+        t,
+        30,
+        e.explain("train"),
+    )
+    assert e.workers("train")[1].metadata.uid == victim.metadata.uid, "the pod was kept"
+    assert restarts(e, "train").get("podReschedules", 0) == 0 and not has_taint(e, node, "train")
+    evs = reasons_of(events(e.core, e.namespace, "train"))
+    assert reasons.STARTUP_TIMEOUT not in evs and reasons.HEARTBEAT_TIMEOUT not in evs, evs
+
+    # A Lease that is not recreated: silence (from the last heartbeat), not a startup timeout.
+    t.silent.add(name)
+    coord.delete_namespaced_lease(name, e.namespace)
+    until(
+        lambda: (p := e.workers("train").get(1)) is not None and p.metadata.name == "train-n1-a1",
+        t,
+        60,
+        e.explain("train"),
+    )
+    assert slot_status(e, "train", 1)["lastFaultReason"] == reasons.HEARTBEAT_TIMEOUT
+
+
+def test_permanent_error_fails_the_job_at_once_without_quarantine(env: Callable[..., OperatorEnv]) -> None:
+    """issue 13, case 4: a checkpoint of another world size is deterministic; before, 66 restarts
+    and a healthy node quarantined, the cause never named."""
+    e = env(nodes=3)
+    e.create_job("train", 2)
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    message = "/checkpoints/step-0000000100 was written by 2 ranks, this job has 3"
+    t.heartbeats["train-n1-a0"] = contract.Heartbeat(
+        state=contract.PodState.IN_PROCESS_RESTARTING,
+        fault=contract.Fault(
+            severity=contract.FaultSeverity.PERMANENT,
+            reason="WorldSizeMismatch",
+            message=message,
+            time=datetime.now(UTC),
+        ),
+    )
+    until(lambda: is_true(e.job("train"), "Failed"), t, 30, e.explain("train"))
+    st = e.status("train")
+    assert st["reason"] == reasons.PERMANENT_FAULT and message in st["conditions"][-1]["message"]
+    assert st["restarts"]["podReschedules"] == 0 and st.get("quarantinedNodes", []) == []
+    assert not any(has_taint(e, n, "train") for n in e.nodes)
+    assert not is_true(e.job("train"), "Degraded")
+    until(
+        lambda: reasons_of(events(e.core, e.namespace, "train")).count(reasons.PERMANENT_FAULT) == 1,
+        None,
+        30,
+        e.explain("train"),
+    )
+
+
+def refused_creates(e: OperatorEnv) -> float:
+    lines = [ln for ln in e.operator.metrics().splitlines() if ln.startswith("rtj_create_refused_total{")]
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)
+
+
+def test_forbidden_pod_shows_on_the_job_and_is_retried(env: Callable[..., OperatorEnv]) -> None:
+    """issue 13, case 5: a namespace without the trainer ServiceAccount (403). Before: Pending
+    PodsPending forever, no Event, ~3 log lines a second."""
+    e = env(nodes=3)
+    e.core.delete_namespaced_service_account(TRAINER_SERVICE_ACCOUNT, e.namespace)
+    e.create_job("train", 2)
+    refused = lambda: condition(e.job("train"), "CreateRefused") or {}  # noqa: E731
+    until(lambda: refused().get("status") == "True", None, 60, e.explain("train"))
+    assert refused()["reason"] == "Forbidden" and "service account" in refused()["message"], refused()
+    assert e.status("train")["reason"] == reasons.CREATE_REFUSED
+    until(lambda: refused_creates(e) >= 4, None, 60, e.explain("train"))  # retried (backoff 1, 2, 4 s)
+    evs = events(e.core, e.namespace, "train")
+    assert reasons_of(evs).count(reasons.CREATE_REFUSED) == 1, reasons_of(evs)
+    assert "service account" in next(ev.message for ev in evs if ev.reason == reasons.CREATE_REFUSED)
+    assert e.operator.log_tail(10_000).count("refused a create") == 1, "one log line per refusal"
+
+    e.core.create_namespaced_service_account(e.namespace, {"metadata": {"name": TRAINER_SERVICE_ACCOUNT}})
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 120, e.explain("train"))
+    assert refused()["status"] == "False" and refused()["reason"] == reasons.CREATES_ACCEPTED
+
+
+@pytest.mark.parametrize("early_exit", [False, True], ids=["frozen-step", "worker-exits-0-early"])
+def test_progress_watchdog_stalls_then_fails(env: Callable[..., OperatorEnv], early_exit: bool) -> None:
+    """issue 13, case 2: one worker's command returned 0 early and the other waited forever for a
+    rendezvous round; for 7+ minutes the job read `Running AllPodsRunning`, step frozen, no Event."""
+    e = env(nodes=3, RTJ_HEARTBEAT_STATUS_RESOLUTION_SECONDS="1")
+    e.create_job("train", 2, faultTolerance={"progressTimeoutSeconds": 10})
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    for pod in ("train-n0-a0", "train-n1-a0"):  # both at step 7, and no further
+        t.heartbeats[pod] = contract.Heartbeat(state=contract.PodState.TRAINING, step=7)
+    if early_exit:
+        end_pod(e.core, e.namespace, "train-n1-a0", 0)
+        t.heartbeats["train-n0-a0"] = contract.Heartbeat(state=contract.PodState.IN_JOB_RESTARTING, step=7)
+    until(lambda: is_true(e.job("train"), "Stalled"), t, 60, e.explain("train"))
+    assert e.status("train")["progressStep"] == 7
+    until(lambda: is_true(e.job("train"), "Failed"), t, 60, e.explain("train"))
+    st = e.status("train")
+    assert st["reason"] == reasons.NO_PROGRESS and st["restarts"]["podReschedules"] == 0
+    failed = condition(e.job("train"), "Failed") or {}
+    assert ("train-n1-a0 exited 0" in failed["message"]) is early_exit, failed
+    evs = reasons_of(events(e.core, e.namespace, "train"))
+    assert evs.count(reasons.STALLED) == 1, evs
+    until(
+        lambda: reasons_of(events(e.core, e.namespace, "train")).count(reasons.NO_PROGRESS) == 1,
+        None,
+        30,
+        e.explain("train"),
+    )
+
+
+def test_workers_failing_after_the_rendezvous_pod_died_are_one_job_level_recovery(
+    env: Callable[..., OperatorEnv],
+) -> None:
+    """issue 13, case 1: the rendezvous pod dies, every worker's launcher exits 70. Before: each a
+    pod reschedule with its healthy node quarantined; Failed/PodRescheduleBudgetExhausted in 8.7 s."""
+    e = env(nodes=4)
+    e.create_job("train", 3, faultTolerance={"maxPodReschedules": 1})
+    t = e.trainers("train")
+    until(running(e, "train", 3), t, 90, e.explain("train"))
+    end_pod(e.core, e.namespace, "train-rdzv", 1)
+    until(lambda: e.status("train").get("jobFaultTime"), t, 30, e.explain("train"))
+    for slot in range(3):
+        end_pod(e.core, e.namespace, f"train-n{slot}-a0", contract.ExitCode.LAUNCHER_BUDGET_EXHAUSTED)
+    until(
+        lambda: (
+            sorted(p.metadata.name for p in e.workers("train").values())
+            == ["train-n0-a1", "train-n1-a1", "train-n2-a1"]
+        ),
+        t,
+        60,
+        e.explain("train"),
+    )
+    until(running(e, "train", 3), t, 60, e.explain("train"))
+    st = e.status("train")
+    assert st["restarts"]["podReschedules"] == 1, "the rendezvous pod only"
+    assert st["restarts"]["job"] == 1 and not st.get("quarantinedNodes"), st
+    assert not any(has_taint(e, n, "train") for n in e.nodes)
+    # One Warning, and one Normal per replaced pod.
+    until(
+        lambda: reasons_of(events(e.core, e.namespace, "train")).count(reasons.RENDEZVOUS_RESTART) == 1 + 3,
+        None,
+        30,
+        e.explain("train"),
+    )
+    counted = (
+        f'rtj_restarts_total{{job="train",level="Job",namespace="{e.namespace}",'
+        'reason="RendezvousRestart"} 1.0'
+    )
+    until(lambda: counted in e.operator.metrics(), t, 30, lambda: e.operator.metrics()[-2000:])

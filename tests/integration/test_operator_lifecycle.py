@@ -89,7 +89,9 @@ def test_suspend_removes_pods_and_resume_recreates_them(env: Callable[..., Opera
     until(running(e, "train", 2), t, 90, e.explain("train"))
     assert sorted(p.metadata.name for p in e.workers("train").values()) == ["train-n0-a1", "train-n1-a1"]
     st = e.status("train")
-    assert st["restarts"] == {"inProcess": 0, "inJob": 1, "podReschedules": 0}, "resume is not a reschedule"
+    assert st["restarts"] == {"inProcess": 0, "inJob": 1, "podReschedules": 0, "job": 0}, (
+        "resume is not a reschedule"
+    )
     evs = reasons_of(events(e.core, e.namespace, "train"))
     assert evs.count(reasons.SUSPENDED) == 1 and evs.count(reasons.RESUMED) == 1
     assert reasons.RENDEZVOUS_LOST not in evs
@@ -172,9 +174,9 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(
     e.operator.start(tick=t.beat)
     until(lambda: passes(e) >= 20, t, 60, e.explain("train"))  # ~10 s of passes by the new process
     after = e.status("train")
-    assert after["restarts"] == before["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 1}, (
-        e.explain("train")()
-    )
+    assert (
+        after["restarts"] == before["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 1, "job": 0}
+    ), e.explain("train")()
 
     # lastHeartbeatTime is refreshed coarsely (every 60 s) by design; everything else must be equal.
     def slots(st: dict[str, Any]) -> list[dict[str, Any]]:
@@ -195,7 +197,7 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(
         e.explain("train"),
     )
     until(running(e, "train", 2), t, 60, e.explain("train"))
-    assert e.status("train")["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 2}
+    assert e.status("train")["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 2, "job": 0}
     # What a user sees (shown with pytest -rP).
     print(kubectl("get", "rtj", "-n", e.namespace, "-o", "wide").stdout)
     print(kubectl("describe", "rtj", "train", "-n", e.namespace).stdout)
@@ -229,3 +231,34 @@ def test_pod_the_api_server_refuses_fails_the_job_saying_why(env: Callable[..., 
     until(lambda: passes(e) >= before + 2, None, 60, "two more passes")
     assert e.status("train")["reason"] == reasons.INVALID_SPEC
     assert not e.workers("train")
+
+
+def test_job_is_deletable_when_its_operator_is_gone(env: Callable[..., OperatorEnv]) -> None:
+    """issue 13, case 6: `helm uninstall` with jobs left; `kubectl delete rtj` then hung on the
+    operator's finalizer. A job holding nothing that garbage collection cannot remove (a PVC for
+    checkpoints, no node quarantined) carries no finalizer; one with an FSx PV keeps it."""
+    e = env(nodes=2)
+    e.create_job("plain", 1, checkpoint={"pvc": {"claimName": "ckpt"}})
+    e.create_job("fsx", 1)
+    finalizer = f"{contract.API_GROUP}/cleanup"
+    until(lambda: e.status("plain").get("nodeSlots") and e.status("fsx").get("nodeSlots"), None, 60,
+          e.explain("plain"))  # fmt: skip
+    until(lambda: finalizer in (e.job("fsx")["metadata"].get("finalizers") or []), None, 30, e.explain("fsx"))
+    assert finalizer not in (e.job("plain")["metadata"].get("finalizers") or [])
+    until(lambda: [p for p in e.trainers("plain").pods()], None, 30, e.explain("plain"))
+    e.operator.stop()
+    e.rtj.api.delete_namespaced_custom_object(
+        contract.API_GROUP, contract.API_VERSION, e.namespace, contract.PLURAL, "plain"
+    )
+
+    def gone() -> bool:
+        try:
+            e.job("plain")
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    until(gone, None, 30, e.explain("plain"))
+    until(lambda: not e.trainers("plain").pods(), None, 60, e.explain("plain"))  # garbage collected

@@ -81,7 +81,24 @@ def test_immutability_rules_sit_on_the_fields_where_oldself_exists() -> None:
             "message": f"{field} is immutable; create a new job to change it",
         } in rules
         assert field in SPEC["required"]
-    assert not any("oldSelf" in r["rule"] for r in SPEC.get("x-kubernetes-validations", []))
+    # On spec itself only rules that guard against adding/removing an optional field, or that
+    # allow a change only together with suspend, may read oldSelf.
+    for rule in SPEC.get("x-kubernetes-validations", []):
+        if "oldSelf" in rule["rule"]:
+            allowed = ("has(self.procsPerNode) == has(oldSelf.", "self.suspend ||")
+            assert rule["rule"].startswith(allowed), rule
+            assert rule["fieldPath"] in (".procsPerNode", ".command", ".args", ".env")
+
+
+def test_world_and_storage_fields_are_immutable() -> None:
+    """issue 13, case 4: fields that define the training world or where its checkpoints live."""
+    assert SPEC["properties"]["gpusPerNode"]["x-kubernetes-validations"][0]["rule"] == "self == oldSelf"
+    ckpt = SPEC["properties"]["checkpoint"]
+    assert ckpt["properties"]["mountPath"]["x-kubernetes-validations"][0]["rule"] == "self == oldSelf"
+    paths = {r.get("fieldPath") for r in ckpt["x-kubernetes-validations"] if "oldSelf" in r["rule"]}
+    assert paths == {".pvc", ".fsx"}
+    spec_paths = {r.get("fieldPath") for r in SPEC["x-kubernetes-validations"] if "oldSelf" in r["rule"]}
+    assert spec_paths == {".procsPerNode", ".command", ".args", ".env"}
 
 
 def test_cross_field_rules_report_the_offending_field() -> None:
@@ -144,9 +161,18 @@ def test_status_is_typed() -> None:
 
 def test_printer_columns() -> None:
     cols = {c["name"]: c for c in VERSION["additionalPrinterColumns"]}
-    assert list(cols) == [
+    default = [c["name"] for c in VERSION["additionalPrinterColumns"] if not c.get("priority")]
+    assert default == [
         "Ready", "Desired", "State", "Reason", "In-Proc", "In-Job", "Resched", "Ckpt-Step", "Ckpt-Age", "Age",
     ]  # fmt: skip
+    # -o wide only (priority 1): what a user asks next about a job in trouble (issue 13, case 8).
+    wide = {c["name"]: c["jsonPath"] for c in VERSION["additionalPrinterColumns"] if c.get("priority") == 1}
+    assert wide == {
+        "Step": ".status.step",
+        "Last-Fault": ".status.lastFault.reason",
+        "Fault-Node": ".status.lastFault.node",
+        "Fault-Age": ".status.lastFault.time",
+    }
     assert cols["Ckpt-Age"] == {
         "name": "Ckpt-Age",
         "type": "date",

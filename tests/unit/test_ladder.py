@@ -27,6 +27,12 @@ from rtj.ladder import (
 pytestmark = pytest.mark.unit
 
 HARD = {"severity": "Hard", "reason": "GpuXid", "message": "Xid 79", "time": ago(2).isoformat()}
+PERMANENT = {
+    "severity": "Permanent",
+    "reason": "WorldSizeMismatch",
+    "message": "/ckpt/step-0000000100 was written by 2 ranks, this job has 3",
+    "time": ago(2).isoformat(),
+}
 SOFT = {"severity": "Soft", "reason": "RankException", "message": "boom", "time": ago(3).isoformat()}
 
 
@@ -96,12 +102,14 @@ CASES = [
         conditions={"Running": "False", "Degraded": "True"},
     ),
     Case(
-        "running pod without heartbeat inside startup timeout is Starting",
+        "running pod without heartbeat inside startup timeout is Starting (not Running: 0 heartbeating)",
         make_job().nodes(1).obj(),
         observe().rdzv().worker(0, started=ago(60), created=ago(60)).obj(),
         [],
-        state="Running",
+        state="Starting",
+        reason=reasons.PODS_STARTING,
         slots={0: {"state": "Starting"}},
+        conditions={"Running": "False", "Degraded": "False"},
     ),
     # --- level 1 / 2: soft faults, counted, pods untouched ---------------------------------------
     Case(
@@ -228,7 +236,7 @@ CASES = [
     ),
     Case(
         "no first heartbeat past startupTimeoutSeconds",
-        make_job().nodes(1).status(**running_status(1)).obj(),
+        make_job().nodes(1).status(**running_status(1, nodeSlots=[{"slot": 0, "pod": "train-n0-a0"}])).obj(),
         observe().rdzv().worker(0, started=ago(121), created=ago(121)).obj(),
         [DeletePod("train-n0-a0", "uid-train-n0-a0", 5), TaintNode("node-0")],
         restarts=(0, 0, 1),
@@ -401,17 +409,13 @@ CASES = [
         events=[reasons.RECOVERED],
     ),
     Case(
-        "two of five slots fault in one pass: both replaced, each counted, both nodes quarantined",
+        # issue 13: a fault seen on several pods at once is the job's (rtj.ladder.job_level).
+        "two of five slots fault in one pass: both replaced at job level, no pod budget, no quarantine",
         running_job(5).obj(),
         observe().running(5).lease("train-n0-a0", 40, hb()).lease("train-n2-a0", 40, hb()).obj(),
-        [
-            DeletePod("train-n0-a0", "uid-train-n0-a0", 0),
-            TaintNode("node-0"),
-            DeletePod("train-n2-a0", "uid-train-n2-a0", 0),
-            TaintNode("node-2"),
-        ],
-        restarts=(0, 0, 2),
-        events=[reasons.HEARTBEAT_TIMEOUT, reasons.NODE_QUARANTINED] * 2,
+        [DeletePod("train-n0-a0", "uid-train-n0-a0", 0), DeletePod("train-n2-a0", "uid-train-n2-a0", 0)],
+        restarts=(0, 0, 0),
+        events=[reasons.PODS_FAILED_TOGETHER] * 3,
     ),
     Case(
         "most slots silent at once (API outage, RBAC): replacements held, Degraded HeartbeatsStale",
@@ -468,6 +472,34 @@ CASES = [
         reason=reasons.INVALID_SPEC,
         events=[reasons.INVALID_SPEC],
         conditions={"Failed": "True", "Running": "False"},
+    ),
+    Case(
+        "a permanent error reported by a pod fails the job at once: nothing replaced, no quarantine",
+        running_job().obj(),
+        observe().running(2).lease("train-n1-a0", 1, hb("InProcessRestarting", ip=1, fault=PERMANENT)).obj(),
+        [
+            DeletePod("train-rdzv", "rdzv-1", None),
+            DeletePod("train-n0-a0", "uid-train-n0-a0", None),
+            DeletePod("train-n1-a0", "uid-train-n1-a0", None),
+        ],
+        state="Failed",
+        reason=reasons.PERMANENT_FAULT,
+        events=[reasons.PERMANENT_FAULT],
+        conditions={"Failed": "True", "Running": "False", "Degraded": "False"},
+    ),
+    Case(
+        "a permanent error on the Lease of a pod that then exited 70 fails the job (not a reschedule)",
+        running_job().obj(),
+        observe()
+        .running(2)
+        .worker(1, phase="Failed", exit_code=70)
+        .lease("train-n1-a0", 1, hb("InJobRestarting", fault=PERMANENT))
+        .obj(),
+        [DeletePod("train-rdzv", "rdzv-1", None), DeletePod("train-n0-a0", "uid-train-n0-a0", None)],
+        state="Failed",
+        reason=reasons.PERMANENT_FAULT,
+        events=[reasons.PERMANENT_FAULT],
+        quarantined=[],
     ),
     Case(
         "custom do-not-restart exit code",
@@ -928,3 +960,36 @@ def test_pod_parser_reads_exit_code_and_labels() -> None:
         {"metadata": {"name": "x", "labels": {contract.LABEL_ATTEMPT: "-4"}}, "status": None}
     )
     assert garbage.attempt == 0 and garbage.slot is None
+
+
+def test_wide_columns_newest_fault_and_step() -> None:
+    """kubectl get rtj -o wide: the newest fault (reason, node) and the newest step reported."""
+    d = decide(running_job().obj(), observe().running(2).lease("train-n1-a0", 31, hb()).obj(), NOW)
+    fault = d.status.last_fault
+    assert fault is not None and (fault.reason, fault.node, fault.slot) == (
+        reasons.HEARTBEAT_TIMEOUT,
+        "node-1",
+        1,
+    )
+    fresh = make_job().nodes(2).obj()  # first heartbeats: due at once
+    obs = (
+        observe().running(2).lease("train-n0-a0", 1, hb(step=120)).lease("train-n1-a0", 1, hb(step=118)).obj()
+    )
+    assert decide(fresh, obs, NOW).status.step == 120
+
+
+def test_failed_job_keeps_no_stale_degraded() -> None:
+    """issue 13, case 1's end state: Failed with Degraded=True PodsPending still set."""
+    job = running_job(
+        conditions=[
+            {
+                "type": "Degraded",
+                "status": "True",
+                "reason": "PodsPending",
+                "lastTransitionTime": ago(9).isoformat(),
+            },
+            {"type": "Failed", "status": "True", "reason": "PodRescheduleBudgetExhausted"},
+        ]
+    ).obj()
+    conds = {c.type: c.status for c in decide(job, observe().obj(), NOW).status.conditions}
+    assert conds["Degraded"] == "False" and conds["Failed"] == "True"

@@ -64,6 +64,7 @@ from .checkpoint_format import (
     Manifest,
     ShardIndex,
     TensorEntry,
+    WorldSizeMismatch,
     any_failed,
     committed_name,
     committed_steps,
@@ -446,7 +447,7 @@ class CheckpointManager:
                 continue
             if manifest.world_size != self.world_size:
                 # Never fall back silently: a fresh start would prune the job's real checkpoints.
-                raise CheckpointError(
+                raise WorldSizeMismatch(
                     f"{ckpt_dir} was written by {manifest.world_size} ranks, this job has "
                     f"{self.world_size}; resuming on another world size is not supported"
                 )

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .permanent import PermanentError
+
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 _COMMITTED_RE = re.compile(r"^step-(\d{10})$")
@@ -40,6 +42,10 @@ CHUNK_BYTES = 64 << 20
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, torn, corrupt or does not fit this job."""
+
+
+class WorldSizeMismatch(CheckpointError, PermanentError):
+    """The newest checkpoint was written by another number of ranks: every restart would fail alike."""
 
 
 def committed_name(step: int) -> str:
@@ -282,7 +288,7 @@ def latest_valid(root: str, *, world_size: int | None = None, checksums: bool = 
         except CheckpointError:
             continue
         if world_size is not None and manifest.world_size != world_size:
-            raise CheckpointError(
+            raise WorldSizeMismatch(
                 f"{ckpt_dir} was written by {manifest.world_size} ranks, this job has {world_size}; "
                 "resuming on a different world size is not supported"
             )

@@ -27,12 +27,12 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 from rtj.contract import (
     ASSIGNED_SLOT_ANNOTATION,
+    FAULT_SEVERITY_RANK,
     HEARTBEAT_ANNOTATION,
     LABEL_JOB,
     MAX_COUNTER,
     CheckpointRef,
     Fault,
-    FaultSeverity,
     Heartbeat,
     PodState,
     lease_name,
@@ -213,9 +213,9 @@ COLLATERAL_FAULT_REASONS = frozenset({"PeerFailure"})
 
 
 def _fault_priority(fault: Fault) -> tuple[int, int, datetime]:
-    """Hard before soft, a root cause before its collateral, then the newest."""
+    """Permanent before hard before soft, a root cause before its collateral, then the newest."""
     return (
-        1 if fault.severity == FaultSeverity.HARD else 0,
+        FAULT_SEVERITY_RANK[fault.severity],
         0 if fault.reason in COLLATERAL_FAULT_REASONS else 1,
         fault.time,
     )

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 from rtj.contract import FaultSeverity, PodState
 
+from .permanent import permanent_cause, report_permanent
 from .report import RankReporter
 from .runtime_env import RankEnv
 
@@ -101,6 +102,16 @@ def _destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
+def _report_if_permanent(reporter: RankReporter, exc: BaseException | None) -> bool:
+    """Report a PermanentError in `exc` (severity Permanent: the operator fails the job); True if so."""
+    permanent = permanent_cause(exc)
+    if permanent is None:
+        return False
+    log.error("permanent error, not restarting: %s: %s", type(permanent).__name__, permanent)
+    report_permanent(reporter, permanent)
+    return True
+
+
 def run_with_inprocess_restart(
     train_fn: TrainFn,
     env: RankEnv | None = None,
@@ -119,6 +130,9 @@ def run_with_inprocess_restart(
         reporter.state(PodState.TRAINING)
         try:
             return train_fn(call_wrapper=None, restart_count=0)
+        except Exception as exc:
+            _report_if_permanent(reporter, exc)
+            raise
         finally:
             _destroy_process_group()
 
@@ -129,6 +143,9 @@ def run_with_inprocess_restart(
 
         def __call__(self, state: Any) -> Any:
             exc = state.fn_exception
+            if _report_if_permanent(reporter, exc):
+                # Deterministic: every in-process restart would fail alike; end the wrapper.
+                raise inprocess.exception.RestartAbort(f"permanent error: {exc}")
             if exc is not None:
                 reporter.fault(FaultSeverity.SOFT, classify_exception(exc), f"{type(exc).__name__}: {exc}")
             reporter.in_process_restart(state.iteration + 1)

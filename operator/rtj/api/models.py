@@ -142,9 +142,35 @@ def cel(*rules: tuple[str, str] | tuple[str, str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": out}
 
 
-def immutable(what: str) -> dict[str, Any]:
+def immutable(what: str, why: str = "") -> dict[str, Any]:
     """A transition rule on a field that exists in every version of the object (oldSelf is set on update)."""
-    return cel(("self == oldSelf", f"{what} is immutable; create a new job to change it"))
+    return cel(("self == oldSelf", _immutable_message(what, why)))
+
+
+def _immutable_message(what: str, why: str = "") -> str:
+    return f"{what} is immutable{f' ({why})' if why else ''}; create a new job to change it"
+
+
+def immutable_optional(field: str, what: str, why: str) -> tuple[str, str, str]:
+    """A transition rule, on the object holding the optional `field`, that it is neither set,
+    unset nor changed (a rule on the field itself is not evaluated when it is added or removed)."""
+    self_, old = f"self.{field}", f"oldSelf.{field}"
+    return (
+        f"has({self_}) == has({old}) && (!has({self_}) || {self_} == {old})",
+        _immutable_message(what, why),
+        f".{field}",
+    )
+
+
+#: Why the fields that define the training world are immutable: a replacement pod would join its
+#: peers with another world (issue 13: a changed procsPerNode looped through 66 restarts).
+_WORLD = (
+    "a replacement pod would join its peers with a different world, and the job's checkpoints fit "
+    "only the world they were written by"
+)
+_STORAGE = "the job's checkpoints are there: a replacement pod would resume from elsewhere than its peers"
+#: Fields that change what every rank runs: only together with suspend (all pods are recreated).
+_PROGRAM_FIELDS = ("command", "args", "env")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,16 +312,21 @@ class Checkpoint(ApiModel):
                 f"checkpoint.mountPath must not be {SHM_MOUNT_PATH} (the shared-memory volume's)",
                 ".mountPath",
             ),
+            immutable_optional("pvc", "checkpoint.pvc", _STORAGE),
+            immutable_optional("fsx", "checkpoint.fsx", _STORAGE),
         )
     )
 
-    pvc: PvcSource | None = Field(None, description="Use an existing PVC for checkpoints.")
-    fsx: FsxSource | None = Field(None, description="Use an FSx for Lustre file system for checkpoints.")
+    pvc: PvcSource | None = Field(None, description="Use an existing PVC for checkpoints. Immutable.")
+    fsx: FsxSource | None = Field(
+        None, description="Use an FSx for Lustre file system for checkpoints. Immutable."
+    )
     mount_path: str = Field(
         "/checkpoints",
-        description="Where the checkpoint volume is mounted in every pod.",
+        description="Where the checkpoint volume is mounted in every pod. Immutable.",
         pattern=MOUNT_PATH_PATTERN,
         max_length=1024,
+        json_schema_extra=immutable("checkpoint.mountPath", _STORAGE),
     )
     interval_steps: int = Field(
         100, description="Save a checkpoint every this many training steps.", ge=1, le=10_000_000
@@ -379,11 +410,26 @@ class FaultTolerance(ApiModel):
     max_pod_reschedules: int = Field(
         4, description="Level 3: pod replacements allowed for the whole job before it fails.", ge=0, le=1000
     )
+    max_job_restarts: int = Field(
+        4,
+        description="Job-level recoveries allowed (pods failing together, or right after the rendezvous "
+        "pod was lost: no pod budget spent, no node quarantined) before the job fails.",
+        ge=0,
+        le=1000,
+    )
     max_no_progress_cycles: int = Field(
         3, description="Restart cycles without a new checkpoint before NVRx stops (exit 93).", ge=1, le=1000
     )
     quarantine_faulty_nodes: bool = Field(
         True, description="Taint a node after a hard fault there and keep replacements off it."
+    )
+    progress_timeout_seconds: int = Field(
+        1800,
+        description="Progress watchdog: while every pod runs (or has finished), no pod reporting a new "
+        "highest step for this long sets condition Stalled; as long again fails the job (NoProgress). "
+        "Also ends a job whose workers wait forever for a peer that exited 0 early.",
+        ge=10,
+        le=7 * 86400,
     )
     do_not_restart_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
         default_factory=lambda: list(DEFAULT_DO_NOT_RESTART_EXIT_CODES),
@@ -516,7 +562,9 @@ class PodTemplateOverrides(ApiModel):
 
 
 class JobSpec(ApiModel):
-    """What to run and how to keep it alive. image and nodes are immutable."""
+    """What to run and how to keep it alive. image, nodes, gpusPerNode, procsPerNode and the
+    checkpoint volume and mountPath are immutable; command, args and env change only together with
+    suspend: true."""
 
     model_config = ConfigDict(
         json_schema_extra=cel(
@@ -531,6 +579,18 @@ class JobSpec(ApiModel):
                 f"podTemplate.volumeMounts must not use {SHM_MOUNT_PATH} or checkpoint.mountPath "
                 "(the operator mounts its volumes there)",
                 ".podTemplate.volumeMounts",
+            ),
+            immutable_optional("procsPerNode", "procsPerNode", _WORLD),
+            *(
+                (
+                    f"self.suspend || "
+                    f"(has(self.{f}) ? self.{f} : []) == (has(oldSelf.{f}) ? oldSelf.{f} : [])",
+                    f"{f} may change only together with suspend: true (all pods are then recreated "
+                    "with it on resume); a running job's replacement pods would run another program "
+                    "than their peers",
+                    f".{f}",
+                )
+                for f in _PROGRAM_FIELDS
             ),
         )
     )
@@ -557,10 +617,17 @@ class JobSpec(ApiModel):
         le=10000,
         json_schema_extra=immutable("nodes"),
     )
-    gpus_per_node: int = Field(8, description="GPUs per pod (nvidia.com/gpu); 8 on p5.48xlarge.", ge=0, le=8)
+    gpus_per_node: int = Field(
+        8,
+        description="GPUs per pod (nvidia.com/gpu); 8 on p5.48xlarge. Immutable.",
+        ge=0,
+        le=8,
+        json_schema_extra=immutable("gpusPerNode", _WORLD),
+    )
     procs_per_node: int | None = Field(
         None,
-        description="Training processes (ranks) per pod; defaults to gpusPerNode (1 when it is 0).",
+        description="Training processes (ranks) per pod; defaults to gpusPerNode (1 when it is 0). "
+        "Immutable.",
         ge=1,
         le=64,
     )
@@ -598,6 +665,10 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    #: The API server refuses to create the job's pods (e.g. 403): retried with backoff.
+    CREATE_REFUSED = "CreateRefused"
+    #: No pod reported a new highest step for progressTimeoutSeconds while all pods ran.
+    STALLED = "Stalled"
 
 
 class Condition(ApiModel):
@@ -617,6 +688,11 @@ class RestartCounts(ApiModel):
     in_process: int = Field(0, description="Level 1: in-process restarts observed (sum over pods).")
     in_job: int = Field(0, description="Level 2: ft_launcher in-job restarts observed (sum over pods).")
     pod_reschedules: int = Field(0, description="Level 3: pods replaced (derived from pod attempts).")
+    job: int = Field(
+        0,
+        description="Job-level recoveries: workers failing together, or right after the rendezvous pod "
+        "was lost; each counted once however many pods it replaced (rtj.ladder.job_level).",
+    )
 
 
 class CheckpointStatus(ApiModel):
@@ -639,6 +715,11 @@ class NodeSlotStatus(ApiModel):
         "Succeeded, Failed, Suspended.",
     )
     last_heartbeat_time: datetime | None = Field(None, description="Last heartbeat renewal seen.")
+    lease_missing_since: datetime | None = Field(
+        None,
+        description="When the operator first saw the heartbeat Lease of a pod that had heartbeated "
+        "missing (the trainer recreates it; silence still counts from lastHeartbeatTime).",
+    )
     in_process_restarts: int = Field(
         0,
         description="In-process restarts the slot's current pod reported (last seen; the operator's "
@@ -664,6 +745,30 @@ class SpareStatus(ApiModel):
     node: str = Field("", description="Node the spare runs on.")
     attempt: int = Field(0, description="Attempt number of the spare pod (the name encodes it).")
     state: str = Field("", description="Standby when ready to take over a slot.")
+
+
+class FaultStatus(ApiModel):
+    """The newest fault the operator saw in any slot (kubectl get rtj -o wide shows it)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    reason: str = Field(description="CamelCase reason (a ladder reason, or the pod's own for a soft fault).")
+    slot: int | None = Field(None, description="Node slot of the pod.")
+    pod: str = Field("", description="The pod.")
+    node: str = Field("", description="The node the pod ran on.")
+    time: datetime = Field(description="When the operator saw it.")
+
+
+class EventRecord(ApiModel):
+    """An Event decided by a pass and not yet known to be posted (rtj.ladder.event_outbox)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    seq: int = Field(description="Sequence number of the Event in this job (names it).")
+    type: str = Field(description="Normal or Warning.")
+    reason: str = Field(description="CamelCase reason.")
+    message: str = Field("", description="Human-readable message.")
+    time: datetime = Field(description="When the pass decided it.")
 
 
 class JobStatus(ApiModel):
@@ -697,6 +802,33 @@ class JobStatus(ApiModel):
     )
     start_time: datetime | None = Field(None, description="When the job first ran.")
     completion_time: datetime | None = Field(None, description="When it Succeeded or Failed.")
+    last_fault: FaultStatus | None = Field(None, description="The newest fault seen in any slot.")
+    job_fault_time: datetime | None = Field(
+        None,
+        description="When the last job-level fault began (the rendezvous pod lost, pods failing "
+        "together): worker failures shortly after it are recovered at job level.",
+    )
+    job_restart_time: datetime | None = Field(
+        None, description="When the last job-level recovery was counted."
+    )
+    progress_step: int | None = Field(
+        None, description="Highest training step seen (progress watchdog; refreshed coarsely)."
+    )
+    last_progress_time: datetime | None = Field(
+        None,
+        description="When progressStep last rose, or the watchdog was not armed (pods not all running).",
+    )
+    step: int | None = Field(
+        None,
+        description="Newest training step the pods reported (refreshed with the slots' lastHeartbeatTime).",
+    )
+    last_event_seq: int = Field(0, description="Sequence number of the job's last Event.")
+    unposted_events: list[EventRecord] = Field(
+        default_factory=list,
+        description="Events written with the status that decided them and not yet known to be posted "
+        "(a restarted operator posts them, exactly once).",
+        max_length=64,
+    )
 
 
 #: Longest job name: "<name>-rdzv" must be a DNS label (63).
@@ -734,6 +866,8 @@ __all__ = [
     "Condition",
     "ConditionType",
     "EnvVar",
+    "EventRecord",
+    "FaultStatus",
     "FaultTolerance",
     "FsxSource",
     "InProcessRestart",

@@ -40,5 +40,14 @@ def set_condition(
     )
     out = [c for c in conditions if c.type != type_]
     out.append(new)
-    order = ["Running", "Recovering", "Degraded", "Suspended", "Succeeded", "Failed"]
+    order = [
+        "Running",
+        "Recovering",
+        "Degraded",
+        "CreateRefused",
+        "Stalled",
+        "Suspended",
+        "Succeeded",
+        "Failed",
+    ]
     return sorted(out, key=lambda c: order.index(c.type) if c.type in order else len(order))

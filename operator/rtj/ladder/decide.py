@@ -31,11 +31,13 @@ from rtj import contract, reasons
 from rtj.api.models import (
     CheckpointStatus,
     ConditionType,
+    FaultStatus,
     JobStatus,
     NodeSlotStatus,
     ResilientTrainingJob,
     SpareStatus,
 )
+from rtj.ladder import create_refusals, event_outbox, job_level, missing_lease, progress_watchdog
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     Action,
@@ -52,7 +54,7 @@ from rtj.ladder.actions import (
     RestartObserved,
     TaintNode,
 )
-from rtj.ladder.conditions import is_true, set_condition
+from rtj.ladder.conditions import get_condition, is_true, set_condition
 from rtj.ladder.observe import LeaseObs, Observed, PodObs
 
 NORMAL, WARNING = "Normal", "Warning"
@@ -139,6 +141,8 @@ class _Pass:
         self.stale_heartbeats = ""
         self.promoted_spares: set[str] = set()
         self.renewals: list[tuple[NodeSlotStatus, datetime]] = []
+        #: Training steps the slots' heartbeats report (status.step, refreshed with heartbeat times).
+        self.steps: list[int] = []
 
     # --- helpers ---------------------------------------------------------------------------------
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -159,6 +163,10 @@ class _Pass:
     def avoid_nodes(self) -> tuple[str, ...]:
         return tuple(sorted(set(self.st.quarantined_nodes)))
 
+    def note_fault(self, slot: NodeSlotStatus, reason: str, pod: str, node: str) -> None:
+        """The newest fault for status.lastFault (kubectl get rtj -o wide)."""
+        self.st.last_fault = FaultStatus(reason=reason, slot=slot.slot, pod=pod, node=node, time=self.now)
+
     def cond(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.st.conditions = set_condition(
             self.st.conditions, type_, status, reason, message, self.now, self.generation
@@ -177,7 +185,10 @@ class _Pass:
         else:
             self.active()
             self.apply_heartbeat_times()
+            if self.st.state not in ("Failed", "Succeeded"):
+                self.create_refusal()
         self.st.node_slots = self.slots
+        event_outbox.record(self.st, self.d.events, self.obs.events_posted, self.now)
         self.d.status = self.st
         return self.d
 
@@ -189,6 +200,8 @@ class _Pass:
             else {contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS}
         )
         self.delete_live_pods(roles)
+        if is_true(self.old.conditions, ConditionType.DEGRADED):  # consistent with the job's end
+            self.cond(ConditionType.DEGRADED, False, reasons.FINISHED, "")
         if p.ttl_expired(self.st.completion_time, self.spec.ttl_seconds_after_finished, self.now):
             self.d.actions.append(DeleteJob())
 
@@ -218,6 +231,7 @@ class _Pass:
             for slot in self.slots:
                 slot.attempt += 1
                 slot.pod, slot.state, slot.last_heartbeat_time = "", "Pending", None
+                slot.lease_missing_since = None
                 slot.in_process_restarts = slot.in_job_restarts = 0
                 causes[slot.slot] = reasons.CAUSE_RESUME
             self.cond(ConditionType.SUSPENDED, False, reasons.RESUMED, "")
@@ -232,9 +246,15 @@ class _Pass:
         # Many slots failing in one pass is a correlated fault (network, a zone), not several bad
         # nodes: replace the pods, quarantine no node.
         self.correlated = len(faults) > 1 and len(faults) * 2 > self.spec.nodes
+        job_reason = job_level.attribute([f[2] for f in faults], self.st, self.ft, self.now)
+        if job_reason == reasons.PODS_FAILED_TOGETHER:
+            job_level.begin(self.st, self.ft, self.now)
         if self.failed is None:
             for slot, pod, reason, message in faults:
-                self.hard_fault(slot, pod, reason, message)
+                if job_reason is not None and reason in job_level.SYMPTOMS:
+                    self.job_fault(slot, pod, message, job_reason, reason in _FORCE)
+                else:
+                    self.hard_fault(slot, pod, reason, message)
                 if self.failed is not None:
                     break
         if self.failed is not None:
@@ -247,6 +267,27 @@ class _Pass:
             self.fill_slot(slot, causes.get(slot.slot))
         self.keep_spares()
         self.summarize()
+        self.watch_progress()
+
+    def watch_progress(self) -> None:
+        """rtj.ladder.progress_watchdog: Stalled, then NoProgress."""
+        verdict = progress_watchdog.check(
+            self.st, self.slots, self.steps, self.ft, self.now, self.cfg.heartbeat_status_resolution_seconds
+        )
+        if verdict.failed:
+            self.fail(reasons.NO_PROGRESS, verdict.message)
+            return
+        if verdict.stalled:
+            if not is_true(self.old.conditions, ConditionType.STALLED):
+                self.event(
+                    WARNING,
+                    reasons.STALLED,
+                    f"{verdict.message}; the job fails NoProgress if this lasts as long again",
+                )
+            self.cond(ConditionType.STALLED, True, reasons.STALLED, verdict.message)
+            self.st.reason = reasons.STALLED
+        elif get_condition(self.old.conditions, ConditionType.STALLED) is not None:
+            self.cond(ConditionType.STALLED, False, reasons.PROGRESSING, "")
 
     def hold_correlated_silence(
         self, faults: list[tuple[NodeSlotStatus, PodObs | None, str, str]]
@@ -271,17 +312,41 @@ class _Pass:
         )
         return [f for f in faults if f not in silent]
 
+    # --- creates the API server refuses (rtj.ladder.create_refusals) -------------------------------
+    def create_refusal(self) -> None:
+        refusal = self.obs.create_refusal
+        old = get_condition(self.old.conditions, ConditionType.CREATE_REFUSED)
+        if refusal is None:
+            if old is not None and old.status == "True":
+                self.cond(ConditionType.CREATE_REFUSED, False, reasons.CREATES_ACCEPTED, "")
+            return
+        self.d.actions = create_refusals.held_back(self.d.actions, refusal, self.now)
+        message = f"the API server refused to create the job's objects ({refusal.status}): {refusal.message}"
+        if old is None or old.status != "True" or old.message != message[:1024]:
+            self.event(
+                WARNING,
+                reasons.CREATE_REFUSED,
+                f"{message}; retried with backoff until it is accepted",
+            )
+        self.cond(ConditionType.CREATE_REFUSED, True, refusal.reason or reasons.CREATE_REFUSED, message)
+        if self.st.state == "Pending":
+            self.st.reason = reasons.CREATE_REFUSED
+
     # --- rendezvous ------------------------------------------------------------------------------
     def rendezvous(self) -> None:
         if not self.obs.service_exists:
             self.d.actions.append(CreateRendezvousService())
         pod = self.rdzv
         if pod is None:
+            if self.st.rendezvous_pod_uid:  # lost: the workers' launchers fail next (job level)
+                job_level.begin(self.st, self.ft, self.now)
             self.d.actions.append(CreateRendezvousPod())
             return
         if pod.terminal or p.node_fault(pod, self.obs.nodes, self.obs.nodes_known):
             # Its replacement counts as a pod reschedule (below), so it spends the same budget.
             replaces = bool(self.st.rendezvous_pod_uid)
+            if replaces:
+                job_level.begin(self.st, self.ft, self.now)
             if replaces and p.budget_exhausted(self.st.restarts.pod_reschedules + 1, self.ft):
                 self.failed = (
                     reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED,
@@ -293,6 +358,7 @@ class _Pass:
             return
         if pod.uid and pod.uid != self.st.rendezvous_pod_uid:
             if self.st.rendezvous_pod_uid:
+                job_level.begin(self.st, self.ft, self.now)
                 self.st.restarts.pod_reschedules += 1
                 self.d.restarts.append(RestartObserved(reasons.LEVEL_POD, reasons.RENDEZVOUS_LOST))
                 self.event(WARNING, reasons.RENDEZVOUS_LOST, f"rendezvous pod {pod.name} was recreated")
@@ -304,7 +370,11 @@ class _Pass:
         newest = max(pods, key=lambda q: q.attempt, default=None)
         if newest is not None and newest.attempt > slot.attempt:
             # Created (or promoted) by a pass whose status write was lost: adopt, count once.
-            if newest.cause and newest.cause not in reasons.NON_FAULT_CAUSES:
+            if newest.cause in reasons.JOB_LEVEL_CAUSES:  # job level: no pod reschedule
+                slot.last_fault_reason = newest.cause
+                slot.recovering_since = slot.recovering_since or self.now
+                slot.recovering_level = reasons.LEVEL_JOB
+            elif newest.cause and newest.cause not in reasons.NON_FAULT_CAUSES:
                 self.st.restarts.pod_reschedules += 1
                 self.d.restarts.append(RestartObserved(reasons.LEVEL_POD, newest.cause))
                 slot.last_fault_reason = newest.cause
@@ -312,7 +382,7 @@ class _Pass:
                 slot.recovering_level = reasons.LEVEL_POD
             slot.attempt, slot.pod = newest.attempt, ""
             slot.in_process_restarts = slot.in_job_restarts = 0
-            slot.last_heartbeat_time = None  # a new pod: its own heartbeats from now on
+            slot.last_heartbeat_time = slot.lease_missing_since = None  # a new pod: its own heartbeats
         for old in pods:
             if old.attempt < slot.attempt and old.live:
                 self.delete(
@@ -332,9 +402,19 @@ class _Pass:
         if current.phase == "Succeeded":
             slot.state = "Succeeded"
             return None
+        permanent = p.reported_permanent_fault(lease)
+        if permanent is not None:
+            self.note_fault(slot, reasons.PERMANENT_FAULT, current.name, current.node)
+            self.failed = (
+                reasons.PERMANENT_FAULT,
+                f"pod {current.name} (slot {slot.slot}) reported a permanent error, which no restart "
+                f"can fix: {permanent}",
+            )
+            return None
         if current.phase == "Failed":
             slot.state = "Failed"
             if p.is_do_not_restart(current, self.ft):
+                self.note_fault(slot, reasons.DO_NOT_RESTART_EXIT_CODE, current.name, current.node)
                 self.failed = (
                     reasons.DO_NOT_RESTART_EXIT_CODE,
                     f"pod {current.name} (slot {slot.slot}) exited with do-not-restart code "
@@ -355,13 +435,23 @@ class _Pass:
         if node_reason is not None:
             return current, node_reason, f"node {current.node} of pod {current.name} is not Ready or gone"
         self.count_soft(slot, current, lease)
-        for check in (p.reported_hard_fault(lease), p.heartbeat_silence(current, lease, self.ft, self.now)):
+        lease_missing = current.phase == "Running" and missing_lease.applies(
+            slot, lease is not None and lease.renew_time is not None
+        )
+        if lease_missing:
+            silence = missing_lease.silence(slot, self.ft, self.now)
+        else:
+            slot.lease_missing_since = None
+            silence = p.heartbeat_silence(current, lease, self.ft, self.now)
+        for check in (p.reported_hard_fault(lease), silence):
             if check is not None:
                 return current, check[0], f"pod {current.name}: {check[1]}"
         if lease is not None and lease.renew_time is not None:
             self.d.heartbeat_ages[slot.slot] = p.seconds_since(lease.renew_time, self.now)
         if current.phase != "Running":
             slot.state = "Pending"
+        elif lease_missing:
+            slot.state = missing_lease.STATE_LEASE_MISSING
         elif lease is None or lease.heartbeat is None:
             slot.state = "Starting"
         elif lease.heartbeat.state == contract.PodState.CHECKPOINTING:
@@ -405,6 +495,7 @@ class _Pass:
             if slot.recovering_since is None:
                 slot.recovering_since, slot.recovering_level = detected, level
             fault = f" ({hb.fault.reason}: {hb.fault.message})" if hb.fault is not None else ""
+            self.note_fault(slot, hb.fault.reason if hb.fault is not None else reason, pod.name, pod.node)
             self.event(
                 NORMAL,
                 reason,
@@ -438,6 +529,8 @@ class _Pass:
         renew = lease.renew_time if lease is not None else None
         if renew is not None:
             self.renewals.append((slot, renew))
+        if lease is not None and lease.heartbeat is not None:
+            self.steps.append(lease.heartbeat.step)
 
     def apply_heartbeat_times(self) -> None:
         """Heartbeat times reach status at `heartbeat_status_resolution_seconds`, for all slots at
@@ -452,6 +545,52 @@ class _Pass:
         if any(due(slot, renew) for slot, renew in self.renewals):
             for slot, renew in self.renewals:
                 slot.last_heartbeat_time = renew
+            if self.steps:
+                self.st.step = max(self.steps)
+
+    # --- job level: one recovery for the job's fault (rtj.ladder.job_level) -----------------------------
+    def job_fault(
+        self, slot: NodeSlotStatus, pod: PodObs | None, message: str, reason: str, force: bool
+    ) -> None:
+        if job_level.needs_count(self.st):
+            if self.st.restarts.job + 1 > self.ft.max_job_restarts:
+                self.failed = (
+                    reasons.JOB_RESTART_BUDGET_EXHAUSTED,
+                    f"{reason}: slot {slot.slot}: {message}; maxJobRestarts={self.ft.max_job_restarts} "
+                    "already used",
+                )
+                return
+            self.st.restarts.job += 1
+            self.st.job_restart_time = self.now
+            self.d.restarts.append(RestartObserved(reasons.LEVEL_JOB, reason))
+            cause = (
+                "right after the rendezvous pod was lost"
+                if reason == reasons.RENDEZVOUS_RESTART
+                else "together with other workers"
+            )
+            self.event(
+                WARNING,
+                reason,
+                f"workers failed {cause}: recovered at job level ({self.st.restarts.job}/"
+                f"{self.ft.max_job_restarts} job restarts); their pods are replaced and rejoin, no pod "
+                "budget spent, no node quarantined",
+            )
+        node = pod.node if pod is not None else slot.node
+        self.note_fault(slot, reason, pod.name if pod is not None else slot.pod, node)
+        if pod is not None:
+            self.delete(pod, 0 if force else self.cfg.fault_grace_seconds)
+        old_name = slot.pod
+        slot.attempt += 1
+        slot.pod, slot.state, slot.last_fault_reason = "", "Replacing", reason
+        slot.in_process_restarts = slot.in_job_restarts = 0
+        slot.last_heartbeat_time = slot.lease_missing_since = None
+        slot.recovering_since, slot.recovering_level = self.now, reasons.LEVEL_JOB
+        self.event(
+            NORMAL,
+            reason,
+            f"slot {slot.slot}: {message}; replacing {old_name or 'pod'} with attempt {slot.attempt} "
+            "(job level)",
+        )
 
     # --- level 3: replace one pod ----------------------------------------------------------------
     def hard_fault(self, slot: NodeSlotStatus, pod: PodObs | None, reason: str, message: str) -> None:
@@ -462,6 +601,7 @@ class _Pass:
             )
             return
         node = pod.node if pod is not None else slot.node
+        self.note_fault(slot, reason, pod.name if pod is not None else slot.pod, node)
         if pod is not None:
             self.delete(pod, 0 if reason in _FORCE else self.cfg.fault_grace_seconds)
         self.st.restarts.pod_reschedules += 1
@@ -470,7 +610,7 @@ class _Pass:
         slot.attempt += 1
         slot.pod, slot.state, slot.last_fault_reason = "", "Replacing", reason
         slot.in_process_restarts = slot.in_job_restarts = 0
-        slot.last_heartbeat_time = None
+        slot.last_heartbeat_time = slot.lease_missing_since = None
         slot.recovering_since, slot.recovering_level = self.now, reasons.LEVEL_POD
         self.event(
             WARNING,
@@ -600,6 +740,11 @@ class _Pass:
         self.cond(ConditionType.FAILED, True, reason, message)
         self.cond(ConditionType.RUNNING, False, reason, "")
         self.cond(ConditionType.RECOVERING, False, reason, "")
+        self.cond(ConditionType.DEGRADED, False, reason, "")  # no stale Degraded on a failed job
+        if reason != reasons.NO_PROGRESS and is_true(self.st.conditions, ConditionType.STALLED):
+            self.cond(ConditionType.STALLED, False, reason, "")
+        for slot in self.slots:
+            slot.recovering_since, slot.recovering_level = None, ""
         self.st.completion_time = self.st.completion_time or self.now
         self.st.state, self.st.reason = "Failed", reason
         self.st.nodes_ready = 0
@@ -644,6 +789,9 @@ class _Pass:
             1 for s in self.slots if s.state not in ("Pending", "Replacing", "Failed", "Suspended", "")
         )
         self.st.nodes_ready = ready
+        # A pod that runs but has not heartbeated (or whose Lease is gone) is not known to train.
+        renewing = {slot.slot for slot, _renew in self.renewals}
+        starting = sum(1 for s in self.slots if s.state == "Starting" and s.slot not in renewing)
         if running and self.st.start_time is None:
             self.st.start_time = self.now
         recovering = [s for s in self.slots if s.recovering_since is not None]
@@ -653,11 +801,14 @@ class _Pass:
             self.close_degraded()
         nodes = self.spec.nodes
         all_running = running == nodes
+        all_heartbeating = all_running and len(renewing) == nodes
         self.cond(
             ConditionType.RUNNING,
-            all_running,
-            reasons.ALL_PODS_RUNNING if all_running else reasons.PODS_PENDING,
-            f"{running}/{nodes} pods running, {ready} training",
+            all_heartbeating,
+            reasons.ALL_PODS_RUNNING
+            if all_heartbeating
+            else (reasons.PODS_STARTING if all_running else reasons.PODS_PENDING),
+            f"{running}/{nodes} pods running, {len(renewing)} heartbeating, {ready} training",
         )
         if recovering:
             latest = max(recovering, key=lambda s: s.recovering_since or self.now)
@@ -693,8 +844,12 @@ class _Pass:
                 "Recovering",
                 next(c.reason for c in self.st.conditions if c.type == ConditionType.RECOVERING),
             )
-        elif all_running:
+        elif all_heartbeating:
             self.st.state, self.st.reason = "Running", reasons.ALL_PODS_RUNNING
+        elif all_running and starting:
+            self.st.state, self.st.reason = "Starting", reasons.PODS_STARTING
+        elif all_running:
+            self.st.state, self.st.reason = "Running", reasons.PODS_NOT_HEARTBEATING
         else:
             self.st.state, self.st.reason = "Pending", reasons.PODS_PENDING
 

@@ -92,6 +92,22 @@ class NodeObs:
 
 
 @dataclass(frozen=True)
+class CreateRefusal:
+    """The API server's latest refusal (a retryable 4xx) of a create for this job (see
+    rtj.ladder.create_refusals), as the handler remembers it."""
+
+    status: int
+    #: The server's CamelCase reason (Status.reason), e.g. Forbidden.
+    reason: str
+    #: The server's message (names the object and what refused it).
+    message: str
+    #: When the latest refusal came back.
+    last: datetime
+    #: Consecutive passes whose creates were refused.
+    failures: int = 1
+
+
+@dataclass(frozen=True)
 class Observed:
     pods: dict[str, PodObs] = field(default_factory=dict)
     leases: dict[str, LeaseObs] = field(default_factory=dict)
@@ -102,6 +118,11 @@ class Observed:
     #: Why the API server refused (422) an object built from this job's spec on an earlier pass;
     #: no retry can succeed, so the job fails (InvalidSpec) with this message.
     refused: str = ""
+    #: A create the API server refused for a reason that may end (403, ...): retried with backoff.
+    create_refusal: CreateRefusal | None = None
+    #: Highest Event sequence number this operator process posted for the job (None: none known,
+    #: e.g. after a restart); see rtj.ladder.event_outbox.
+    events_posted: int | None = None
 
 
 def pod_from_dict(obj: dict[str, Any]) -> PodObs:

@@ -79,6 +79,14 @@ def reported_hard_fault(lease: LeaseObs | None) -> tuple[str, str] | None:
     )
 
 
+def reported_permanent_fault(lease: LeaseObs | None) -> str | None:
+    """The message of a Permanent fault the pod reported (retrying cannot help), else None."""
+    hb = lease.heartbeat if lease is not None else None
+    if hb is None or hb.fault is None or hb.fault.severity != contract.FaultSeverity.PERMANENT:
+        return None
+    return f"{hb.fault.reason}: {hb.fault.message}"
+
+
 def heartbeat_fresh(lease: LeaseObs | None, ft: FaultTolerance, now: datetime) -> bool:
     return (
         lease is not None

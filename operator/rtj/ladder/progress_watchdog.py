@@ -1,0 +1,82 @@
+"""The progress watchdog: a job whose pods all run but whose training step does not advance.
+
+Heartbeats carry each pod's step. Before this policy a job could sit `Running AllPodsRunning` for
+7+ minutes with the step frozen and no Event (issue 13, case 2: one worker's command returned 0
+early, the other waited in an in-job restart for a rendezvous round that could never complete; the
+same after a save slower than softTimeoutSeconds).
+
+Policy. The watchdog is armed while every slot's pod runs or has Succeeded and at least one still
+runs (pending or replacing pods are the ladder's business, not a stall). Progress is a new highest
+step reported by any pod (status.progressStep). status.lastProgressTime is when it last rose, or
+when the watchdog was last not armed; both are refreshed at most every `resolution` seconds (the
+heartbeat-status resolution), so the watchdog costs no status write per step.
+- no progress for progressTimeoutSeconds: condition Stalled=True and one Warning Event Stalled;
+- for twice that: the job fails (reason NoProgress): nothing restarted, pods deleted. Its message
+  names the workers that exited 0 while the others had not finished.
+
+A worker pod that exits 0 is the training script finishing on that pod: never a fault and never
+restarted (its slot is Succeeded). The job Succeeds when every worker has; workers that keep
+running after a peer finished are watched like any others, so a job that cannot finish without
+the missing peer ends NoProgress instead of hanging.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from rtj.api.models import FaultTolerance, JobStatus, NodeSlotStatus
+
+
+@dataclass(frozen=True)
+class Verdict:
+    stalled: bool
+    failed: bool
+    message: str = ""
+
+
+def armed(slots: list[NodeSlotStatus]) -> bool:
+    """Every slot's pod runs or has finished, and one still runs."""
+    up = ("Pending", "Replacing", "Failed", "Suspended", "")
+    return all(s.state not in up for s in slots) and any(s.state != "Succeeded" for s in slots)
+
+
+def check(
+    status: JobStatus,
+    slots: list[NodeSlotStatus],
+    steps: list[int],
+    ft: FaultTolerance,
+    now: datetime,
+    resolution: float,
+) -> Verdict:
+    """Update status.progressStep/lastProgressTime and judge the job."""
+    newest = max(steps, default=None)
+    last = status.last_progress_time
+    due = last is None or (now - last).total_seconds() >= resolution
+    if not armed(slots):
+        if due:
+            status.last_progress_time = now  # the clock runs only while armed
+        return Verdict(False, False)
+    if newest is not None and (status.progress_step is None or newest > status.progress_step):
+        if due:
+            status.progress_step, status.last_progress_time = newest, now
+        return Verdict(False, False)  # progress, perhaps not yet written
+    if last is None:
+        status.last_progress_time = now
+        return Verdict(False, False)
+    silent = (now - last).total_seconds()
+    if silent <= ft.progress_timeout_seconds:
+        return Verdict(False, False)
+    finished = [s for s in slots if s.state == "Succeeded"]
+    early = (
+        f"; pod(s) {', '.join(s.pod or f'of slot {s.slot}' for s in finished)} exited 0 while the "
+        "others had not finished"
+        if finished
+        else ""
+    )
+    beyond = status.progress_step if status.progress_step is not None else "none"
+    message = (
+        f"no pod reported a step beyond {beyond} for {silent:.0f}s "
+        f"(progressTimeoutSeconds={ft.progress_timeout_seconds}){early}"
+    )
+    return Verdict(True, silent > 2 * ft.progress_timeout_seconds, message)

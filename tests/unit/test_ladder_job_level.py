@@ -1,0 +1,132 @@
+"""Table tests of job-level attribution (rtj.ladder.job_level) through decide(): workers failing
+right after the rendezvous pod was lost, or together, are recovered once at job level: no pod
+budget, no quarantine (issue 13, case 1). heartbeatTimeoutSeconds 30 here: window 60 s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from ladder_testkit import NOW, ago, make_job, observe, running_status
+from rtj import reasons
+from rtj.api.models import ResilientTrainingJob
+from rtj.ladder import CreateWorkerPod, DeletePod, Observed, TaintNode, decide
+
+pytestmark = pytest.mark.unit
+
+
+def job(nodes: int = 4, **status: Any) -> ResilientTrainingJob:
+    return make_job().nodes(nodes).status(**running_status(nodes, **status)).obj()
+
+
+def exit70(*slots: int, rdzv_uid: str = "rdzv-1", nodes: int = 4) -> Observed:
+    b = observe().running(nodes)
+    b.rdzv(uid=rdzv_uid)
+    for s in slots:
+        b.worker(s, phase="Failed", exit_code=70)
+    return b.obj()
+
+
+@dataclass
+class Case:
+    id: str
+    job: ResilientTrainingJob
+    observed: Observed
+    actions: list[Any]
+    pod: int  # status.restarts.podReschedules
+    job_restarts: int  # status.restarts.job
+    events: list[str] = field(default_factory=list)
+    state: str = ""
+
+
+R, T = reasons.RENDEZVOUS_RESTART, reasons.PODS_FAILED_TOGETHER
+CASES = [
+    Case(
+        "rendezvous pod recreated and a worker exits 70 in the same pass: job level",
+        job(),
+        exit70(0, rdzv_uid="rdzv-2"),
+        [DeletePod("train-n0-a0", "uid-train-n0-a0", 5), CreateWorkerPod(0, 1, R)],
+        1,  # the rendezvous pod itself, as before
+        1,
+        [reasons.RENDEZVOUS_LOST, R, R],
+    ),
+    Case(
+        "a worker exits 70 within the window after the rendezvous loss: job level, counted once already",
+        job(jobFaultTime=ago(20).isoformat(), jobRestartTime=ago(15).isoformat(), restarts={"job": 1}),
+        exit70(2),
+        [DeletePod("train-n2-a0", "uid-train-n2-a0", 5), CreateWorkerPod(2, 1, R)],
+        0,
+        1,
+        [R],
+    ),
+    Case(
+        "the same exit 70 long after the window: that pod's own fault, its node quarantined",
+        job(jobFaultTime=ago(61).isoformat(), jobRestartTime=ago(55).isoformat(), restarts={"job": 1}),
+        exit70(2),
+        [
+            DeletePod("train-n2-a0", "uid-train-n2-a0", 5),
+            TaintNode("node-2"),
+            CreateWorkerPod(2, 1, "LauncherBudgetExhausted", ("node-2",)),
+        ],
+        1,
+        1,
+        [reasons.LAUNCHER_BUDGET_EXHAUSTED, reasons.NODE_QUARANTINED],
+    ),
+    Case(
+        "two workers exit 70 in one pass: PodsFailedTogether, one job restart",
+        job(),
+        exit70(1, 3),
+        [
+            DeletePod("train-n1-a0", "uid-train-n1-a0", 5),
+            DeletePod("train-n3-a0", "uid-train-n3-a0", 5),
+            CreateWorkerPod(1, 1, T),
+            CreateWorkerPod(3, 1, T),
+        ],
+        0,
+        1,
+        [T, T, T],
+    ),
+    Case(
+        "job restart budget spent: the job fails",
+        job(restarts={"job": 4}),
+        exit70(1, 3),
+        [
+            DeletePod("train-rdzv", "rdzv-1", None),
+            DeletePod("train-n0-a0", "uid-train-n0-a0", None),
+            DeletePod("train-n2-a0", "uid-train-n2-a0", None),
+        ],
+        0,
+        4,
+        [reasons.JOB_RESTART_BUDGET_EXHAUSTED],
+        "Failed",
+    ),
+    Case(
+        "a replacement created at job level whose status write was lost: no pod reschedule counted",
+        job(),
+        observe().running(4).worker(1, 1, cause=R).lease("train-n1-a1", 1).obj(),
+        [DeletePod("train-n1-a0", "uid-train-n1-a0", 5)],
+        0,
+        0,
+    ),
+    Case(
+        "a node fault right after the rendezvous loss stays that pod's (evidence about its node)",
+        job(jobFaultTime=ago(5).isoformat()),
+        observe().running(4).node("node-1", "False").obj(),
+        [DeletePod("train-n1-a0", "uid-train-n1-a0", 0), TaintNode("node-1")],
+        1,
+        0,
+        [reasons.NODE_NOT_READY, reasons.NODE_QUARANTINED],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_job_level(case: Case) -> None:
+    d = decide(case.job, case.observed, NOW)
+    assert d.actions == case.actions
+    assert (d.status.restarts.pod_reschedules, d.status.restarts.job) == (case.pod, case.job_restarts)
+    assert [e.reason for e in d.events] == case.events
+    if case.state:
+        assert d.status.state == case.state
+    assert not any(isinstance(a, TaintNode) for a in d.actions) or case.events[-1] == reasons.NODE_QUARANTINED
