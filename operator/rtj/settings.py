@@ -1,8 +1,11 @@
 """Operator settings, read once from the environment (documented in the chart's values).
 
-- RTJ_METRICS_PORT (8080): Prometheus /metrics port; 0 disables.
+- RTJ_METRICS_PORT (9090): Prometheus /metrics port; 0 disables. Not 8080: the operator image's
+  liveness endpoint (`kopf run --liveness`) listens there.
 - RTJ_TRAINER_SERVICE_ACCOUNT (rtj-trainer): ServiceAccount of trainer pods (the chart defines it).
 - RTJ_ALLOW_PRIVILEGED_JOBS (false): "true" accepts hostPath volumes, host namespaces, privileged.
+- RTJ_FSX_ENABLED (true): "false" fails jobs with spec.checkpoint.fsx at once (the chart sets it false
+  unless fsx.enabled, and then grants no PersistentVolume permission).
 - RTJ_RECONCILE_INTERVAL_SECONDS (1.0): per-job pass interval (kopf timer).
 - RTJ_FAULT_GRACE_SECONDS (5): grace when deleting a faulted pod (node lost: 0, forced).
 - RTJ_TERMINATION_GRACE_SECONDS (300): pods' terminationGracePeriodSeconds (a last checkpoint).
@@ -31,9 +34,10 @@ def _float(name: str, default: float) -> float:
 
 @dataclass(frozen=True)
 class Settings:
-    metrics_port: int = 8080
+    metrics_port: int = 9090
     trainer_service_account: str = "rtj-trainer"
     allow_privileged: bool = False
+    fsx_enabled: bool = True
     reconcile_interval_seconds: float = 1.0
     fault_grace_seconds: int = 5
     termination_grace_seconds: int = 300
@@ -48,9 +52,10 @@ class Settings:
     def from_env(cls) -> Settings:
         env = os.environ
         return cls(
-            metrics_port=int(_float("RTJ_METRICS_PORT", 8080)),
+            metrics_port=int(_float("RTJ_METRICS_PORT", 9090)),
             trainer_service_account=env.get("RTJ_TRAINER_SERVICE_ACCOUNT", "").strip() or "rtj-trainer",
             allow_privileged=env.get("RTJ_ALLOW_PRIVILEGED_JOBS", "").strip().lower() == "true",
+            fsx_enabled=env.get("RTJ_FSX_ENABLED", "").strip().lower() != "false",
             reconcile_interval_seconds=_float("RTJ_RECONCILE_INTERVAL_SECONDS", 1.0),
             fault_grace_seconds=int(_float("RTJ_FAULT_GRACE_SECONDS", 5)),
             termination_grace_seconds=int(_float("RTJ_TERMINATION_GRACE_SECONDS", 300)),
