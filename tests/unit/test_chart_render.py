@@ -173,7 +173,7 @@ def test_trainer_role_only_touches_leases() -> None:
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["create", "get", "update", "patch"],
+            "verbs": ["create", "patch"],
         }
     ]
     bindings = [d for d in by_kind(docs, "RoleBinding") if d["roleRef"]["name"] == role["metadata"]["name"]]
