@@ -506,7 +506,9 @@ class PodTemplateOverrides(ApiModel):
     )
     security_context: PodSecurity = Field(
         default_factory=PodSecurity,
-        description="Pod security settings (restricted Pod Security compliant; see PodSecurity).",
+        description="Security settings of every pod of the job, limited to what the `restricted` Pod Security "
+        "Standard admits. The operator always adds runAsNonRoot: true and, to each container, "
+        "allowPrivilegeEscalation: false and capabilities.drop: [ALL]; GPUs and EFA need no more.",
     )
     labels: Annotated[dict[str, LabelValue], AfterValidator(_check_keys)] = Field(
         default_factory=dict,
