@@ -502,12 +502,12 @@ class PodTemplateOverrides(ApiModel):
     )
 
     service_account_name: DnsLabel | None = Field(
-        None, description="ServiceAccount of the trainer pods (it must be allowed to update Leases)."
+        None, description="ServiceAccount of the trainer pods (it must be allowed to create and patch Leases)."
     )
     security_context: PodSecurity = Field(
         default_factory=PodSecurity,
-        description="Security settings of every pod of the job, limited to what the `restricted` Pod Security "
-        "Standard admits. The operator always adds runAsNonRoot: true and, to each container, "
+        description="Security settings of every pod of the job, limited to what the `restricted` Pod "
+        "Security Standard admits. The operator always adds runAsNonRoot: true and, to each container, "
         "allowPrivilegeEscalation: false and capabilities.drop: [ALL]; GPUs and EFA need no more.",
     )
     labels: Annotated[dict[str, LabelValue], AfterValidator(_check_keys)] = Field(
