@@ -502,7 +502,8 @@ class PodTemplateOverrides(ApiModel):
     )
 
     service_account_name: DnsLabel | None = Field(
-        None, description="ServiceAccount of the trainer pods (it must be allowed to create and patch Leases)."
+        None,
+        description="ServiceAccount of the trainer pods (it must be allowed to create and patch Leases).",
     )
     security_context: PodSecurity = Field(
         default_factory=PodSecurity,
