@@ -351,8 +351,12 @@ def test_image_tag_may_be_a_number_and_a_digest_pins_it() -> None:
 
 
 def test_helm_test_hook_checks_the_crd_and_the_operator() -> None:
-    test_pod = one(render(), "Pod", "-test")
+    docs = render()
+    test_pod = one(docs, "Pod", "-test")
     assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    # Outside the Deployment's selector (its ReplicaSet would adopt the pod) and the Service's.
+    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= test_pod["metadata"]["labels"].items()
     spec = test_pod["spec"]
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
