@@ -267,8 +267,6 @@ def test_server_fills_in_defaults(rtj_api, namespace: str) -> None:
     assert ft["inProcessRestart"]["hardTimeoutSeconds"] == 90
     assert spec["checkpoint"]["mountPath"] == "/checkpoints"
     assert spec["podTemplate"]["securityContext"] == {
-        "runAsUser": 1000,
-        "runAsGroup": 1000,
         "fsGroup": 1000,
         "fsGroupChangePolicy": "OnRootMismatch",
         "seccompProfile": {"type": "RuntimeDefault"},

@@ -445,8 +445,8 @@ class SeccompProfile(ApiModel):
         return self
 
 
-#: The trainer image's user (trainer-image/Dockerfile: `trainer`, UID and GID 1000).
-TRAINER_IMAGE_UID = 1000
+#: The trainer image's group (trainer-image/Dockerfile: user `trainer`, UID and GID 1000).
+TRAINER_IMAGE_GID = 1000
 
 
 class PodSecurity(ApiModel):
@@ -455,17 +455,21 @@ class PodSecurity(ApiModel):
     each container allowPrivilegeEscalation: false and capabilities.drop: [ALL]; GPUs and EFA need no
     more (their device plugins hand the devices to the container)."""
 
-    run_as_user: int = Field(
-        TRAINER_IMAGE_UID,
-        description="UID of the containers' processes (1000 is the trainer image's user); never 0.",
+    run_as_user: int | None = Field(
+        None,
+        description="UID of the containers' processes; never 0. Default: the image's USER, which must then "
+        "be numeric and not 0 (the pods run with runAsNonRoot; the trainer image's is 1000).",
         ge=1,
         le=2**31 - 1,
     )
-    run_as_group: int = Field(
-        TRAINER_IMAGE_UID, description="Primary GID of the containers' processes.", ge=0, le=2**31 - 1
+    run_as_group: int | None = Field(
+        None,
+        description="Primary GID of the containers' processes. Default: the image's.",
+        ge=0,
+        le=2**31 - 1,
     )
     fs_group: int = Field(
-        TRAINER_IMAGE_UID,
+        TRAINER_IMAGE_GID,
         description="Supplementary group that owns the pods' volumes (the checkpoint volume must be "
         "writable by runAsUser or this group; volumes whose driver ignores fsGroup, e.g. FSx for Lustre, "
         "need the file system's own permissions).",
