@@ -31,10 +31,11 @@ def test_helm_test_passes_on_the_local_cluster(e2e_stack) -> None:
     upgrade = helm(e2e_stack, "upgrade", RELEASE, str(CHART), "--reuse-values",
                    "--set-json", f"operator.tolerations={json.dumps(gpu)}")  # fmt: skip
     assert upgrade.returncode == 0, upgrade.stderr
-    result = helm(e2e_stack, "test", RELEASE, "--logs", "--timeout=150s")
+    # No --logs: the local agent serves no kubelet API; it keeps each pod's log in its run dir.
+    result = helm(e2e_stack, "test", RELEASE, "--timeout=150s")
     out = result.stdout + result.stderr
-    pod = e2e_stack.raw.get(
-        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{RELEASE}-resilient-training-operator-test"
+    assert result.returncode == 0 and "Phase:          Succeeded" in out, out
+    (log,) = (e2e_stack.run_dir / "agent" / "pods").glob(
+        f"{OPERATOR_NAMESPACE}_{RELEASE}-*-test_*/container.log"
     )
-    assert result.returncode == 0, f"{out}\npod: {json.dumps((pod or {}).get('status'), indent=1)[:3000]}"
-    assert "CRD served: training.resilient.dev/v1alpha1 resilienttrainingjobs" in out, out
+    assert "CRD served: training.resilient.dev/v1alpha1 resilienttrainingjobs" in log.read_text()
