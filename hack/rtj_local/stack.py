@@ -122,6 +122,8 @@ class OperatorProcess:
             "HOME": str(self.run_dir),
             "KUBECONFIG": str(kubeconfig),
             "PYTHONUNBUFFERED": "1",
+            # A worktree sharing another checkout's editable venv points PYTHONPATH at its own code.
+            **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
             **env,
         }
         with self.log_path.open("ab") as log:
