@@ -7,12 +7,21 @@ every mode; launch with torchrun (2 GPUs) or on CPU with gloo for a smoke run:
         --seq 2048 --batch 4 --steps 60 --interval 20 --dir /tmp/ckbench --out results.json
     torchrun --nproc-per-node 2 bench/ckpt_stall.py --tiny        # CPU smoke run
 
-Figures (rank 0 prints the table; per-rank maxima):
-- stall per save: step time of the save step and the step after it, minus twice the baseline
-  median step (ours overlaps the GPU copy with the next step, so both steps count);
+Baselines (the same steps, no saves) are interleaved with the modes, after a warm-up: B M1 B M2 ...
+Mk B. Each mode is compared with the mean of the two baselines around it, so a baseline run first
+and cold (or any drift of the machine) cannot make a mode look better than no checkpointing.
+
+Figures (rank 0 prints the table; per-rank worst):
+- stall per save: step time of the save step and the step after it, minus twice the median step
+  of the mode's two baselines (ours overlaps the GPU copy with the next step, so both steps count);
 - efficiency @ every N steps: baseline time / time of the same steps with saves;
 - efficiency @ one save per 60 s: 60 / (60 + mean stall), from the measured stalls;
+- recency: the age of the newest committed checkpoint (the work a crash would lose), averaged over
+  every step, in steps and seconds, next to what committing at once at every interval gives; a
+  skipped or late save leaves the previous checkpoint in place, so it counts here;
 - floor: time to copy the rank's whole state to pinned host memory (synchronous, median of 3).
+An efficiency above 100% cannot be a real figure: when the two baselines differ by more than the
+difference it is printed as "n/a (noise)"; otherwise the run stops with a measurement error.
 Mode "ours (slow storage)" throttles our writer below what the interval needs, so saves are
 skipped/coalesced while training is never blocked.
 """
@@ -23,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -55,13 +65,17 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--interval", type=int, default=20)
     p.add_argument("--slow-bytes-per-s", type=float, default=300e6, help="throttled writer for the slow mode")
-    p.add_argument("--modes", default="baseline,dcp_sync,dcp_async,ours,ours_slow")
+    p.add_argument("--modes", default="dcp_sync,dcp_async,ours,ours_slow", help="baselines run between them")
+    p.add_argument("--warmup-steps", type=int, default=None, help="untimed steps first (default: --steps)")
     p.add_argument("--dir", default="/tmp/rtj-ckpt-bench")
     p.add_argument("--out", default=None)
     a = p.parse_args()
     if a.tiny:
         a.dim, a.layers, a.heads, a.vocab, a.seq, a.batch = 64, 2, 4, 128, 32, 4
         a.steps, a.interval, a.slow_bytes_per_s = 12, 4, 2e5
+    if a.warmup_steps is None:
+        a.warmup_steps = a.steps
+    a.modes = ",".join(m for m in a.modes.split(",") if m and m != "baseline")
     return a
 
 
@@ -90,18 +104,29 @@ def main() -> None:
         step_no[0] += 1
         return time.perf_counter() - t0
 
-    def run(save_fn: Any = None) -> tuple[list[float], list[int]]:
+    def run(save_fn: Any = None, committed_fn: Any = None) -> dict[str, Any]:
+        """One block of a.steps steps. `committed_fn()`: the newest committed step (None: none yet)."""
         dist.barrier(group=gloo)
-        dts, saves = [], []
+        dts, saves, age_steps, age_s = [], [], [], []
+        ends = {0: time.perf_counter()}  # no checkpoint yet: a crash loses the block from its start
         for i in range(1, a.steps + 1):
             t0 = time.perf_counter()
             one_step()
             if save_fn is not None and save_fn(i):
                 saves.append(i)
-            dts.append(time.perf_counter() - t0)
-        return dts, saves
+            ends[i] = time.perf_counter()
+            dts.append(ends[i] - t0)
+            if committed_fn is not None:
+                newest = committed_fn() or 0
+                age_steps.append(i - newest)
+                age_s.append(ends[i] - ends[newest])
+        out: dict[str, Any] = {"total_s": sum(dts), "median_step_s": statistics.median(dts), "dts": dts}
+        out["saves"] = saves
+        if committed_fn is not None:
+            out.update(recency_steps=statistics.mean(age_steps), recency_s=statistics.mean(age_s))
+        return out
 
-    for _ in range(5):
+    for _ in range(a.warmup_steps):
         one_step()
     if rank == 0:
         print(f"[ckpt_stall] warm: step {one_step():.3f} s", flush=True)
@@ -130,7 +155,7 @@ def main() -> None:
 
     results: dict[str, Any] = {}
     modes = a.modes.split(",")
-    base_median = None
+    baselines = [run()]
     for mode in modes:
         mode_dir = os.path.join(a.dir, mode)
         if rank == 0:
@@ -138,35 +163,44 @@ def main() -> None:
         dist.barrier(group=gloo)
         extra: dict[str, Any] = {}
         t_start = time.perf_counter()
-        if mode == "baseline":
-            dts, saves = run()
-        elif mode == "dcp_sync":
+        if mode == "dcp_sync":
+            synced: list[int | None] = [None]
 
             def save(i: int) -> bool:
                 if i % a.interval:
                     return False
                 msd, osd = get_state_dict(model, optim)
                 dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(mode_dir, f"step-{i}"))
+                synced[0] = i  # complete when dcp.save returns
                 return True
 
-            dts, saves = run(save)
+            block = run(save, lambda: synced[0])
         elif mode == "dcp_async":
             fut: list[Any] = [None]
+            in_flight: list[int | None] = [None]
+            done: list[int | None] = [None]
+
+            def newest_async() -> int | None:
+                if fut[0] is not None and in_flight[0] is not None and fut[0].done():
+                    done[0], in_flight[0] = in_flight[0], None
+                return done[0]
 
             def save(i: int) -> bool:
                 if i % a.interval:
                     return False
                 if fut[0] is not None:
                     fut[0].result()  # DCP allows one save in flight: wait for the previous one
+                    newest_async()
                 msd, osd = get_state_dict(model, optim)
                 fut[0] = dcp.async_save(
                     {"model": msd, "optim": osd},
                     checkpoint_id=os.path.join(mode_dir, f"step-{i}"),
                     process_group=gloo,
                 )
+                in_flight[0] = i
                 return True
 
-            dts, saves = run(save)
+            block = run(save, newest_async)
             t_drain = time.perf_counter()
             if fut[0] is not None:
                 fut[0].result()
@@ -193,7 +227,7 @@ def main() -> None:
                     snaps.append(mgr.last_snapshot_s)
                 return out == "saved"
 
-            dts, saves = run(save)
+            block = run(save, lambda: mgr.last_committed)
             sync()
             if mgr.copy_seconds() is not None and len(copies) < mgr.saves_started:
                 copies.append(mgr.copy_seconds())
@@ -206,29 +240,40 @@ def main() -> None:
                 snapshot_cpu_s=max(snaps) if snaps else None,
                 copy_gpu_s=max(copies) if copies else None,
             )
-        total = sum(dts)
-        if base_median is None:
-            base_median = statistics.median(dts)
-            base_total = total
-        stalls = [dts[s - 1] + (dts[s] if s < len(dts) else base_median) - 2 * base_median for s in saves]
-        results[mode] = {
-            "total_s": total,
-            "wall_s": time.perf_counter() - t_start,
-            "median_step_s": statistics.median(dts),
-            "saves": saves,
-            "stalls_s": stalls,
-            **extra,
-        }
+        wall = time.perf_counter() - t_start
         dist.barrier(group=gloo)
         if rank == 0:
             shutil.rmtree(mode_dir, ignore_errors=True)
+        baselines.append(run())  # the baseline after this mode (and before the next one)
+        before, after = baselines[-2], baselines[-1]
+        base_steps = before["dts"] + after["dts"]
+        base_median = statistics.median(base_steps)
+        dts = block.pop("dts")
+        stalls = [
+            dts[s - 1] + (dts[s] if s < len(dts) else base_median) - 2 * base_median for s in block["saves"]
+        ]
+        results[mode] = {
+            **block,
+            "wall_s": wall,
+            "stalls_s": stalls,
+            "base_total_s": (before["total_s"] + after["total_s"]) / 2,
+            "base_median_step_s": base_median,
+            # How far two runs of the very same steps differ here: what no figure can resolve.
+            "base_spread": abs(before["total_s"] - after["total_s"])
+            / ((before["total_s"] + after["total_s"]) / 2),
+            "base_step_stdev_s": statistics.stdev(base_steps) if len(base_steps) > 1 else 0.0,
+            **extra,
+        }
+        if rank == 0:
             print(f"[ckpt_stall] {mode}: {json.dumps(results[mode])}", flush=True)
+    results["baseline"] = {"totals_s": [b["total_s"] for b in baselines]}
 
     # Per-rank figures -> the worst rank decides.
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, results, group=gloo)
+    problems: list[str] = []
     if rank == 0:
-        table = summarize(gathered, modes, a, floor, state_bytes, params, world, base_total)
+        table, problems = summarize(gathered, modes, a, floor, state_bytes, params, world)
         print(table, flush=True)
         if a.out:
             with open(a.out, "w") as f:
@@ -246,6 +291,25 @@ def main() -> None:
                 )
     dist.barrier(group=gloo)
     dist.destroy_process_group()
+    if problems:
+        raise SystemExit("measurement error (a figure better than no checkpointing, beyond the noise):\n"
+                         + "\n".join(problems))  # fmt: skip
+
+
+#: Per-mode figures the table already shows (the others are printed under it, rank 0's).
+SUMMARIZED = {"total_s", "wall_s", "median_step_s", "stalls_s", "base_total_s", "base_median_step_s",
+              "base_step_stdev_s", "recency_s"}  # fmt: skip
+
+
+def ratio_cell(value: float, noise: float, what: str, problems: list[str]) -> str:
+    """A ratio that cannot exceed 1: printed when <= 1; above 1 within `noise`, the measurement
+    cannot resolve it ("n/a (noise)"); beyond it, the measurement is wrong (listed in `problems`)."""
+    if value <= 1.0:
+        return f"{value:.1%}"
+    if value - 1.0 <= noise:
+        return f"n/a (noise ±{noise:.1%})"
+    problems.append(f"{what}: {value:.1%} with baselines {noise:.1%} apart")
+    return "INVALID"
 
 
 def summarize(
@@ -256,41 +320,53 @@ def summarize(
     state_bytes: int,
     params: int,
     world: int,
-    base_total: float,
-) -> str:
+) -> tuple[str, list[str]]:
+    problems: list[str] = []
+    ideal_age = statistics.mean(i % a.interval for i in range(1, a.steps + 1))
+    totals = [t for r in per_rank for t in r["baseline"]["totals_s"]]
     lines = [
         f"params {params / 1e9:.2f} B, state per rank {state_bytes / 1e9:.2f} GB, "
         f"{a.steps} steps per mode, save every {a.interval} steps, world {world}",
         f"floor (copy of a rank's state to pinned host memory): {floor:.3f} s",
+        f"baselines (no saves, between the modes): {len(per_rank[0]['baseline']['totals_s'])} runs, "
+        f"{min(totals):.3f}-{max(totals):.3f} s",
         "| mode | median step s | saves | skipped | stall per save s (max over ranks) | mean stall s "
-        "| efficiency @ every N steps | efficiency @ 1 save/60 s | stall / floor |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| efficiency @ every N steps | efficiency @ 1 save/60 s | stall / floor "
+        f"| recency: mean age of newest committed ckpt, steps (at once every N: {ideal_age:.1f}) "
+        "| recency s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for mode in modes:
         rs = [r[mode] for r in per_rank]
         n = len(rs[0]["saves"])
         stalls = [max(r["stalls_s"][i] for r in rs) for i in range(n)] if n else []
         total = max(r["total_s"] for r in rs)
-        base = max(r["baseline"]["total_s"] for r in per_rank) if "baseline" in per_rank[0] else base_total
+        base = max(r["base_total_s"] for r in rs)
+        spread = max(r["base_spread"] for r in rs)
         mean = statistics.mean(stalls) if stalls else 0.0
-        eff60 = 60.0 / (60.0 + max(mean, 0.0)) if stalls else 1.0
+        # A stall is two steps minus two median steps: its noise is about sqrt(2) step deviations.
+        stall_noise = 3 * math.sqrt(2) * max(r["base_step_stdev_s"] for r in rs)
+        eff_n = ratio_cell(base / total, spread, f"{mode} efficiency @ every {a.interval} steps", problems)
+        eff_60 = (
+            ratio_cell(60.0 / (60.0 + mean), stall_noise / 60.0, f"{mode} efficiency @ 1 save/60 s", problems)
+            if stalls
+            else "-"
+        )
         skipped = rs[0].get("skipped", "-")
+        age = max(r.get("recency_steps", 0.0) for r in rs)
+        age_s = max(r.get("recency_s", 0.0) for r in rs)
         lines.append(
             f"| {mode} | {statistics.median(r['median_step_s'] for r in rs):.3f} | {n} | {skipped} | "
-            f"{', '.join(f'{s:.3f}' for s in stalls) or '-'} | {mean:.3f} | {base / total:.1%} | "
-            f"{eff60:.1%} | {(max(stalls) / floor if stalls else 0):.2f} |"
+            f"{', '.join(f'{s:.3f}' for s in stalls) or '-'} | {mean:.3f} | {eff_n} | {eff_60} | "
+            f"{(max(stalls) / floor if stalls else 0):.2f} | {age:.1f} | {age_s:.2f} |"
         )
     for mode in modes:
-        extra = {
-            k: v
-            for k, v in per_rank[0][mode].items()
-            if k.endswith("_s") and k not in ("total_s", "wall_s", "median_step_s", "stalls_s")
-        }
+        extra = {k: v for k, v in per_rank[0][mode].items() if k.endswith("_s") and k not in SUMMARIZED}
         if extra:
             lines.append(
                 f"{mode} rank0: " + ", ".join(f"{k}={v:.3f}" for k, v in extra.items() if v is not None)
             )
-    return "\n".join(lines)
+    return "\n".join(lines), problems
 
 
 if __name__ == "__main__":

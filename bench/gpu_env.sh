@@ -3,7 +3,7 @@
 # lacks) from the carried wheels in .whl/, our packages on PYTHONPATH, NVLink multicast off.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 1; }
-export PYTHONPATH="/tmp/site:$PWD/trainer-image:$PWD/operator"
+export PYTHONPATH="/tmp/site:$PWD/trainer-image:$PWD/operator:$PWD/hack"
 export PATH="/tmp/site/bin:$PATH"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OUT="${OUT:-/tmp/out}"

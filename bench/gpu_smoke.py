@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,17 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rtj_local.procs import free_port
+from rtj_trainer.log_filter import STORE_POLL_TIMEOUT
+
 #: ~1.1 B parameters: fp32 master weights + AdamW state ~ 6.8 GB per rank on 2 GPUs (FACTS).
 GPU_MODEL = "--dim 2048 --layers 20 --heads 16 --vocab 32000 --seq 2048 --batch 4"
 CPU_MODEL = "--dim 64 --layers 2 --heads 4 --vocab 128 --seq 32 --batch 4 --min-step-time 0.05"
-STORE_POLL_NOISE = re.compile(r"\[c10d\] waitForInput: socket .* timed out after \d+ms")
 DROPPED = re.compile(r"rtj-trainer: dropped (\d+) '\[c10d\] waitForInput")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def trainer_config(args: argparse.Namespace, work: Path, port: int) -> dict[str, Any]:
@@ -59,6 +54,7 @@ def trainer_config(args: argparse.Namespace, work: Path, port: int) -> dict[str,
         "checkpointIntervalSteps": args.checkpoint_interval,
         "checkpointsToKeep": 2,
         "maxNoProgressCycles": 3,
+        "doNotRestartExitCodes": [93, 78],
     }
 
 
@@ -113,7 +109,7 @@ def recoveries(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def log_lines(launch_log: str, minutes: float) -> dict[str, Any]:
     lines = launch_log.splitlines()
-    noise_passed = sum(bool(STORE_POLL_NOISE.search(x)) for x in lines)
+    noise_passed = sum(bool(STORE_POLL_TIMEOUT.search(x.encode())) for x in lines)
     dropped = sum(int(m.group(1)) for x in lines if (m := DROPPED.search(x)))
     return {
         "minutes": round(minutes, 2),

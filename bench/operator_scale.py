@@ -37,7 +37,6 @@ import os
 import random
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -50,10 +49,12 @@ from typing import Any
 import aiohttp
 import yaml
 from rtj import contract
+from rtj.contract import micro_time
 from rtj_local.cluster import LocalCluster
 from rtj_local.components import ClusterOptions
 from rtj_local.kubeconfig import build_kubeconfig, write_kubeconfig
 from rtj_local.nodes import p5_node
+from rtj_local.procs import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 NS, OP_NS, OP_SA = "rtj-scale", "rtj-system", "rtj-operator"
@@ -66,21 +67,11 @@ JOBS_PATH = f"/apis/{contract.API_GROUP}/{contract.API_VERSION}/namespaces/{NS}/
 LEASES_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
 
 
-def micro_time(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
     s = sorted(values)
     return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- /proc sampling ----------------------------------------------------------------------------------
@@ -331,14 +322,20 @@ class Bench:
             **os.environ,
             "KUBECONFIG": str(self.op_kubeconfig),
             "RTJ_METRICS_PORT": str(self.metrics_port),
-            "RTJ_HEALTH_ENDPOINT": f"http://127.0.0.1:{self.health_port}/healthz",
             **dict(kv.split("=", 1) for kv in self.a.operator_env),
         }
         if self.a.operator_src:  # e.g. a checkout of the baseline: its `rtj` shadows the installed one
             env["PYTHONPATH"] = os.pathsep.join([self.a.operator_src, env.get("PYTHONPATH", "")])
         log = (self.run_dir / "operator.log").open("ab")
         self.op_proc = subprocess.Popen(
-            [sys.executable, "-m", "rtj"],
+            # The same options as the chart's `kopf run -m rtj.handlers` (python -m rtj passes them on).
+            [
+                sys.executable,
+                "-m",
+                "rtj",
+                "--all-namespaces",
+                f"--liveness=http://127.0.0.1:{self.health_port}/healthz",
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -46,9 +46,10 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from rtj.builders import RDZV_PORT
-from rtj.contract import API_GROUP, API_VERSION, LABEL_JOB, LABEL_ROLE, PLURAL, ROLE_WORKER
+from rtj.contract import API_GROUP, API_VERSION, LABEL_JOB, LABEL_ROLE, PLURAL, ROLE_WORKER, parse_time
 from rtj_local.cluster import LocalCluster
 from rtj_local.node_agent import AGENT_LABEL, NodeAgent
+from rtj_local.nodes import schedulable
 from rtj_local.rawapi import MERGE, RawApi
 from rtj_local.stack import OperatorProcess, install_chart
 from rtj_local.timeline import Snapshot, Timeline
@@ -183,10 +184,8 @@ def spare_standby(snap: Snapshot) -> bool:
 
 def renew_time(raw: RawApi, pod: str) -> float | None:
     lease = raw.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{pod}")
-    value = ((lease or {}).get("spec") or {}).get("renewTime")
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC).timestamp()
+    renewed = parse_time(((lease or {}).get("spec") or {}).get("renewTime"))
+    return renewed.timestamp() if renewed else None
 
 
 @dataclass
@@ -329,17 +328,6 @@ def _port_bound(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _ready_untainted(raw: RawApi, name: str) -> bool:
-    node = raw.get(f"/api/v1/nodes/{name}")
-    if node is None:
-        return False
-    conditions = node["status"].get("conditions") or []
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-    return ready and not any(
-        t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints") or []
-    )
-
-
 def _stats(values: list[float]) -> str:
     if not values:
         return "-"
@@ -409,15 +397,22 @@ def main(argv: list[str] | None = None) -> int:
     if raw.get(f"/api/v1/namespaces/{NAMESPACE}") is None:
         raw.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     agent = NodeAgent(cluster.kubeconfig, args.run_dir / "agent", NODES, lease_duration_seconds=20)
-    operator = OperatorProcess(cluster, args.run_dir / "operator", OPERATOR_NAMESPACE, RELEASE)
+    operator: OperatorProcess | None = None
     bench = Bench(
         cluster, raw, api, agent, args.run_dir, args.trainer_src.resolve() if args.trainer_src else None
     )
     try:
         agent.start()
-        wait_for(lambda: all(_ready_untainted(raw, n) for n in NODES), timeout=120, message="nodes Ready")
+        wait_for(
+            lambda: all(schedulable(raw.get(f"/api/v1/nodes/{n}")) for n in NODES),
+            timeout=120,
+            message="nodes Ready",
+        )
         install_chart(cluster, [NAMESPACE], OPERATOR_NAMESPACE, RELEASE)
-        operator.start(raw)
+        operator = OperatorProcess.from_chart(
+            cluster, raw, args.run_dir / "operator", OPERATOR_NAMESPACE, RELEASE
+        )
+        operator.start()
         plan = [
             ("recovery-a", 0, [r for r in rows if r in "abd"]),
             ("recovery-c", 1, [r for r in rows if r == "c"]),
@@ -439,12 +434,14 @@ def main(argv: list[str] | None = None) -> int:
         print_table(bench.samples, load)
         return 0
     except BaseException:  # also a stop (SIGTERM): print what was measured
-        print(f"operator log tail:\n{operator.tail(30)}", file=sys.stderr)
+        if operator is not None:
+            print(f"operator log tail:\n{operator.log_tail(30)}", file=sys.stderr)
         if bench.samples:
             print_table(bench.samples, [*load, _load()])
         raise
     finally:
-        operator.stop()
+        if operator is not None:
+            operator.stop()
         agent.stop()
         helm = [str(bin_path("helm")), "uninstall", RELEASE, f"--namespace={OPERATOR_NAMESPACE}"]
         subprocess.run(

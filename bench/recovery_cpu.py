@@ -18,7 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "trainer"))
 
-from trainer_harness import ToyJob, first_step_after, wait_for
+from rtj_local.wait import wait_for
+from trainer_harness import ToyJob, first_step_after
 
 
 def _fault_time(job: ToyJob, rank: int, step: int) -> float:
@@ -63,7 +64,7 @@ def _run_lost_pod(tmp: Path, rank0: bool) -> tuple[float, float]:
         back = wait_for(
             lambda: first_step_after(job.events(), t_kill, step_above=before, exclude_pids=old_pids),
             300,
-            "recovery",
+            message="recovery",
         )
         return back["t"] - t_kill, cold
     finally:

@@ -18,7 +18,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -36,7 +35,7 @@ from rtj_local.components import (
 )
 from rtj_local.kubeconfig import build_kubeconfig, write_kubeconfig
 from rtj_local.pki import make_pki
-from rtj_local.procs import log_tail, read_pidfile, spawn, stop, write_pidfile
+from rtj_local.procs import free_port, log_tail, read_pidfile, spawn, stop, write_pidfile
 from rtj_local.rest import KubeRest
 from rtj_local.versions import BUILD_SCRIPT, REPO_ROOT, bin_path, missing_binaries, versions
 from rtj_local.wait import WaitTimeout, wait_for
@@ -48,12 +47,6 @@ class ClusterError(RuntimeError):
 
 def default_run_dir() -> Path:
     return Path(os.environ.get("RTJ_RUN_DIR", REPO_ROOT / ".run" / "cluster"))
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LocalCluster:
@@ -258,7 +251,7 @@ class LocalCluster:
         make_pki(self.pki)
         ports: dict[str, int] = {}
         for name in (*COMPONENTS, "etcd-peer"):
-            while (port := _free_port()) in ports.values():
+            while (port := free_port()) in ports.values():
                 pass
             ports[name] = port
         tokens = {

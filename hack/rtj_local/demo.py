@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import itertools
 import json
 import logging
 import os
+import platform
 import shutil
 import signal
 import sys
@@ -35,6 +37,7 @@ from rtj_trainer.entrypoint import is_launcher
 
 from rtj_local.cluster import LocalCluster
 from rtj_local.node_agent import NodeAgent
+from rtj_local.nodes import schedulable
 from rtj_local.rawapi import RawApi
 from rtj_local.stack import OperatorProcess, install_chart
 from rtj_local.timeline import Snapshot, Timeline
@@ -130,7 +133,7 @@ class Demo:
         self.out("== helm install charts/resilient-training-operator (operator.replicas=0)")
         install_chart(self.cluster, trainer_namespaces=[NAMESPACE])
         self.out("== operator: local process, the chart's args/env, its ServiceAccount token (chart RBAC)")
-        self.operator = OperatorProcess(self.cluster, self.run_dir / "operator").start(raw)
+        self.operator = OperatorProcess.from_chart(self.cluster, raw, self.run_dir / "operator").start()
         self.out(f"   log {self.operator.log_path}")
         docs = self._example()
         for path in self.checkpoint_dirs:  # a fresh demo starts from no checkpoint
@@ -146,19 +149,7 @@ class Demo:
 
     @staticmethod
     def _nodes_schedulable(raw: RawApi) -> bool:
-        for name in NODES:
-            node = raw.get(f"/api/v1/nodes/{name}")
-            if node is None:
-                return False
-            ready = any(
-                c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or []
-            )
-            not_ready_taint = any(
-                t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints") or []
-            )
-            if not ready or not_ready_taint:
-                return False
-        return True
+        return all(schedulable(raw.get(f"/api/v1/nodes/{name}")) for name in NODES)
 
     # --- faults ---------------------------------------------------------------------------------------
     def _rank_pids(self, pod: str) -> dict[int, int]:
@@ -356,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(message)s",
     )
     demo = Demo(run_dir, job_timeout=args.timeout)
+    # The pods run this environment's trainer runtime: say which NVRx and torch they train with.
+    print(
+        f"== trainer runtime: NVRx {importlib.metadata.version('nvidia-resiliency-ext')}, "
+        f"torch {importlib.metadata.version('torch')}, Python {platform.python_version()}"
+    )
     t0 = time.monotonic()
     ok = False
     try:

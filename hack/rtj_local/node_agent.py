@@ -50,6 +50,7 @@ from urllib.parse import urlparse
 
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
+from rtj.contract import micro_time
 
 from rtj_local.nodes import P5_RESOURCES, p5_node
 from rtj_local.podrun import (
@@ -78,10 +79,6 @@ KUBELET_VERSION = "v1.37.2-rtj-local"
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _micro_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _get(obj: Any, *keys: str) -> Any:
@@ -364,7 +361,7 @@ class NodeAgent:
             "spec": {
                 "holderIdentity": name,
                 "leaseDurationSeconds": self.lease_duration_seconds,
-                "renewTime": _micro_now(),
+                "renewTime": micro_time(datetime.now(UTC)),
             },
         }
         path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"

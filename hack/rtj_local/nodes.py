@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 # Nodes with this annotation are managed by KWOK (`--manage-nodes-with-annotation-selector`).
 KWOK_ANNOTATION_KEY = "kwok.x-k8s.io/node"
@@ -114,3 +115,14 @@ def p5_nodes(
         p5_node(f"{prefix}{i}", zone=zones[i % len(zones)], annotations=annotations, labels=labels)
         for i in range(count)
     ]
+
+
+def schedulable(node: Mapping[str, Any] | None) -> bool:
+    """A Node (as the API returns it; None: absent) is Ready and carries none of the node lifecycle
+    controller's `node.kubernetes.io/*` taints (not-ready, unreachable, ...): pods can land on it."""
+    if node is None:
+        return False
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    taints = (node.get("spec") or {}).get("taints") or []
+    return ready and not any(str(t.get("key", "")).startswith("node.kubernetes.io/") for t in taints)

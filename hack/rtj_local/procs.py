@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -100,6 +101,13 @@ def stop(
     if children and pid in children:
         children.pop(pid).wait(timeout=5)
     return True
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def log_tail(log_file: Path, lines: int = 30) -> str:

@@ -2,9 +2,10 @@
 
 - `install_chart()`: `helm install` of charts/resilient-training-operator with the operator Deployment
   scaled to 0 (the CRD, RBAC, trainer ServiceAccount and Services come from the chart);
-- `OperatorProcess`: the operator as a local process, started exactly as the chart's Deployment
-  would start it (its args and env), but authenticated as the chart's operator ServiceAccount through
-  a TokenRequest token in a kubeconfig, so it has the chart's RBAC and nothing more.
+- `OperatorProcess`: the operator as a local process. `from_chart` starts it exactly as the chart's
+  Deployment would (its args and env), but authenticated as the chart's operator ServiceAccount
+  through a TokenRequest token in a kubeconfig, so it has the chart's RBAC and nothing more;
+  `for_namespace` runs `python -m rtj` on one namespace with the admin kubeconfig (the tests).
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
+import sys
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rtj_local.cluster import LocalCluster
-from rtj_local.procs import log_tail
+from rtj_local.procs import free_port, log_tail
 from rtj_local.rawapi import RawApi
 from rtj_local.versions import REPO_ROOT, bin_path
 from rtj_local.wait import wait_for
@@ -27,12 +29,6 @@ from rtj_local.wait import wait_for
 CHART = REPO_ROOT / "charts" / "resilient-training-operator"
 RELEASE = "rtj"
 OPERATOR_NAMESPACE = "rtj-system"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def install_chart(
@@ -68,90 +64,132 @@ def _resolve_env(env: list[dict[str, Any]], namespace: str, pod_name: str) -> di
 
 
 class OperatorProcess:
-    """The operator, run locally as the chart's Deployment would run it, with the chart's RBAC."""
+    """The operator as a local process in its own session, its output appended to `log_path`.
 
-    POD_NAME = "local-operator"
+    Two ways to make one: `for_namespace` (`python -m rtj` watching one namespace, admin kubeconfig,
+    test-friendly intervals: the integration and reliability tiers) and `from_chart` (the chart's
+    Deployment args and env, authenticated as the chart's ServiceAccount: e2e, demo, benchmarks).
+    """
 
     def __init__(
-        self,
+        self, argv: list[str], env: dict[str, str], log_path: Path, health_port: int, metrics_port: int | None
+    ) -> None:
+        self.argv, self.env, self.log_path = argv, env, Path(log_path)
+        self.health_port, self.metrics_port = health_port, metrics_port
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @classmethod
+    def for_namespace(cls, kubeconfig: Path, namespace: str, log_path: Path, **env: str) -> OperatorProcess:
+        """`python -m rtj --namespace=<namespace>` (RTJ_* settings from `env` override the defaults)."""
+        health, metrics = free_port(), free_port()
+        argv = [sys.executable, "-m", "rtj", f"--namespace={namespace}",
+                f"--liveness=http://127.0.0.1:{health}/healthz", "--log-format=plain"]  # fmt: skip
+        settings = {
+            "KUBECONFIG": str(kubeconfig),
+            "RTJ_METRICS_PORT": str(metrics),
+            "RTJ_RECONCILE_INTERVAL_SECONDS": "0.5",
+            "RTJ_FAULT_GRACE_SECONDS": "0",
+            "RTJ_TERMINATION_GRACE_SECONDS": "5",
+            **env,
+        }
+        return cls(argv, {**os.environ, **settings}, log_path, health, metrics)
+
+    @classmethod
+    def from_chart(
+        cls,
         cluster: LocalCluster,
+        raw: RawApi,
         run_dir: Path,
         namespace: str = OPERATOR_NAMESPACE,
         release: str = RELEASE,
-    ) -> None:
-        self.cluster = cluster
-        self.run_dir = Path(run_dir)
-        self.namespace = namespace
-        self.release = release
-        self.log_path = self.run_dir / "operator.log"
-        self.metrics_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def _deployment(self, raw: RawApi) -> dict[str, Any]:
+    ) -> OperatorProcess:
+        """`kopf run` (the image's entrypoint) with the args and env of the release's Deployment."""
         items = raw.request(
             "GET",
-            f"/apis/apps/v1/namespaces/{self.namespace}/deployments",
-            labelSelector=f"app.kubernetes.io/instance={self.release}",
+            f"/apis/apps/v1/namespaces/{namespace}/deployments",
+            labelSelector=f"app.kubernetes.io/instance={release}",
         )["items"]
         if len(items) != 1:
-            raise RuntimeError(
-                f"expected one operator Deployment of release {self.release}, found {len(items)}"
-            )
-        return items[0]
-
-    def start(self, raw: RawApi) -> OperatorProcess:
-        deployment = self._deployment(raw)
-        pod_spec = deployment["spec"]["template"]["spec"]
+            raise RuntimeError(f"expected one operator Deployment of release {release}, found {len(items)}")
+        pod_spec = items[0]["spec"]["template"]["spec"]
         container = pod_spec["containers"][0]
-        service_account = pod_spec["serviceAccountName"]
-        kubeconfig = self.cluster.service_account_kubeconfig(
-            self.namespace, service_account, self.run_dir / "operator.kubeconfig"
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        kubeconfig = cluster.service_account_kubeconfig(
+            namespace, pod_spec["serviceAccountName"], run_dir / "operator.kubeconfig"
         )
-        env = _resolve_env(container.get("env") or [], self.namespace, self.POD_NAME)
+        env = _resolve_env(container.get("env") or [], namespace, "local-operator")
+        metrics = None
         if "RTJ_METRICS_PORT" in env:
-            env["RTJ_METRICS_PORT"] = str(self.metrics_port)
-        health = f"http://127.0.0.1:{free_port()}/healthz"
+            metrics = free_port()
+            env["RTJ_METRICS_PORT"] = str(metrics)
+        health = free_port()
         args = [
-            f"--liveness={health}" if a.startswith("--liveness=") else a for a in container.get("args") or []
+            f"--liveness=http://127.0.0.1:{health}/healthz" if a.startswith("--liveness=") else a
+            for a in container.get("args") or []
         ]
         args = [a for a in args if not a.startswith("--log-format")] + ["--log-format=plain"]
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         venv_bin = REPO_ROOT / ".venv" / "bin"
         full_env = {
             "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "HOME": str(self.run_dir),
+            "HOME": str(run_dir),
             "KUBECONFIG": str(kubeconfig),
             "PYTHONUNBUFFERED": "1",
             # A worktree sharing another checkout's editable venv points PYTHONPATH at its own code.
             **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
             **env,
         }
+        # The image's entrypoint is `kopf run`; the Deployment passes only args.
+        return cls(
+            [str(venv_bin / "kopf"), "run", *args], full_env, run_dir / "operator.log", health, metrics
+        )
+
+    def start(self, tick: Callable[[], None] | None = None) -> OperatorProcess:
+        """Start and wait for liveness; `tick` runs on every poll (e.g. the trainers' heartbeats,
+        which keep going while the operator restarts)."""
+        self.starts += 1
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            # The image's entrypoint is `kopf run`; the Deployment passes only args.
+            log.write(f"\n===== operator start #{self.starts}: {' '.join(self.argv)} =====\n".encode())
+            log.flush()
             self.proc = subprocess.Popen(
-                [str(venv_bin / "kopf"), "run", *args], env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.run_dir,
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=self.log_path.parent,
             )  # fmt: skip
-        self._health = health
-        wait_for(self._healthy, timeout=60, interval=0.3, message=lambda: f"operator health\n{self.tail()}")
+
+        def healthy() -> bool:
+            if tick is not None:
+                tick()
+            return self._healthy()
+
+        wait_for(healthy, timeout=60, interval=0.2, message=lambda: f"operator liveness\n{self.log_tail()}")
         return self
 
     def _healthy(self) -> bool:
         if self.proc is None or self.proc.poll() is not None:
-            raise RuntimeError(f"operator exited ({self.proc and self.proc.returncode}):\n{self.tail()}")
+            raise RuntimeError(f"operator exited ({self.proc and self.proc.returncode}):\n{self.log_tail()}")
         try:
-            with urllib.request.urlopen(self._health, timeout=1) as resp:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1) as resp:
                 return resp.status == 200
         except OSError:
             return False
 
-    def tail(self, lines: int = 40) -> str:
+    def metrics(self) -> str:
+        if self.metrics_port is None:
+            raise RuntimeError("this operator serves no metrics (RTJ_METRICS_PORT not set)")
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def log_tail(self, lines: int = 60) -> str:
         return log_tail(self.log_path, lines)
 
-    def stop(self, grace: float = 10.0) -> None:
+    def stop(self, kill: bool = False, grace: float = 30.0) -> None:
+        """SIGTERM to its process group (a clean shutdown), SIGKILL after `grace`; or SIGKILL at once
+        (`kill`: a crash)."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
         try:
             self.proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:

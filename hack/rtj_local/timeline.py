@@ -15,15 +15,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rtj.contract import API_GROUP, API_VERSION, LABEL_JOB, PLURAL, parse_heartbeat
+from rtj.contract import API_GROUP, API_VERSION, LABEL_JOB, PLURAL, parse_heartbeat, parse_time
 
 from rtj_local.rawapi import RawApi
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 @dataclass
@@ -91,7 +85,7 @@ class Timeline:
             if not name.startswith(f"{self.job}-"):
                 continue
             hb = parse_heartbeat(lease["metadata"].get("annotations"))
-            renew = _parse_time((lease.get("spec") or {}).get("renewTime"))
+            renew = parse_time((lease.get("spec") or {}).get("renewTime"))
             leases[name] = {
                 "state": hb.state.value if hb else "?",
                 "step": hb.step if hb else None,

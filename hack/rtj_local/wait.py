@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
-
-T = TypeVar("T")
 
 
 class WaitTimeout(AssertionError):

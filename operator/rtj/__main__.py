@@ -1,24 +1,20 @@
-"""`python -m rtj`: run the operator (same as `kopf run -m rtj.handlers` with our settings)."""
+"""`python -m rtj [options]`: the operator, exactly as `kopf run -m rtj.handlers [options]` (the
+image's entrypoint, which the chart runs).
+
+Both take kopf's options (--namespace/--all-namespaces, --liveness, --standalone, --verbose, ...)
+and both read the same RTJ_* settings (rtj.settings): nothing depends on which one started it.
+"""
 
 from __future__ import annotations
 
-import os
+import sys
 
-import kopf
-
-from rtj import handlers
+from kopf import cli
 
 
-def main() -> None:
-    settings = handlers.SETTINGS
-    kopf.configure(debug=settings.log_level == "DEBUG")
-    kopf.run(
-        clusterwide=not settings.namespaces,
-        namespaces=list(settings.namespaces),
-        standalone=not settings.peering,
-        peering_name=settings.peering or None,
-        liveness_endpoint=os.environ.get("RTJ_HEALTH_ENDPOINT", "http://0.0.0.0:8081/healthz"),
-    )
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    cli.main(args=["run", "-m", "rtj.handlers", *args], prog_name="python -m rtj")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from rtj.ladder import (
     spare_pod_name,
     worker_pod_name,
 )
+from rtj.settings import Settings
 
 RDZV_PORT = 29400
 RDZV_PORT_NAME = "rdzv"
@@ -40,14 +41,16 @@ _DOWNWARD_ENV = (
 )
 
 
+_DEFAULTS = Settings()
+
+
 @dataclass(frozen=True)
 class BuildSettings:
-    """Operator-wide settings the builders need (from rtj.settings)."""
+    """Operator-wide settings the builders need: a subset of rtj.settings.Settings, its defaults."""
 
-    trainer_service_account: str = "rtj-trainer"
+    trainer_service_account: str = _DEFAULTS.trainer_service_account
     #: Long enough for the trainer's last checkpoint on SIGTERM (suspend, deletion).
-    termination_grace_seconds: int = 300
-    allow_privileged: bool = False
+    termination_grace_seconds: int = _DEFAULTS.termination_grace_seconds
 
 
 def _name(job: ResilientTrainingJob) -> str:
@@ -391,7 +394,7 @@ def rendezvous_pod(job: ResilientTrainingJob, settings: BuildSettings | None = N
                     "securityContext": container_security_context(),
                     "resources": {
                         "requests": {"cpu": "250m", "memory": "256Mi"},
-                        # The store process imports torch (~650 MB RSS on NVRx 0.4.1).
+                        # nvrx-control imports torch (~700 MB RSS measured on NVRx 0.7.0, torch 2.15).
                         "limits": {"cpu": "1", "memory": "2Gi"},
                     },
                 }

@@ -20,11 +20,11 @@ Channels:
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 API_GROUP = "training.resilient.dev"
 API_VERSION = "v1alpha1"
@@ -170,40 +170,57 @@ def parse_heartbeat(annotations: dict[str, Any] | None) -> Heartbeat | None:
         return None
 
 
+# TrainerConfig: no defaults (the operator writes every field, from the job spec, whose defaults are
+# the API's: rtj.api.models) and bounds that make a config the trainer can run; the API's limits
+# are narrower. Validation errors name the field by its JSON name.
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+PositiveCount = Annotated[int, Field(ge=1, le=MAX_COUNTER)]
+ExitStatus = Annotated[int, Field(ge=1, le=255)]
+
+
 class InProcessConfig(_Model):
-    enabled: bool = True
-    soft_timeout_seconds: float = Field(60, alias="softTimeoutSeconds")
-    hard_timeout_seconds: float = Field(90, alias="hardTimeoutSeconds")
-    max_restarts: int = Field(10, alias="maxRestarts")
+    enabled: bool
+    soft_timeout_seconds: Seconds = Field(alias="softTimeoutSeconds")
+    hard_timeout_seconds: Seconds = Field(alias="hardTimeoutSeconds")
+    max_restarts: Counter = Field(alias="maxRestarts")
+
+    @model_validator(mode="after")
+    def _hard_after_soft(self) -> InProcessConfig:
+        if self.hard_timeout_seconds <= self.soft_timeout_seconds:
+            raise ValueError("hardTimeoutSeconds must be greater than softTimeoutSeconds")
+        return self
 
 
 class TrainerConfig(_Model):
     """What the trainer entrypoint needs, as the operator computed it from the job spec."""
 
-    job_name: str = Field(alias="jobName")
-    command: list[str]
-    args: list[str] = []
-    nnodes: int
-    nproc_per_node: int = Field(alias="nprocPerNode")
+    job_name: str = Field(alias="jobName", min_length=1)
+    command: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    args: list[str]
+    nnodes: PositiveCount
+    nproc_per_node: PositiveCount = Field(alias="nprocPerNode")
     #: host:port of the job's rendezvous (a Service in front of the rendezvous pod).
-    rdzv_endpoint: str = Field(alias="rdzvEndpoint")
-    rdzv_id: str = Field(alias="rdzvId")
-    max_in_job_restarts: int = Field(alias="maxInJobRestarts")
-    heartbeat_interval_seconds: float = Field(alias="heartbeatIntervalSeconds")
+    rdzv_endpoint: str = Field(alias="rdzvEndpoint", pattern=r"^[^\s:]+:[0-9]{1,5}$")
+    rdzv_id: str = Field(alias="rdzvId", min_length=1)
+    max_in_job_restarts: Counter = Field(alias="maxInJobRestarts")
+    heartbeat_interval_seconds: Seconds = Field(alias="heartbeatIntervalSeconds")
     #: NVRx rank heartbeat timeouts (hang detection below the pod level).
-    rank_heartbeat_timeout_seconds: float = Field(alias="rankHeartbeatTimeoutSeconds")
-    rank_initial_timeout_seconds: float = Field(alias="rankInitialTimeoutSeconds")
+    rank_heartbeat_timeout_seconds: Seconds = Field(alias="rankHeartbeatTimeoutSeconds")
+    rank_initial_timeout_seconds: Seconds = Field(alias="rankInitialTimeoutSeconds")
     in_process: InProcessConfig = Field(alias="inProcess")
-    checkpoint_dir: str = Field(alias="checkpointDir")
-    checkpoint_interval_steps: int = Field(alias="checkpointIntervalSteps")
-    checkpoints_to_keep: int = Field(2, alias="checkpointsToKeep")
-    max_no_progress_cycles: int = Field(3, alias="maxNoProgressCycles")
-    do_not_restart_exit_codes: list[int] = Field(
-        list(DEFAULT_DO_NOT_RESTART_EXIT_CODES), alias="doNotRestartExitCodes"
-    )
+    checkpoint_dir: str = Field(alias="checkpointDir", min_length=1)
+    checkpoint_interval_steps: PositiveCount = Field(alias="checkpointIntervalSteps")
+    checkpoints_to_keep: PositiveCount = Field(alias="checkpointsToKeep")
+    max_no_progress_cycles: PositiveCount = Field(alias="maxNoProgressCycles")
+    do_not_restart_exit_codes: list[ExitStatus] = Field(alias="doNotRestartExitCodes")
     #: Hot spare (writer: operator pod builder; reader: trainer entrypoint): heartbeat in state
     #: STANDBY and wait for ASSIGNED_SLOT_ANNOTATION on the own Lease before launching.
     standby: bool = False
+
+    @property
+    def rdzv_port(self) -> int:
+        """The port of rdzv_endpoint (validated: host:port)."""
+        return int(self.rdzv_endpoint.rpartition(":")[2])
 
     def to_env(self) -> str:
         return self.model_dump_json(by_alias=True)
@@ -216,3 +233,24 @@ class TrainerConfig(_Model):
 def lease_name(pod_name: str) -> str:
     """The heartbeat Lease of a pod has the pod's name."""
     return pod_name
+
+
+# --- Kubernetes time formats (writer: trainer heartbeat agent, local tools; reader: operator) -----
+def micro_time(t: datetime) -> str:
+    """A Kubernetes MicroTime (a Lease's renewTime/acquireTime): RFC 3339 in UTC, microseconds."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A Kubernetes Time/MicroTime (or a datetime) as an aware datetime; None when absent or
+    malformed (the reader never raises on what a workload wrote). A naive value is taken as UTC."""
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str) and value:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    else:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

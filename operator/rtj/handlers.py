@@ -177,14 +177,10 @@ def parse_job(body: kopf.Body) -> tuple[ResilientTrainingJob | None, str]:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
         return None, f"{where}: {first.get('msg')}"
-    if not SETTINGS.allow_privileged:
-        violations = builders.privileged_violations(job)
-        if violations:
-            return (
-                None,
-                "; ".join(violations) + " (privileged jobs are refused; the operator allows them "
-                "only with RTJ_ALLOW_PRIVILEGED_JOBS=true)",
-            )
+    # The CRD already refuses all of these; this is the net for a job stored before it did.
+    violations = builders.privileged_violations(job)
+    if violations:
+        return None, "; ".join(violations) + " (privileged jobs are refused)"
     if job.spec.checkpoint.fsx is not None and not SETTINGS.fsx_enabled:
         return None, FSX_DISABLED
     return job, ""
@@ -386,7 +382,6 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> li
     bs = builders.BuildSettings(
         trainer_service_account=SETTINGS.trainer_service_account,
         termination_grace_seconds=SETTINGS.termination_grace_seconds,
-        allow_privileged=SETTINGS.allow_privileged,
     )
     gate = asyncio.Semaphore(PARALLEL_CALLS)
     refused: list[str] = []

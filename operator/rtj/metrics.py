@@ -52,9 +52,13 @@ GOODPUT = Gauge(
     ["job_namespace", "job_name"],
 )
 
+# Our own record of the label sets each job has (prometheus-client has no public way to list a
+# metric's children), so that a deleted job's series can be removed.
 _conditions: dict[tuple[str, str], frozenset[str]] = {}
 _tally: Tally[str] = Tally()
 _slots: dict[tuple[str, str], set[str]] = {}
+_restart_labels: dict[tuple[str, str], set[tuple[str, str]]] = {}
+_goodput_jobs: set[tuple[str, str]] = set()
 
 
 def serve(port: int) -> None:
@@ -68,6 +72,7 @@ def committed(
     """Record what a successful status write committed."""
     for r in restarts:
         RESTARTS.labels(namespace, job, r.level, r.reason).inc(r.count)
+        _restart_labels.setdefault((namespace, job), set()).add((r.level, r.reason))
     for rec in recoveries:
         RECOVERY.labels(rec.level).observe(max(0.0, rec.seconds))
 
@@ -99,6 +104,7 @@ def set_heartbeat_ages(namespace: str, job: str, ages: dict[int, float]) -> None
 def set_goodput(namespace: str, job: str, ratio: float | None) -> None:
     if ratio is not None:
         GOODPUT.labels(namespace, job).set(ratio)
+        _goodput_jobs.add((namespace, job))
 
 
 def forget(namespace: str, job: str) -> None:
@@ -107,9 +113,8 @@ def forget(namespace: str, job: str) -> None:
     _conditions.pop((namespace, job), None)
     set_heartbeat_ages(namespace, job, {})
     _slots.pop((namespace, job), None)
-    for labels in list(GOODPUT._metrics):
-        if labels == (namespace, job):
-            GOODPUT.remove(namespace, job)
-    for labels in list(RESTARTS._metrics):
-        if labels[:2] == (namespace, job):
-            RESTARTS.remove(*labels)
+    if (namespace, job) in _goodput_jobs:
+        _goodput_jobs.discard((namespace, job))
+        GOODPUT.remove(namespace, job)
+    for level, reason in _restart_labels.pop((namespace, job), set()):
+        RESTARTS.remove(namespace, job, level, reason)

@@ -50,9 +50,7 @@ NODE_QUARANTINED = "NodeQuarantined"
 SPARE_PROMOTED = "SparePromoted"
 SUSPENDED = "Suspended"
 RESUMED = "Resumed"
-NOT_SUSPENDED = "NotSuspended"
 FINISHED = "Finished"
-TTL_EXPIRED = "TTLExpired"
 
 #: Pod causes (the builders' CAUSE annotation): a pod created for these is not a reschedule.
 CAUSE_INITIAL = "Initial"

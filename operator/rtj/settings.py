@@ -1,68 +1,78 @@
-"""Operator settings, read once from the environment (documented in the chart's values).
+"""Operator settings: one object, read once from the environment (documented in the chart's values).
 
-- RTJ_METRICS_PORT (9090): Prometheus /metrics port; 0 disables. Not 8080: the operator image's
-  liveness endpoint (`kopf run --liveness`) listens there.
-- RTJ_TRAINER_SERVICE_ACCOUNT (rtj-trainer): ServiceAccount of trainer pods (the chart defines it).
-- RTJ_ALLOW_PRIVILEGED_JOBS (false): "true" accepts hostPath volumes, host namespaces, privileged.
-- RTJ_FSX_ENABLED (true): "false" fails jobs with spec.checkpoint.fsx at once (the chart sets it false
-  unless fsx.enabled, and then grants no PersistentVolume permission).
-- RTJ_RECONCILE_INTERVAL_SECONDS (1.0): per-job pass interval (kopf timer).
-- RTJ_FAULT_GRACE_SECONDS (5): grace when deleting a faulted pod (node lost: 0, forced).
-- RTJ_TERMINATION_GRACE_SECONDS (300): pods' terminationGracePeriodSeconds (a last checkpoint).
-- RTJ_HEARTBEAT_STATUS_RESOLUTION_SECONDS (60): how stale status lastHeartbeatTime may get.
-- RTJ_REQUEST_TIMEOUT_SECONDS (10): timeout of each API request.
-- RTJ_WATCH_SERVER_TIMEOUT_SECONDS (300): server-side watch timeout (client side: +30 s).
-- RTJ_PEERING (empty): empty = standalone (one replica); else the KopfPeering name (mandatory).
-- RTJ_NAMESPACES (empty): comma list of namespaces to watch; empty = cluster-wide.
-- RTJ_LOG_LEVEL (INFO): log level of the operator's own loggers.
-- RTJ_HEALTH_ENDPOINT (http://0.0.0.0:8081/healthz): kopf liveness endpoint (`python -m rtj`).
+Each field is read from `RTJ_<FIELD NAME IN CAPITALS>` (e.g. RTJ_RECONCILE_INTERVAL_SECONDS); an
+unset or empty variable keeps the default written here, and nowhere else. A value out of bounds
+stops the operator at startup with the variable's name.
+
+What kopf's own command line decides (namespaces: --namespace/--all-namespaces; liveness endpoint:
+--liveness; --standalone; --verbose) is not a setting here: `kopf run -m rtj.handlers` and
+`python -m rtj` take the same options (rtj.__main__).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+ENV_PREFIX = "RTJ_"
 
 
-def _float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    try:
-        return float(raw) if raw else default
-    except ValueError as exc:
-        raise SystemExit(f"{name} must be a number, got {raw!r}") from exc
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-
-@dataclass(frozen=True)
-class Settings:
-    metrics_port: int = 9090
-    trainer_service_account: str = "rtj-trainer"
-    allow_privileged: bool = False
-    fsx_enabled: bool = True
-    reconcile_interval_seconds: float = 1.0
-    fault_grace_seconds: int = 5
-    termination_grace_seconds: int = 300
-    heartbeat_status_resolution_seconds: float = 60.0
-    request_timeout_seconds: float = 10.0
-    watch_server_timeout_seconds: float = 300.0
-    peering: str = ""
-    namespaces: tuple[str, ...] = field(default_factory=tuple)
-    log_level: str = "INFO"
+    metrics_port: int = Field(
+        9090,
+        ge=0,
+        le=65535,
+        description="Prometheus /metrics port; 0 disables. Not 8080: the operator image's liveness "
+        "endpoint (`kopf run --liveness`) listens there.",
+    )
+    trainer_service_account: str = Field(
+        "rtj-trainer", min_length=1, description="ServiceAccount of trainer pods (the chart defines it)."
+    )
+    fsx_enabled: bool = Field(
+        True,
+        description="false: jobs with spec.checkpoint.fsx fail at once (the chart sets it from fsx.enabled "
+        "and grants PersistentVolume permissions only when true).",
+    )
+    reconcile_interval_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="Per-job pass interval (the job's daemon also wakes on deadlines and pod changes).",
+    )
+    fault_grace_seconds: int = Field(
+        5, ge=0, description="Grace when deleting a faulted pod (node lost: 0, forced)."
+    )
+    termination_grace_seconds: int = Field(
+        300, ge=0, description="Pods' terminationGracePeriodSeconds (time for a last checkpoint)."
+    )
+    heartbeat_status_resolution_seconds: float = Field(
+        60.0, ge=0, description="How stale status lastHeartbeatTime may get."
+    )
+    request_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of each API request.")
+    watch_server_timeout_seconds: float = Field(
+        300.0, gt=0, description="Server-side watch timeout (client side: +30 s)."
+    )
+    peering: str = Field("", description="Empty: standalone (one replica); else the KopfPeering name.")
+    log_level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(lambda v: str(v).upper())
+    ] = Field("INFO", description="Log level of the operator's own loggers.")
 
     @classmethod
-    def from_env(cls) -> Settings:
-        env = os.environ
-        return cls(
-            metrics_port=int(_float("RTJ_METRICS_PORT", 9090)),
-            trainer_service_account=env.get("RTJ_TRAINER_SERVICE_ACCOUNT", "").strip() or "rtj-trainer",
-            allow_privileged=env.get("RTJ_ALLOW_PRIVILEGED_JOBS", "").strip().lower() == "true",
-            fsx_enabled=env.get("RTJ_FSX_ENABLED", "").strip().lower() != "false",
-            reconcile_interval_seconds=_float("RTJ_RECONCILE_INTERVAL_SECONDS", 1.0),
-            fault_grace_seconds=int(_float("RTJ_FAULT_GRACE_SECONDS", 5)),
-            termination_grace_seconds=int(_float("RTJ_TERMINATION_GRACE_SECONDS", 300)),
-            heartbeat_status_resolution_seconds=_float("RTJ_HEARTBEAT_STATUS_RESOLUTION_SECONDS", 60.0),
-            request_timeout_seconds=_float("RTJ_REQUEST_TIMEOUT_SECONDS", 10.0),
-            watch_server_timeout_seconds=_float("RTJ_WATCH_SERVER_TIMEOUT_SECONDS", 300.0),
-            peering=env.get("RTJ_PEERING", "").strip(),
-            namespaces=tuple(n.strip() for n in env.get("RTJ_NAMESPACES", "").split(",") if n.strip()),
-            log_level=env.get("RTJ_LOG_LEVEL", "INFO").strip().upper() or "INFO",
-        )
+    def env_name(cls, field: str) -> str:
+        return ENV_PREFIX + field.upper()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
+        values = {
+            name: raw for name in cls.model_fields if (raw := environ.get(cls.env_name(name), "").strip())
+        }
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = cls.env_name(str(first["loc"][0]))
+            raise SystemExit(f"{name}: {first['msg']} (got {first.get('input')!r})") from exc

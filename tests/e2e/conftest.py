@@ -43,15 +43,16 @@ def e2e_stack(cluster: LocalCluster) -> Iterator[E2EStack]:
     if raw.get(f"/api/v1/namespaces/{NAMESPACE}") is None:
         raw.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     agent = NodeAgent(cluster.kubeconfig, run_dir / "agent", AGENT_NODES, lease_duration_seconds=20)
-    operator = OperatorProcess(cluster, run_dir / "operator", OPERATOR_NAMESPACE, RELEASE)
+    operator: OperatorProcess | None = None
     try:
         agent.start()
         wait_for(lambda: agent_nodes_schedulable(raw), timeout=90, message="agent nodes Ready, untainted")
         install_chart(cluster, [NAMESPACE], OPERATOR_NAMESPACE, RELEASE)
-        operator.start(raw)
-        yield E2EStack(cluster, raw, agent, operator, run_dir)
+        operator = OperatorProcess.from_chart(cluster, raw, run_dir / "operator", OPERATOR_NAMESPACE, RELEASE)
+        yield E2EStack(cluster, raw, agent, operator.start(), run_dir)
     finally:
-        operator.stop()
+        if operator is not None:
+            operator.stop()
         agent.stop()
         set_unschedulable(raw, others, False)
         subprocess.run(

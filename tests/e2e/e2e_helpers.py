@@ -26,6 +26,7 @@ from kubernetes.client.rest import ApiException
 from rtj.contract import API_GROUP, API_VERSION, KIND, LABEL_JOB, PLURAL, QUARANTINE_TAINT_KEY
 from rtj_local.cluster import LocalCluster
 from rtj_local.node_agent import AGENT_LABEL, NodeAgent
+from rtj_local.nodes import schedulable
 from rtj_local.rawapi import MERGE, RawApi
 from rtj_local.stack import OperatorProcess
 from rtj_local.timeline import Snapshot, Timeline
@@ -56,18 +57,7 @@ def set_unschedulable(raw: RawApi, names: list[str], value: bool) -> None:
 
 
 def agent_nodes_schedulable(raw: RawApi) -> bool:
-    for name in AGENT_NODES:
-        node = raw.get(f"/api/v1/nodes/{name}")
-        if node is None:
-            return False
-        ready = any(
-            c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or []
-        )
-        if not ready or any(
-            t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints") or []
-        ):
-            return False
-    return True
+    return all(schedulable(raw.get(f"/api/v1/nodes/{name}")) for name in AGENT_NODES)
 
 
 def job_manifest(
@@ -153,7 +143,7 @@ class JobRun:
                 "--- timeline (last 40 lines)",
                 *self.lines[-40:],
                 "--- operator log (tail)",
-                self.stack.operator.tail(30),
+                self.stack.operator.log_tail(30),
             ]
         )
 

@@ -1,7 +1,8 @@
-"""Run the operator as a real subprocess (`python -m rtj`) against the test cluster, and act as the
-trainer would (heartbeat Leases written through rtj.contract, pod exits as pod status).
+"""Run the operator as a real subprocess (`python -m rtj`, rtj_local.stack.OperatorProcess) against
+the test cluster, and act as the trainer would (heartbeat Leases written through rtj.contract, pod
+exits as pod status).
 
-Used by tests/integration/test_operator_*.py through the fixtures in `operator_fixtures()`.
+Used by tests/integration/test_operator_*.py through `operator_env_factory()` (their conftest.py).
 Each test gets its own namespace, its own KWOK p5 nodes (labelled with a node group named after the
 namespace, which the job selects) and its own operator process watching only that namespace, so tests
 never see each other's pods, nodes or taints.
@@ -9,12 +10,6 @@ never see each other's pods, nodes or taints.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,102 +18,22 @@ from typing import Any
 
 from kubernetes import client
 from rtj import contract
-from rtj.kube import Kube
+from rtj.contract import micro_time
 from rtj_local.nodes import KWOK_ANNOTATION_KEY, KWOK_HEARTBEAT_LABEL, p5_node
+from rtj_local.rawapi import RawApi
+from rtj_local.stack import OperatorProcess
 from rtj_local.wait import wait_for
 
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 TRAINER_SERVICE_ACCOUNT = "rtj-trainer"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def micro_time(t: datetime | None = None) -> str:
-    return (t or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-class OperatorProcess:
-    """`python -m rtj` watching one namespace, with test-friendly intervals."""
-
-    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, **env: str) -> None:
-        self.kubeconfig, self.namespace, self.log_path = kubeconfig, namespace, log_path
-        self.metrics_port, self.health_port = free_port(), free_port()
-        self.env = {
-            "KUBECONFIG": str(kubeconfig),
-            "RTJ_NAMESPACES": namespace,
-            "RTJ_METRICS_PORT": str(self.metrics_port),
-            "RTJ_HEALTH_ENDPOINT": f"http://127.0.0.1:{self.health_port}/healthz",
-            "RTJ_RECONCILE_INTERVAL_SECONDS": "0.5",
-            "RTJ_FAULT_GRACE_SECONDS": "0",
-            "RTJ_TERMINATION_GRACE_SECONDS": "5",
-            **env,
-        }
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self, tick: Callable[[], None] | None = None) -> None:
-        """Start and wait for liveness; `tick` runs on every poll (e.g. the trainers' heartbeats,
-        which keep going while the operator restarts)."""
-        self.starts += 1
-        log = self.log_path.open("ab")
-        log.write(f"\n===== operator start #{self.starts} =====\n".encode())
-        log.flush()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rtj"],
-            env={**os.environ, **self.env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-
-        def healthy() -> bool:
-            if tick is not None:
-                tick()
-            return self._healthy()
-
-        wait_for(healthy, timeout=60, interval=0.2, message=lambda: f"operator liveness\n{self.log_tail()}")
-
-    def _healthy(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"operator exited with {self.proc.returncode}\n{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def stop(self, kill: bool = False) -> None:
-        """SIGTERM (clean shutdown) or SIGKILL (crash)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            return r.read().decode()
-
-    def log_tail(self, lines: int = 60) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-
 def make_nodes(core: client.CoreV1Api, nodegroup: str, count: int, timeout: float = 60) -> list[str]:
     names = [f"{nodegroup[:40]}-n{i}" for i in range(count)]
     for name in names:  # raw POST: the typed client would drop/refuse parts of the fake status
-        raw(core.api_client, "POST", "/api/v1/nodes", p5_node(name, labels={NODEGROUP_LABEL: nodegroup}))
+        RawApi(core.api_client).request(
+            "POST", "/api/v1/nodes", p5_node(name, labels={NODEGROUP_LABEL: nodegroup})
+        )
 
     def ready() -> bool:
         for name in names:
@@ -129,11 +44,6 @@ def make_nodes(core: client.CoreV1Api, nodegroup: str, count: int, timeout: floa
 
     wait_for(ready, timeout=timeout, message=f"nodes {names} Ready")
     return names
-
-
-def raw(api: client.ApiClient, method: str, path: str, body: Any = None) -> dict[str, Any]:
-    """A plain-JSON request through the client (auth and TLS from the kubeconfig)."""
-    return Kube(api)._request_sync(method, path, body)
 
 
 def make_node_not_ready(core: client.CoreV1Api, name: str) -> None:
@@ -150,8 +60,8 @@ def make_node_not_ready(core: client.CoreV1Api, name: str) -> None:
             "status": "False" if c.type == "Ready" else c.status,
             "reason": "KubeletStopped",
             "message": "test: kubelet stopped",
-            "lastHeartbeatTime": micro_time()[:19] + "Z",
-            "lastTransitionTime": micro_time()[:19] + "Z",
+            "lastHeartbeatTime": micro_time(datetime.now(UTC))[:19] + "Z",
+            "lastTransitionTime": micro_time(datetime.now(UTC))[:19] + "Z",
         }
         for c in node.status.conditions or []
     ]
@@ -242,7 +152,7 @@ class Trainers:
             "spec": {
                 "holderIdentity": pod.metadata.name,
                 "leaseDurationSeconds": 4,
-                "renewTime": micro_time(),
+                "renewTime": micro_time(datetime.now(UTC)),
             },
         }
         try:  # merge patch keeps annotations the operator added (assigned-slot), as the agent must
@@ -252,8 +162,7 @@ class Trainers:
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
-            raw(
-                self.core.api_client,
+            RawApi(self.core.api_client).request(
                 "POST",
                 f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases",
                 body,
@@ -264,7 +173,7 @@ def end_pod(core: client.CoreV1Api, namespace: str, name: str, exit_code: int) -
     """The trainer container exited: what a kubelet would report."""
     phase = "Succeeded" if exit_code == 0 else "Failed"
     pod = core.read_namespaced_pod(name, namespace)
-    now = micro_time()[:19] + "Z"
+    now = micro_time(datetime.now(UTC))[:19] + "Z"
     status = {
         "phase": phase,
         "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
@@ -391,7 +300,7 @@ def operator_env_factory(
         # The trainer ServiceAccount the chart creates per trainer namespace (pods need it to exist).
         core.create_namespaced_service_account(namespace, {"metadata": {"name": TRAINER_SERVICE_ACCOUNT}})
         names = make_nodes(core, namespace, nodes)
-        op = OperatorProcess(kubeconfig, namespace, log_dir / "operator.log", **env)
+        op = OperatorProcess.for_namespace(kubeconfig, namespace, log_dir / "operator.log", **env)
         created.append(OperatorEnv(kube, namespace, names, op, rtj_api))
         op.start()
         return created[-1]

@@ -79,7 +79,8 @@ def test_operator_pod_is_admitted_under_the_restricted_pod_security_standard(
     assert pod.spec.security_context.run_as_non_root is True
     assert pod.spec.service_account_name == f"{release.name}-resilient-training-operator"
     env = {e.name: e.value for e in container.env if e.value is not None}
-    assert env["RTJ_ALLOW_PRIVILEGED_JOBS"] == "false"
+    assert env["RTJ_TRAINER_SERVICE_ACCOUNT"] == "rtj-trainer"
+    assert env["RTJ_FSX_ENABLED"] == "false"
 
 
 def test_install_naming_a_missing_trainer_namespace_fails_first_and_leaves_no_release(

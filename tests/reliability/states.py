@@ -5,7 +5,7 @@
 - `observed_states(job, now)`: a hypothesis strategy of arbitrary observations (pods in any phase,
   slot, attempt, deletion state; Leases fresh, stale, future, malformed; nodes in any condition).
 - `exercise(job, observed, now)`: one decide() pass, every action rendered by its builder, a second
-  pass from the new status (as the next timer tick would), and the ladder's safety invariant: it
+  pass from the new status (as the job's next pass would), and the ladder's safety invariant: it
   never creates or promotes a pod into a slot that still has a live or terminating pod.
 """
 

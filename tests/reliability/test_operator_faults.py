@@ -24,24 +24,25 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from integration.operator_harness import (
-    OperatorProcess,
     Trainers,
     events,
     job_manifest,
     make_node_not_ready,
     make_nodes,
-    micro_time,
     until,
 )
 from kubernetes import client
 from reliability.harness import Fleet, Script, SlotWatch, leaks
 from rtj import contract, reasons
+from rtj.contract import micro_time
 from rtj_local.cluster import LocalCluster
+from rtj_local.stack import OperatorProcess
 from rtj_local.wait import wait_for
 
 pytestmark = pytest.mark.integration
@@ -108,7 +109,7 @@ def nodes(kube: client.ApiClient) -> Iterator[Nodes]:
 def operator(
     kubeconfig: Path, rel_namespace: str, crd: str, tmp_path: Path, kube: client.ApiClient
 ) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(
+    op = OperatorProcess.for_namespace(
         kubeconfig, rel_namespace, tmp_path / "operator.log", RTJ_RECONCILE_INTERVAL_SECONDS="1.0"
     )
     op.start()
@@ -186,7 +187,7 @@ def test_garbage_leases_never_replace_pods_or_crash_the_operator(
     for value in GARBAGE:
         for renew in ("now", None, "2999-01-01T00:00:00.000000Z"):
             for pod in before:
-                when = micro_time() if renew == "now" else renew
+                when = micro_time(datetime.now(UTC)) if renew == "now" else renew
                 body = {
                     "metadata": {"annotations": {contract.HEARTBEAT_ANNOTATION: value}},
                     "spec": {"renewTime": when},

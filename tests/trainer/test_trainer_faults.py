@@ -8,6 +8,7 @@ prints them as a table.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from rtj.contract import ExitCode
-from trainer_harness import ToyJob, first_step_after, wait_for
+from rtj_local.wait import wait_for
+from trainer_harness import ToyJob, first_step_after
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(420)]
 
@@ -173,10 +175,10 @@ def test_lost_pod_is_replaced_and_training_continues(make_job, victim: str) -> N
     back = wait_for(
         lambda: first_step_after(job.events(), t_kill, step_above=before, exclude_pids=old_pids),
         300,
-        "training to continue past the kill",
+        message="training to continue past the kill",
     )
     # The replacement really trains: its launcher runs ranks that complete steps past the kill.
-    wait_for(lambda: job.max_step() >= before + 20, 120, "20 more steps")
+    wait_for(lambda: job.max_step() >= before + 20, 120, message="20 more steps")
     replacement_launcher = job.launcher_pids()["replacement"]
     assert any(e["ppid"] == replacement_launcher and e["step"] > before for e in job.events())
     assert job.pods[survivor].proc.poll() is None, "the surviving pod must keep running"
@@ -184,6 +186,25 @@ def test_lost_pod_is_replaced_and_training_continues(make_job, victim: str) -> N
         f"\nRECOVERY lost pod ({victim}): {back['t'] - t_kill:.2f} s from SIGKILL to the first step past "
         f"step {before} (replacement started 0 s after the kill)"
     )
+
+
+def test_a_launcher_out_of_budget_leaves_the_rendezvous_open_for_its_replacement(make_job) -> None:
+    """NVRx shuts the rendezvous down when a launcher gives up; ours stays open (launcher_main), so the
+    pod the operator starts in its place joins the survivor and the job trains on."""
+    job = make_job(env={"TOY_STEPS": "80"})
+    no_budget = {**json.loads(job.trainer_config), "maxInJobRestarts": 0}
+    job.start_rendezvous()
+    # Whichever global ranks pod0 gets, they die at step 30: its launcher has no restart left.
+    job.start_pod("pod0", {"RTJ_TRAINER_CONFIG": json.dumps(no_budget), "RTJ_FAULT_INJECT": "sigkill:*:30"})
+    job.start_pod("pod1")
+    assert job.wait_exit("pod0", 300) == ExitCode.LAUNCHER_BUDGET_EXHAUSTED, job.dump_logs()
+    assert job.pods["pod1"].proc.poll() is None, "the surviving pod waits for a new rendezvous round"
+    assert "injecting sigkill at step 30" in job.pods["pod0"].log_text()
+    job.start_pod("replacement")
+    for name in ("pod1", "replacement"):
+        assert job.wait_exit(name, 300) == ExitCode.SUCCEEDED, job.dump_logs()
+    assert job.max_step() == 80
+    assert not [n for n, pod in job.pods.items() if "RendezvousClosedError" in pod.log_text()]
 
 
 def test_sigterm_stops_gracefully_with_143(make_job) -> None:

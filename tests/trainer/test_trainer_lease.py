@@ -16,7 +16,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from rtj.contract import ExitCode, PodState, lease_name, parse_heartbeat
-from trainer_harness import ToyJob, wait_for
+from rtj_local.wait import wait_for
+from trainer_harness import ToyJob
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(300)]
 
@@ -77,7 +78,7 @@ def test_heartbeat_lease_content_and_lifecycle(
         hb = lease and parse_heartbeat(lease.metadata.annotations)
         return (lease, hb) if hb and hb.state == PodState.TRAINING and hb.step > 0 else None
 
-    lease, hb1 = wait_for(training_lease, 180, "a Lease saying Training with a step")
+    lease, hb1 = wait_for(training_lease, 180, message="a Lease saying Training with a step")
     assert lease.spec.holder_identity == pod.metadata.name
     assert lease.spec.lease_duration_seconds == math.ceil(3 * HEARTBEAT_INTERVAL)
     [owner] = lease.metadata.owner_references
@@ -93,7 +94,7 @@ def test_heartbeat_lease_content_and_lifecycle(
     lease2, _hb2 = wait_for(
         lambda: (r := training_lease()) and r[0].spec.renew_time > renew1 and r[1].step > hb1.step and r,
         30,
-        "the Lease to be renewed with a newer step",
+        message="the Lease to be renewed with a newer step",
     )
     assert lease2.spec.acquire_time == lease.spec.acquire_time
 
@@ -108,7 +109,9 @@ def test_heartbeat_lease_content_and_lifecycle(
 
     # Owned by the pod: garbage collection deletes it with the pod.
     core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
-    wait_for(lambda: _read_lease(coord, name, namespace) is None, 120, "garbage collection of the Lease")
+    wait_for(
+        lambda: _read_lease(coord, name, namespace) is None, 120, message="garbage collection of the Lease"
+    )
 
 
 def test_api_errors_never_stop_training(job: ToyJob, tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from rtj.contract import ASSIGNED_SLOT_ANNOTATION, ExitCode, PodState, lease_name, parse_heartbeat
-from trainer_harness import ToyJob, wait_for
+from rtj_local.wait import wait_for
+from trainer_harness import ToyJob
 
 pytestmark = [pytest.mark.trainer, pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -60,7 +61,7 @@ def wait_standby_renewals(coord: client.CoordinationV1Api, name: str, namespace:
             seen.add(str(lease.spec.renew_time))
         return len(seen) >= count
 
-    wait_for(renewed, 180, f"{count} Standby renewals of {name}", interval=0.1)
+    wait_for(renewed, 180, message=f"{count} Standby renewals of {name}", interval=0.1)
 
 
 def test_standby_launches_only_once_the_operator_assigns_a_slot(
@@ -72,7 +73,7 @@ def test_standby_launches_only_once_the_operator_assigns_a_slot(
     spare = job.start_pod(
         "toy-spare-0-a0", extra_env=pod_env(kubeconfig, namespace, RTJ_TRAINER_CONFIG=standby_config(job))
     )
-    wait_for(lambda: "pre-warmed" in spare.log_text(), 240, "the spare to pre-warm ft_launcher")
+    wait_for(lambda: "pre-warmed" in spare.log_text(), 240, message="the spare to pre-warm ft_launcher")
     wait_standby_renewals(coord, spare.name, namespace, 4)
     assert job.events() == [], "a step ran with only one of two nodes: the spare joined unpromoted"
     assert "joins the rendezvous" not in spare.log_text()
@@ -82,7 +83,7 @@ def test_standby_launches_only_once_the_operator_assigns_a_slot(
     coord.patch_namespaced_lease(
         lease_name(spare.name), namespace, {"metadata": {"annotations": {ASSIGNED_SLOT_ANNOTATION: "1"}}}
     )
-    wait_for(lambda: job.max_step() >= 3, 240, "training on both nodes after the promotion")
+    wait_for(lambda: job.max_step() >= 3, 240, message="training on both nodes after the promotion")
     first = min(e["t"] for e in job.events())
     assert first > t_assign
     assert "standby: node slot 1 assigned" in spare.log_text()
@@ -93,7 +94,7 @@ def test_standby_launches_only_once_the_operator_assigns_a_slot(
         hb = lease and parse_heartbeat(lease.metadata.annotations)
         return lease if hb and hb.state == PodState.TRAINING else None
 
-    lease = wait_for(spare_training, 120, "the promoted spare's Lease to say Training")
+    lease = wait_for(spare_training, 120, message="the promoted spare's Lease to say Training")
     assert lease.metadata.annotations[ASSIGNED_SLOT_ANNOTATION] == "1", "renewals must keep the annotation"
     assert job.wait_exit(spare.name, 240) == ExitCode.SUCCEEDED
     assert job.wait_exit("toy-n0-a0", 120) == ExitCode.SUCCEEDED

@@ -10,7 +10,8 @@ Test hooks (environment):
   ({"t", "rank", "step", "pid", "ppid", "ipr", "ijr"}): ipr = in-process restart count of this
   call, ijr = TORCHELASTIC_RESTART_COUNT.
 - TOY_STEPS (default: run forever), TOY_STEP_SECONDS (default 0.05).
-- RTJ_FAULT_INJECT="<kind>:<rank>:<step>[:always]" with kind one of
+- RTJ_FAULT_INJECT="<kind>:<rank>:<step>[:always]" (rank `*`: every rank that sees the variable,
+  e.g. all ranks of one pod) with kind one of
   exception (raise: in-process restart), sigkill (SIGKILL itself: in-job restart),
   hang (block in a C call: NVRx heartbeat timeout), exit (os._exit(1)).
   Without ":always" the fault fires once per job (a marker file in the checkpoint dir);
@@ -50,7 +51,8 @@ class FaultInjector:
         if not spec:
             return
         parts = spec.split(":")
-        kind, fault_rank, step = parts[0], int(parts[1]), parts[2]
+        kind, step = parts[0], parts[2]
+        fault_rank = rank if parts[1] == "*" else int(parts[1])
         if fault_rank != rank:
             return
         self.kind = kind

@@ -16,35 +16,18 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 from rtj.contract import TrainerConfig
+from rtj_local.procs import free_port
+from rtj_local.wait import wait_for
 from rtj_trainer.entrypoint import is_launcher
 
 TOY_TRAIN = Path(__file__).with_name("toy_train.py")
 LAST_HEARTBEAT = re.compile(r"last heartbeat (\{.*\})\s*$", re.M)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    """Poll `predicate` until it returns something truthy; fail with `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 @dataclass
@@ -80,6 +63,7 @@ class ToyJob:
         cfg = {
             "jobName": "toy",
             "command": [sys.executable, str(TOY_TRAIN)],
+            "args": [],
             "nnodes": self.nnodes,
             "nprocPerNode": self.nproc_per_node,
             "rdzvEndpoint": f"127.0.0.1:{self.port}",
@@ -96,7 +80,9 @@ class ToyJob:
             },
             "checkpointDir": str(self.ckpt_dir),
             "checkpointIntervalSteps": 20,
+            "checkpointsToKeep": 2,
             "maxNoProgressCycles": 2,
+            "doNotRestartExitCodes": [93, 78],
         }
         cfg.update(self.config)
         TrainerConfig.model_validate(cfg)  # a typo in a test fails here, not in a pod
@@ -141,7 +127,7 @@ class ToyJob:
     def start_rendezvous(self) -> None:
         pod = self._spawn("rdzv", ["rendezvous"])
         self.rdzv = pod.proc
-        wait_for(lambda: _port_open(self.port), 60, "the rendezvous store to listen")
+        wait_for(lambda: _port_open(self.port), 60, message="the rendezvous store to listen")
 
     def start_pod(self, name: str, extra_env: dict[str, str] | None = None) -> Pod:
         pod = self._spawn(name, ["launch"], extra_env)
@@ -165,7 +151,7 @@ class ToyJob:
         return max((e["step"] for e in self.events()), default=0)
 
     def wait_step(self, step: int, timeout: float) -> list[dict[str, Any]]:
-        return wait_for(lambda: self.max_step() >= step and self.events(), timeout, f"step {step}")
+        return wait_for(lambda: self.max_step() >= step and self.events(), timeout, message=f"step {step}")
 
     def pod_of_launcher(self, launcher_pid: int) -> str:
         for name, pod in self.pods.items():

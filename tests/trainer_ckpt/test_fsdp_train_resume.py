@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from rtj_local.procs import free_port
 from rtj_trainer.checkpoint import latest_committed
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(900)]
@@ -27,19 +27,13 @@ FAULTS = "exception:1:25;sigkill:1:43;kill-during-save:0:60:delay=0.01"
 VENV_BIN = Path(sys.executable).parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _records(log_dir: Path, rank: int) -> list[dict]:
     lines = (log_dir / f"rank-{rank}.jsonl").read_text().splitlines()
     return [json.loads(x) for x in lines if x.strip()]
 
 
 def test_fsdp_train_survives_faults_and_resumes_from_committed_checkpoints(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     log_dir, ckpt_dir, status_dir = tmp_path / "logs", tmp_path / "ckpt", tmp_path / "status"
     cfg = {
         "jobName": "fsdp-cpu",
@@ -58,6 +52,7 @@ def test_fsdp_train_survives_faults_and_resumes_from_committed_checkpoints(tmp_p
         "checkpointIntervalSteps": INTERVAL,
         "checkpointsToKeep": 2,
         "maxNoProgressCycles": 3,
+        "doNotRestartExitCodes": [93, 78],
     }
     env = {
         **os.environ,

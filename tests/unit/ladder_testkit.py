@@ -1,5 +1,5 @@
 """Test-object builders for the ladder and builders tests (jobset style):
-`make_job("j").nodes(4).obj()`, `observe(job).running_workers().heartbeat(0, ...).obj()`."""
+`make_job("j").nodes(4).obj()`, `observe("j").running(4).lease("j-n0-a0", age=40).obj()`."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from rtj.api import crdgen
+from rtj.settings import Settings
 from rtj_local.versions import bin_path
 
 pytestmark = pytest.mark.unit
@@ -198,10 +199,16 @@ def test_every_rbac_rule_is_commented() -> None:
                 assert above.startswith("#"), f"{template}:{i + 1} has no reason"
 
 
-@pytest.mark.parametrize("allow", [False, True])
-def test_allow_privileged_jobs_reaches_the_operator_env(allow: bool) -> None:
-    env = env_of(one(render(f"security.allowPrivilegedJobs={str(allow).lower()}"), "Deployment"))
-    assert env["RTJ_ALLOW_PRIVILEGED_JOBS"] == str(allow).lower()
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "default")
+def test_every_rtj_variable_the_chart_sets_is_a_setting_the_operator_reads(values: Path | None) -> None:
+    env = env_of(one(render(values=values), "Deployment"))
+    settings = {Settings.env_name(name) for name in Settings.model_fields}
+    assert {name for name in env if name.startswith("RTJ_")} <= settings
+    Settings.from_env({k: v for k, v in env.items() if isinstance(v, str)})  # and accepts their values
+
+
+def test_settings_reach_the_operator_env() -> None:
+    env = env_of(one(render(), "Deployment"))
     assert env["RTJ_TRAINER_SERVICE_ACCOUNT"] == "rtj-trainer"
     assert env["RTJ_METRICS_PORT"] == "9090"
 
@@ -283,9 +290,14 @@ def test_notes_tell_the_user_what_to_run_next() -> None:
 
 
 def test_operator_settings_env() -> None:
-    env = env_of(one(render(values=CHART / "ci" / "namespaced-values.yaml"), "Deployment"))
-    assert env["RTJ_NAMESPACES"] == "ml-team-a,ml-team-b" and env["RTJ_LOG_LEVEL"] == "DEBUG"
-    assert env_of(one(render(), "Deployment"))["RTJ_NAMESPACES"] == ""  # cluster-wide
+    deployment = one(render(values=CHART / "ci" / "namespaced-values.yaml"), "Deployment")
+    assert env_of(deployment)["RTJ_LOG_LEVEL"] == "DEBUG"
+    # Namespaces are kopf's options (the same for `kopf run -m rtj.handlers` and `python -m rtj`).
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--namespace=ml-team-a", "--namespace=ml-team-b"} <= set(args) and "--all-namespaces" not in args
+    assert (
+        "--all-namespaces" in one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
     # Metrics off: the operator must not open its default metrics port (it could clash with the probes).
     docs = render("metrics.enabled=false")
     assert env_of(one(docs, "Deployment"))["RTJ_METRICS_PORT"] == "0"

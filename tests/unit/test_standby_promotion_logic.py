@@ -17,6 +17,8 @@ from rtj_trainer.heartbeat import HeartbeatAgent, PodIdentity
 from rtj_trainer.report import RankReporter
 from rtj_trainer.warm_launcher import prewarm_module
 
+pytestmark = pytest.mark.unit
+
 
 class FakeLeaseStore:
     """Stands in for the API server's Lease: merge-patches the heartbeat annotation in, returns all."""
@@ -34,11 +36,9 @@ class FakeLeaseStore:
 
 
 def agent_with(store: FakeLeaseStore, status_dir: Path, standby: bool) -> HeartbeatAgent:
-    agent = HeartbeatAgent(
-        str(status_dir), PodIdentity("j-spare-0-a0", "ns", None), 5.0, None, standby=standby
+    return HeartbeatAgent(
+        str(status_dir), PodIdentity("j-spare-0-a0", "ns", None), 5.0, None, standby=standby, writer=store
     )
-    agent._writer = store  # type: ignore[assignment]
-    return agent
 
 
 def test_standby_reports_standby_until_the_slot_annotation_appears(tmp_path: Path) -> None:
@@ -111,6 +111,7 @@ def test_a_spare_runs_the_warm_launcher_with_the_same_launcher_arguments() -> No
         {
             "jobName": "j",
             "command": ["python", "-m", "train"],
+            "args": [],
             "nnodes": 2,
             "nprocPerNode": 2,
             "rdzvEndpoint": "j-rdzv.ns.svc:29400",
@@ -119,9 +120,17 @@ def test_a_spare_runs_the_warm_launcher_with_the_same_launcher_arguments() -> No
             "heartbeatIntervalSeconds": 1,
             "rankHeartbeatTimeoutSeconds": 20,
             "rankInitialTimeoutSeconds": 60,
-            "inProcess": {},
+            "inProcess": {
+                "enabled": True,
+                "softTimeoutSeconds": 60,
+                "hardTimeoutSeconds": 90,
+                "maxRestarts": 10,
+            },
             "checkpointDir": "/ckpt",
             "checkpointIntervalSteps": 10,
+            "checkpointsToKeep": 2,
+            "maxNoProgressCycles": 3,
+            "doNotRestartExitCodes": [93, 78],
             "standby": True,
         }
     )

@@ -33,7 +33,9 @@ CFG = {
     "inProcess": {"enabled": True, "softTimeoutSeconds": 60, "hardTimeoutSeconds": 90, "maxRestarts": 3},
     "checkpointDir": "/ckpt/llama",
     "checkpointIntervalSteps": 500,
+    "checkpointsToKeep": 2,
     "maxNoProgressCycles": 3,
+    "doNotRestartExitCodes": [93, 78],
 }
 
 
@@ -112,7 +114,17 @@ def test_exit_code_mapping(rc: int, terminated: bool, expected: int) -> None:
         (json.dumps({**CFG, "nnodes": "four"}), "nnodes"),
         (json.dumps({k: v for k, v in CFG.items() if k != "rdzvEndpoint"}), "rdzvEndpoint"),
         (json.dumps({**CFG, "command": []}), "command"),
-        (json.dumps({**CFG, "nprocPerNode": 0}), "nproc_per_node"),
+        (json.dumps({**CFG, "nprocPerNode": 0}), "nprocPerNode"),
+        (json.dumps({**CFG, "command": [""]}), "command"),
+        (json.dumps({**CFG, "maxInJobRestarts": -1}), "maxInJobRestarts"),
+        (json.dumps({**CFG, "heartbeatIntervalSeconds": 0}), "heartbeatIntervalSeconds"),
+        (json.dumps({**CFG, "rdzvEndpoint": "llama-rdzv.ml.svc"}), "rdzvEndpoint"),
+        (json.dumps({**CFG, "doNotRestartExitCodes": [0]}), "doNotRestartExitCodes"),
+        (json.dumps({k: v for k, v in CFG.items() if k != "checkpointsToKeep"}), "checkpointsToKeep"),
+        (
+            json.dumps({**CFG, "inProcess": {**CFG["inProcess"], "hardTimeoutSeconds": 60}}),
+            "hardTimeoutSeconds",
+        ),
     ],
 )
 def test_invalid_config_is_a_clear_error(raw: str | None, needle: str) -> None:
@@ -166,3 +178,7 @@ def test_the_launcher_is_told_apart_from_the_entrypoint_and_the_ranks() -> None:
         assert is_launcher([*launcher_command(standby), "--nnodes=2", "--", "python", "train.py"])
     assert not is_launcher(["/venv/bin/python", "/venv/bin/rtj-trainer", "launch"])
     assert not is_launcher(["/venv/bin/python", "-u", "train.py", "--steps", "10"])
+
+
+def test_the_rendezvous_port_comes_from_the_validated_endpoint() -> None:
+    assert TrainerConfig.model_validate(CFG).rdzv_port == 29400

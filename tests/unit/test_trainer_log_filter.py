@@ -14,6 +14,10 @@ NOISE = (
     b"[W1130 10:00:01.123456 1234 socket.cpp:460] [c10d] waitForInput: socket "
     b"SocketImpl(fd=12, addr=[::ffff:10.0.0.7]:41234, remote=[::ffff:10.0.0.5]:29501) timed out after 50ms\n"
 )
+NOISE_POLL = (
+    b"[rank0]:[W1130 23:03:08.416014998 socket.cpp:469] [c10d] waitForInput: poll for socket "
+    b"SocketImpl(fd=44, addr=[localhost]:58516, remote=[localhost]:57181) returned 0, likely a timeout\n"
+)
 REAL = [
     b"[W1130 10:00:02.000000 1234 ProcessGroupNCCL.cpp:1000] Warning: a real NCCL warning\n",
     b"[c10d] waitForInput: poll for socket SocketImpl(fd=3) failed with res=-1, err=9.\n",
@@ -44,7 +48,7 @@ def _run(lines: list[bytes], interval: float = 60.0) -> tuple[NoiseFilter, bytes
 
 
 def test_store_poll_timeouts_are_dropped_and_counted_the_rest_passes_verbatim() -> None:
-    f, out = _run([NOISE, REAL[0], NOISE, NOISE, *REAL[1:]])
+    f, out = _run([NOISE, REAL[0], NOISE_POLL, NOISE, *REAL[1:]])
     assert f.dropped == 3 and f.passed == len(REAL)
     kept = [line + b"\n" for line in out.split(b"\n") if line and not line.startswith(b"rtj-trainer:")]
     assert kept == REAL

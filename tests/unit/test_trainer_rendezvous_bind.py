@@ -18,6 +18,7 @@ def _config() -> contract.TrainerConfig:
         {
             "jobName": "j",
             "command": ["true"],
+            "args": [],
             "nnodes": 3,
             "nprocPerNode": 1,
             "rdzvEndpoint": "j-rdzv.ml.svc:29400",
@@ -26,9 +27,17 @@ def _config() -> contract.TrainerConfig:
             "heartbeatIntervalSeconds": 1,
             "rankHeartbeatTimeoutSeconds": 5,
             "rankInitialTimeoutSeconds": 5,
-            "inProcess": {},
+            "inProcess": {
+                "enabled": True,
+                "softTimeoutSeconds": 60,
+                "hardTimeoutSeconds": 90,
+                "maxRestarts": 10,
+            },
             "checkpointDir": "/tmp",
             "checkpointIntervalSteps": 1,
+            "checkpointsToKeep": 2,
+            "maxNoProgressCycles": 3,
+            "doNotRestartExitCodes": [93, 78],
         }
     )
 

@@ -118,13 +118,6 @@ def load_config(environ: dict[str, str] | os._Environ[str] = os.environ) -> Trai
         else:
             problems = f"not valid JSON ({exc})"
         raise ConfigError(f"{ENV_TRAINER_CONFIG} is invalid: {problems}") from None
-    if not cfg.command:
-        raise ConfigError(f"{ENV_TRAINER_CONFIG} is invalid: command: must not be empty")
-    for name in ("nnodes", "nproc_per_node"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"{ENV_TRAINER_CONFIG} is invalid: {name}: must be >= 1")
-    if cfg.max_in_job_restarts < 0:
-        raise ConfigError(f"{ENV_TRAINER_CONFIG} is invalid: maxInJobRestarts: must be >= 0")
     return cfg
 
 
@@ -320,8 +313,12 @@ def launch(grace_seconds: float) -> int:
         fault = Fault(
             severity=FaultSeverity.SOFT,
             reason="NoProgress",
-            message=f"ft_launcher exited with {rc}: NVRx saw no progress past checkpoint iteration "
-            f"{_read_progress(progress_file)} in {cfg.max_no_progress_cycles} restart cycles",
+            message=(
+                f"ft_launcher exited with {rc}: NVRx saw no progress past checkpoint iteration "
+                f"{_read_progress(progress_file)} in {cfg.max_no_progress_cycles} restart cycles"
+                if rc == ExitCode.DO_NOT_RESTART
+                else f"ft_launcher exited with {rc}, one of the job's doNotRestartExitCodes"
+            ),
             time=now,
         )
     final = agent.stop(PodState.FINISHED if code == ExitCode.SUCCEEDED else None, fault)
@@ -399,11 +396,7 @@ def rendezvous(host: str, port: int | None) -> int:
         print(f"rtj-trainer: {exc}", file=sys.stderr, flush=True)
         return ExitCode.CONFIG_ERROR
     if port is None:
-        _, _, port_s = cfg.rdzv_endpoint.rpartition(":")
-        if not port_s.isdigit():
-            print(f"rtj-trainer: rdzvEndpoint {cfg.rdzv_endpoint!r} has no port", file=sys.stderr, flush=True)
-            return ExitCode.CONFIG_ERROR
-        port = int(port_s)
+        port = cfg.rdzv_port
 
     stop = threading.Event()
 

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from rtj.contract import (
@@ -36,6 +36,8 @@ from rtj.contract import (
     Heartbeat,
     PodState,
     lease_name,
+    micro_time,
+    parse_time,
 )
 
 from .report import RANK_FILE_PREFIX, RANK_FILE_SUFFIX
@@ -90,16 +92,6 @@ def _counter(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNTER:
         return None
     return value
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        t = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 @dataclass
@@ -195,7 +187,7 @@ class Aggregator:
     def _take_checkpoint(self, raw: Any) -> None:
         if not isinstance(raw, dict):
             return
-        step, when = _counter(raw.get("step")), _parse_time(raw.get("time"))
+        step, when = _counter(raw.get("step")), parse_time(raw.get("time"))
         if step is None or when is None:
             return
         if self.checkpoint is None or step > self.checkpoint.step:
@@ -257,10 +249,6 @@ def load_api_client() -> Any | None:
     return None
 
 
-def _micro_time(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 @dataclass
 class PodIdentity:
     name: str
@@ -284,7 +272,7 @@ class LeaseWriter:
         self._acquire_time: str | None = None
 
     def body(self, hb: Heartbeat, now: datetime) -> dict[str, Any]:
-        now_s = _micro_time(now)
+        now_s = micro_time(now)
         if self._acquire_time is None:
             self._acquire_time = now_s
         metadata: dict[str, Any] = {
@@ -326,8 +314,17 @@ class LeaseWriter:
         return dict(lease.metadata.annotations or {})
 
 
+class LeaseStore(Protocol):
+    """Where the agent publishes a heartbeat: `LeaseWriter` (the API server), or a test's fake."""
+
+    def write(self, hb: Heartbeat, now: datetime) -> dict[str, str]: ...
+
+
 class HeartbeatAgent:
-    """A daemon thread: aggregate the rank files and renew the Lease every interval."""
+    """A daemon thread: aggregate the rank files and renew the Lease every interval.
+
+    The Lease goes through `writer` when given, else a `LeaseWriter` on `api_client` (None and
+    None: no Lease, e.g. outside a cluster)."""
 
     def __init__(
         self,
@@ -336,6 +333,7 @@ class HeartbeatAgent:
         interval_seconds: float,
         api_client: Any | None,
         standby: bool = False,
+        writer: LeaseStore | None = None,
     ) -> None:
         self.status_dir = status_dir
         self.interval = interval_seconds
@@ -347,9 +345,9 @@ class HeartbeatAgent:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rtj-heartbeat", daemon=True)
-        self._writer = (
-            LeaseWriter(api_client, pod, max(1, math.ceil(3 * interval_seconds))) if api_client else None
-        )
+        if writer is None and api_client is not None:
+            writer = LeaseWriter(api_client, pod, max(1, math.ceil(3 * interval_seconds)))
+        self._writer = writer
         self.last: Heartbeat | None = None
         self._last_error: str | None = None
 

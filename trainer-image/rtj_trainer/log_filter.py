@@ -1,10 +1,11 @@
 """Readable pod logs: the launcher's and ranks' stderr pass through here, minus known noise.
 
 NVRx's in-process restart polls the c10d store with 50 ms timeouts, and every poll that times out makes
-torch log `[c10d] waitForInput: socket ... timed out after 50ms` (7,576 lines in 2 minutes on a 2-rank
-H200 run). Those lines, and only those, are dropped; once a minute at most, one line says how many
-were. Everything else, real warnings and tracebacks included, is passed on unchanged. This runs in the
-pod's main process, which outlives the processes it reads from and drains the pipe before it exits.
+torch log it twice (`[c10d] waitForInput: poll for socket ... returned 0, likely a timeout` and
+`[c10d] waitForInput: socket ... timed out after 50ms`): ~3,100 lines a minute on a 2-rank H200 run.
+Those lines, and only those, are dropped; once a minute at most, one line says how many were.
+Everything else, real warnings and tracebacks included, is passed on unchanged. This runs in the pod's
+main process, which outlives the processes it reads from and drains the pipe before it exits.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ import time
 from collections.abc import Callable
 from typing import BinaryIO
 
-#: The one kind of line dropped: a store poll that timed out, as torch's c10d socket code logs it.
-STORE_POLL_TIMEOUT = re.compile(rb"\[c10d\] waitForInput: socket .* timed out after \d+ms")
+#: The one kind of line dropped: a store poll that timed out, in both forms torch's c10d socket code
+#: logs it (a failed poll, "failed with res=...", is not a timeout and passes).
+STORE_POLL_TIMEOUT = re.compile(
+    rb"\[c10d\] waitForInput: "
+    rb"(socket .* timed out after \d+ms|poll for socket .* returned 0, likely a timeout)"
+)
 SUMMARY_INTERVAL_SECONDS = 60.0
 
 

@@ -737,7 +737,11 @@ class NodeSlotStatus(ApiModel):
     pod: str = Field("", description="Pod currently in the slot.")
     node: str = Field("", description="Node the pod runs on.")
     attempt: int = Field(0, description="Attempt number of the pod in this slot.")
-    state: str = Field("", description="Pod state from its heartbeat (or Pending/Missing).")
+    state: str = Field(
+        "",
+        description="Pod state from its heartbeat, or the operator's: Pending, Starting, Replacing, Silent, "
+        "Succeeded, Failed, Suspended.",
+    )
     last_heartbeat_time: datetime | None = Field(None, description="Last heartbeat renewal seen.")
     in_process_restarts: int = Field(
         0,

@@ -1,0 +1,307 @@
+"""handlers.run_pass and handlers.act against a fake at our own API wrapper, in kopf's manner: the
+fake `Kube` records every request that reaches `Kube.request` (the one seam every call goes through)
+and answers from a table; the raw kubernetes client underneath fails the test if anything reaches
+it. The asserts are on the exact requests: order, paths, preconditions and patch payloads."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import kopf
+import pytest
+from ladder_testkit import NOW, make_job
+from rtj import builders, contract, handlers, kube
+from rtj.api.models import ResilientTrainingJob
+from rtj.ladder import (
+    AssignLease,
+    CreateWorkerPod,
+    Decision,
+    DeletePod,
+    JobEvent,
+    LadderConfig,
+    Observed,
+    PromoteSpare,
+    TaintNode,
+    decide,
+)
+
+pytestmark = pytest.mark.unit
+
+JOBS = f"/apis/{contract.API_GROUP}/{contract.API_VERSION}/namespaces/ns/{contract.PLURAL}"
+STATUS = f"{JOBS}/train/status"
+PODS = "/api/v1/namespaces/ns/pods"
+MERGE = kube.MERGE_PATCH
+FM = {"fieldManager": kube.FIELD_MANAGER}
+
+
+class MustNotBeCalled:
+    """Stands in for kubernetes.client.ApiClient under the fake: nothing may reach the raw client."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"must not be called: ApiClient.{name}")
+
+
+@dataclass(frozen=True)
+class Call:
+    method: str
+    path: str
+    body: Any = None
+    query: dict[str, Any] | None = None
+    content_type: str | None = None
+
+
+class FakeKube(kube.Kube):
+    """Our Kube with `request` replaced: records each call; answers `answers[(method, path)]` (a dict,
+    or a KubeError to raise), else {}. Everything above `request` (create's AlreadyExists, delete's
+    preconditions, the taint read-modify-write) is the real code."""
+
+    def __init__(self, answers: dict[tuple[str, str], Any] | None = None) -> None:
+        super().__init__(MustNotBeCalled(), request_timeout=1.0, workers=1)  # type: ignore[arg-type]
+        self.calls: list[Call] = []
+        self.answers = answers or {}
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, Any] | None = None,
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        self.calls.append(Call(method, path, copy.deepcopy(body), query, content_type))
+        answer = self.answers.get((method, path))
+        if isinstance(answer, kube.KubeError):
+            raise answer
+        return copy.deepcopy(answer) if answer is not None else {}
+
+
+class FrozenClock(datetime):
+    @classmethod
+    def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+        return NOW
+
+
+@pytest.fixture(autouse=True)
+def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # handlers reads the clock as datetime.now(UTC); it has no clock parameter to pass one in.
+    monkeypatch.setattr(handlers, "datetime", FrozenClock)
+
+
+def job_body(job: ResilientTrainingJob, resource_version: str = "7") -> kopf.Body:
+    raw = job.model_dump(by_alias=True, mode="json", exclude_none=True)
+    raw["metadata"] = {**job.metadata, "resourceVersion": resource_version}
+    return kopf.Body(raw)
+
+
+def run_pass(
+    fake: FakeKube, body: kopf.Body, memo: kopf.Memo | None = None
+) -> tuple[float | None, kopf.Memo]:
+    memo = memo or kopf.Memo()
+    memo.kube = fake
+    result = asyncio.run(handlers.run_pass(body, memo, "ns", "train", {}, {}, {}, {}))
+    return result, memo
+
+
+def expected_decision(job: ResilientTrainingJob) -> Decision:
+    config = LadderConfig(
+        fault_grace_seconds=handlers.SETTINGS.fault_grace_seconds,
+        heartbeat_status_resolution_seconds=handlers.SETTINGS.heartbeat_status_resolution_seconds,
+    )
+    return decide(job, Observed(pods={}, leases={}, nodes={}, service_exists=False), NOW, config)
+
+
+def names(calls: list[Call]) -> list[tuple[str, str, str]]:
+    return sorted((c.method, c.path, (c.body or {}).get("metadata", {}).get("name", "")) for c in calls)
+
+
+# --- run_pass ------------------------------------------------------------------------------------------
+def test_a_new_job_writes_status_first_then_creates_its_children_then_posts_events() -> None:
+    job = make_job().nodes(2).obj()
+    fake = FakeKube({("PATCH", STATUS): {"metadata": {"resourceVersion": "8"}}})
+    _, memo = run_pass(fake, job_body(job))
+    want = expected_decision(job)
+
+    status_write, *rest = fake.calls
+    assert status_write == Call(
+        "PATCH",
+        STATUS,
+        {"metadata": {"resourceVersion": "7"}, "status": want.status.model_dump(by_alias=True, mode="json")},
+        FM,
+        MERGE,
+    )
+    assert status_write.body["status"]["nodesDesired"] == 2
+    creates = [c for c in rest if c.path != "/api/v1/namespaces/ns/events"]
+    events = rest[len(creates) :]
+    assert names(creates) == [
+        ("POST", PODS, "train-n0-a0"),
+        ("POST", PODS, "train-n1-a0"),
+        ("POST", PODS, "train-rdzv"),
+        ("POST", "/api/v1/namespaces/ns/services", "train-rdzv"),
+    ]
+    bs = builders.BuildSettings(
+        trainer_service_account=handlers.SETTINGS.trainer_service_account,
+        termination_grace_seconds=handlers.SETTINGS.termination_grace_seconds,
+    )
+    built = {
+        "train-n0-a0": builders.worker_pod(job, 0, 0, "Initial", (), bs),
+        "train-n1-a0": builders.worker_pod(job, 1, 0, "Initial", (), bs),
+    }
+    for c in creates:
+        assert c.query == FM
+        if c.body["metadata"]["name"] in built:
+            assert c.body == built[c.body["metadata"]["name"]]
+    assert [(e.method, e.body["reason"], e.body["involvedObject"]["name"]) for e in events] == [
+        ("POST", ev.reason, "train") for ev in want.events
+    ]
+    assert memo.last_write[:2] == ("7", "8")
+
+
+def test_a_stale_pass_conflicts_on_the_status_write_and_does_nothing_else() -> None:
+    conflict = kube.KubeError(409, "Conflict", '{"reason": "Conflict"}')
+    fake = FakeKube({("PATCH", STATUS): conflict})
+    result, memo = run_pass(fake, job_body(make_job().nodes(2).obj()))
+    assert result is None
+    assert [(c.method, c.path) for c in fake.calls] == [("PATCH", STATUS)]
+    assert not hasattr(memo, "last_write")
+
+
+def test_a_failed_status_write_raises_before_any_action_or_event() -> None:
+    fake = FakeKube({("PATCH", STATUS): kube.KubeError(500, "Internal Server Error")})
+    with pytest.raises(kube.KubeError):
+        run_pass(fake, job_body(make_job().nodes(2).obj()))
+    assert [(c.method, c.path) for c in fake.calls] == [("PATCH", STATUS)]
+
+
+def test_the_next_pass_reads_its_own_write_and_does_not_write_the_same_status_again() -> None:
+    job = make_job().nodes(2).obj()
+    fake = FakeKube({("PATCH", STATUS): {"metadata": {"resourceVersion": "8"}}})
+    _, memo = run_pass(fake, job_body(job))
+    fake.calls.clear()
+    # kopf's copy of the job still predates the write (resourceVersion 7, no status).
+    run_pass(fake, job_body(job), memo)
+    assert [c for c in fake.calls if c.method == "PATCH"] == []
+    assert [c for c in fake.calls if c.path.endswith("/events")] == []
+    assert names(fake.calls) == [
+        ("POST", PODS, "train-n0-a0"),  # creates repeat until the index shows the pods (AlreadyExists = ok)
+        ("POST", PODS, "train-n1-a0"),
+        ("POST", PODS, "train-rdzv"),
+        ("POST", "/api/v1/namespaces/ns/services", "train-rdzv"),
+    ]
+
+
+def test_a_pod_the_api_server_refuses_fails_the_job_on_the_next_pass() -> None:
+    refusal = kube.KubeError(
+        422, "Unprocessable Entity", '{"message": "Pod \\"train-n0-a0\\" is invalid: x"}'
+    )
+    fake = FakeKube({("PATCH", STATUS): {"metadata": {"resourceVersion": "8"}}, ("POST", PODS): refusal})
+    result, memo = run_pass(fake, job_body(make_job().nodes(2).obj()))
+    assert result == 0.0  # run the next pass at once
+    (message,) = memo.refused.values()
+    assert 'the API server refused Pod "train-n0-a0" is invalid: x' in message
+    assert list(memo.refused) == ["uid-train"]
+
+
+def test_a_job_being_deleted_or_invalid_makes_no_request() -> None:
+    deleting = make_job().obj()
+    body = job_body(deleting)
+    body_raw = dict(body)
+    body_raw["metadata"] = {**body_raw["metadata"], "deletionTimestamp": "2026-01-01T12:00:00Z"}
+    fake = FakeKube()
+    assert run_pass(fake, kopf.Body(body_raw))[0] is None
+    assert fake.calls == []
+
+
+# --- act -------------------------------------------------------------------------------------------------
+def act(fake: FakeKube, decision: Decision) -> list[str]:
+    return asyncio.run(handlers.act(fake, make_job().nodes(2).spares(1).obj(), decision))
+
+
+def test_act_deletes_first_and_signals_a_promoted_spare_only_after_relabelling_it() -> None:
+    spare, lease_path = (
+        "train-spare-0-a0",
+        "/apis/coordination.k8s.io/v1/namespaces/ns/leases/train-spare-0-a0",
+    )
+    fake = FakeKube({("GET", "/api/v1/nodes/node-1"): {"metadata": {"resourceVersion": "3"}, "spec": {}}})
+    decision = Decision(
+        actions=[
+            AssignLease(lease=spare, slot=1),
+            PromoteSpare(pod=spare, slot=1, attempt=1, cause="HeartbeatTimeout"),
+            TaintNode(node="node-1"),
+            DeletePod(name="train-n1-a0", uid="uid-n1", grace_seconds=0),
+        ]
+    )
+    assert act(fake, decision) == []
+    first, *middle, last = fake.calls
+    assert first == Call(
+        "DELETE",
+        f"{PODS}/train-n1-a0",
+        {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": "Background",
+            "preconditions": {"uid": "uid-n1"},
+            "gracePeriodSeconds": 0,
+        },
+    )
+    assert (
+        Call(
+            "PATCH",
+            f"{PODS}/{spare}",
+            {
+                "metadata": {
+                    "labels": {
+                        contract.LABEL_ROLE: "worker",
+                        contract.LABEL_SLOT: "1",
+                        contract.LABEL_ATTEMPT: "1",
+                    },
+                    "annotations": {f"{contract.API_GROUP}/cause": "HeartbeatTimeout"},
+                }
+            },
+            FM,
+            MERGE,
+        )
+        in middle
+    )
+    taint = next(c for c in middle if c.method == "PATCH" and c.path == "/api/v1/nodes/node-1")
+    (added,) = taint.body["spec"]["taints"]
+    assert taint.body["metadata"] == {"resourceVersion": "3"}  # read-modify-write under a precondition
+    assert {k: added[k] for k in ("key", "value", "effect")} == {
+        "key": contract.QUARANTINE_TAINT_KEY,
+        "value": "train",
+        "effect": "NoSchedule",
+    }
+    assert last == Call(
+        "PATCH",
+        lease_path,
+        {"metadata": {"annotations": {contract.ASSIGNED_SLOT_ANNOTATION: "1"}}},
+        FM,
+        MERGE,
+    )
+
+
+def test_act_sends_no_promotion_signal_when_the_spare_is_gone() -> None:
+    spare = "train-spare-0-a0"
+    fake = FakeKube({("PATCH", f"{PODS}/{spare}"): kube.KubeError(404, "Not Found")})
+    decision = Decision(
+        actions=[
+            PromoteSpare(pod=spare, slot=1, attempt=1, cause="PodFailed"),
+            AssignLease(lease=spare, slot=1),
+        ]
+    )
+    assert act(fake, decision) == []
+    assert [(c.method, c.path) for c in fake.calls] == [("PATCH", f"{PODS}/{spare}")]
+
+
+def test_act_treats_already_exists_as_success_and_reports_only_refused_creates() -> None:
+    exists = kube.KubeError(409, "Conflict", '{"reason": "AlreadyExists"}')
+    fake = FakeKube({("POST", PODS): exists})
+    decision = Decision(
+        actions=[CreateWorkerPod(slot=0, attempt=1, cause="PodFailed")], events=[JobEvent("Normal", "X", "")]
+    )
+    assert act(fake, decision) == []
+    (create,) = fake.calls
+    assert (create.method, create.path, create.body["metadata"]["name"]) == ("POST", PODS, "train-n0-a1")
