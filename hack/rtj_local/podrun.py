@@ -244,9 +244,9 @@ def _security(
     uid = sc.get("runAsUser", pod_sc.get("runAsUser"))
     gid = sc.get("runAsGroup", pod_sc.get("runAsGroup"))
     groups = [g for g in [pod_sc.get("fsGroup"), *(pod_sc.get("supplementalGroups") or [])] if g is not None]
-    if uid is None and sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")):
-        # A real runtime would refuse an image whose user is root; ours has no image user.
-        raise PodSpecError("runAsNonRoot without runAsUser: the local agent has no image user to check")
+    # runAsNonRoot without runAsUser: a real kubelet runs the image's USER and refuses a root one. The
+    # local agent has no images, so it runs the process as itself, as if the image declared a non-root
+    # user (our images do); it cannot do better, since the local Python lives under /root (mode 700).
     if uid is not None and gid is None:
         gid = 0 if not groups else groups[0]
     return uid, gid, groups

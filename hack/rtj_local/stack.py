@@ -136,6 +136,8 @@ class OperatorProcess:
             "HOME": str(run_dir),
             "KUBECONFIG": str(kubeconfig),
             "PYTHONUNBUFFERED": "1",
+            # A worktree sharing another checkout's editable venv points PYTHONPATH at its own code.
+            **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
             **env,
         }
         # The image's entrypoint is `kopf run`; the Deployment passes only args.

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtj import contract
+from rtj.api.instances import INSTANCE_DEFAULTS
 from rtj.api.models import CHECKPOINT_VOLUME, SHM_MOUNT_PATH, SHM_VOLUME, ResilientTrainingJob
 from rtj.ladder import (
     CAUSE_ANNOTATION,
@@ -126,11 +127,6 @@ def privileged_violations(job: ResilientTrainingJob) -> list[str]:
     for key in ("hostNetwork", "hostPID", "hostIPC"):
         if template.get(key):
             out.append(f"spec.podTemplate.{key} must not be true")
-    security = template.get("securityContext") or {}
-    if isinstance(security, dict) and (
-        security.get("privileged") or security.get("allowPrivilegeEscalation")
-    ):
-        out.append("spec.podTemplate.securityContext must not be privileged")
     return out
 
 
@@ -177,16 +173,36 @@ def _affinity(job: ResilientTrainingJob, avoid_nodes: tuple[str, ...]) -> dict[s
 
 
 def _resources(job: ResilientTrainingJob) -> dict[str, Any]:
+    """Requests equal to limits (a Guaranteed pod): GPUs, EFA, and CPU/memory from the spec or, when
+    unset, the instance type's defaults (rtj.api.instances)."""
+    res = job.spec.resources
+    shape = INSTANCE_DEFAULTS.get(job.spec.placement.instance_type)
     limits: dict[str, str] = {}
     if job.spec.gpus_per_node > 0:
         limits[GPU_RESOURCE] = str(job.spec.gpus_per_node)
-    if job.spec.resources.efa_per_node > 0:
-        limits[EFA_RESOURCE] = str(job.spec.resources.efa_per_node)
-    if job.spec.resources.cpu:
-        limits["cpu"] = job.spec.resources.cpu
-    if job.spec.resources.memory:
-        limits["memory"] = job.spec.resources.memory
+    if res.efa_per_node > 0:
+        limits[EFA_RESOURCE] = str(res.efa_per_node)
+    cpu = res.cpu or (shape.cpu if shape else None)
+    memory = res.memory or (shape.memory if shape else None)
+    if cpu:
+        limits["cpu"] = cpu
+    if memory:
+        limits["memory"] = memory
     return {"requests": dict(limits), "limits": limits} if limits else {}
+
+
+def container_security_context() -> dict[str, Any]:
+    """Every container the operator builds: what the `restricted` Pod Security Standard requires."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def pod_security_context(job: ResilientTrainingJob) -> dict[str, Any]:
+    """The pods' securityContext: the spec's settings (restricted-compliant by construction) plus
+    runAsNonRoot, which is never optional."""
+    spec = job.spec.pod_template.security_context.model_dump(by_alias=True, exclude_none=True)
+    if not spec["supplementalGroups"]:
+        del spec["supplementalGroups"]
+    return {"runAsNonRoot": True, **spec}
 
 
 def graceful_stop_seconds(termination_grace_seconds: int) -> int:
@@ -230,6 +246,7 @@ def _training_pod(
         "nodeSelector": {INSTANCE_TYPE_LABEL: spec.placement.instance_type, **spec.placement.node_selector},
         "tolerations": _tolerations(job),
         "affinity": _affinity(job, avoid_nodes),
+        "securityContext": pod_security_context(job),
         "containers": [
             {
                 "name": TRAINER_CONTAINER,
@@ -241,6 +258,7 @@ def _training_pod(
                     graceful_stop_seconds(settings.termination_grace_seconds),
                 ),
                 "resources": _resources(job),
+                "securityContext": container_security_context(),
                 "volumeMounts": [
                     {"name": SHM_VOLUME, "mountPath": SHM_MOUNT_PATH},
                     mount,
@@ -360,6 +378,7 @@ def rendezvous_pod(job: ResilientTrainingJob, settings: BuildSettings | None = N
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 5,
             "tolerations": _tolerations(job),
+            "securityContext": pod_security_context(job),
             **(
                 {"priorityClassName": job.spec.pod_template.priority_class_name}
                 if job.spec.pod_template.priority_class_name
@@ -372,6 +391,7 @@ def rendezvous_pod(job: ResilientTrainingJob, settings: BuildSettings | None = N
                     "command": ["rtj-trainer", "rendezvous"],
                     "env": _env(job, trainer_config(job), graceful_stop_seconds(5)),
                     "ports": [{"name": RDZV_PORT_NAME, "containerPort": RDZV_PORT, "protocol": "TCP"}],
+                    "securityContext": container_security_context(),
                     "resources": {
                         "requests": {"cpu": "250m", "memory": "256Mi"},
                         # nvrx-control imports torch (~700 MB RSS measured on NVRx 0.7.0, torch 2.15).

@@ -169,6 +169,12 @@ def _plain(body: kopf.Body) -> dict[str, Any]:
 
 
 # --- validation -------------------------------------------------------------------------------------
+FSX_DISABLED = (
+    "spec.checkpoint.fsx: this operator was installed without FSx support (it may not create the "
+    "job's PersistentVolume); install the chart with fsx.enabled=true, or use checkpoint.pvc"
+)
+
+
 def parse_job(body: kopf.Body) -> tuple[ResilientTrainingJob | None, str]:
     """The job, or None and a message naming the field that makes it invalid."""
     try:
@@ -181,6 +187,8 @@ def parse_job(body: kopf.Body) -> tuple[ResilientTrainingJob | None, str]:
     violations = builders.privileged_violations(job)
     if violations:
         return None, "; ".join(violations) + " (privileged jobs are refused)"
+    if job.spec.checkpoint.fsx is not None and not SETTINGS.fsx_enabled:
+        return None, FSX_DISABLED
     return job, ""
 
 

@@ -1,28 +1,36 @@
 """Prometheus metrics of the operator (names are part of the chart/dashboard contract).
 
 - rtj_jobs{condition}: jobs whose condition of that type is True.
-- rtj_restarts_total{namespace,job,level,reason}: restarts per ladder level, incremented only from
+- rtj_restarts_total{job_namespace,job_name,level,reason}: restarts per ladder level, incremented only from
   the deltas of a status write that succeeded (so exactly once per observed restart, per process).
 - rtj_recovery_seconds{level}: fault detected -> the pod back to Training (heartbeat time).
-- rtj_heartbeat_age_seconds{namespace,job,slot}: now - last heartbeat of each slot's pod.
-- rtj_create_refused_total{namespace,job,code}: creates the API server refused with a retryable 4xx
-  (rtj.ladder.create_refusals), each retry counted.
+- rtj_heartbeat_age_seconds{job_namespace,job_name,slot}: now - last heartbeat of each slot's pod.
+- rtj_create_refused_total{job_namespace,job_name,code}: creates the API server refused with a
+  retryable 4xx (rtj.ladder.create_refusals), each retry counted.
 - rtj_reconcile_duration_seconds: one pass of one job.
-- rtj_goodput_ratio{namespace,job}: 1 - lost / elapsed since the job first ran, where lost is the
+- rtj_goodput_ratio{job_namespace,job_name}: 1 - lost / elapsed since the job first ran, where lost is the
   wall time during which some slot was recovering (rtj.ladder.goodput).
+
+The training job is named by `job_namespace` and `job_name`, never `namespace` and `job`: those are the
+labels Prometheus gives the scrape target (the operator), so a scrape without honorLabels keeps both,
+and `up{job=...}` still finds the operator. No `_created` series (they would double the series count).
 """
 
 from __future__ import annotations
 
 from collections import Counter as Tally
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, start_http_server
 
 from rtj.ladder import RecoveryObserved, RestartObserved
 
+disable_created_metrics()
+
 JOBS = Gauge("rtj_jobs", "ResilientTrainingJobs with this condition True.", ["condition"])
 RESTARTS = Counter(
-    "rtj_restarts_total", "Restarts observed per ladder level.", ["namespace", "job", "level", "reason"]
+    "rtj_restarts_total",
+    "Restarts observed per ladder level.",
+    ["job_namespace", "job_name", "level", "reason"],
 )
 RECOVERY = Histogram(
     "rtj_recovery_seconds",
@@ -31,12 +39,14 @@ RECOVERY = Histogram(
     buckets=(0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200),
 )
 HEARTBEAT_AGE = Gauge(
-    "rtj_heartbeat_age_seconds", "Seconds since the slot's pod last heartbeat.", ["namespace", "job", "slot"]
+    "rtj_heartbeat_age_seconds",
+    "Seconds since the slot's pod last heartbeat.",
+    ["job_namespace", "job_name", "slot"],
 )
 CREATE_REFUSED = Counter(
     "rtj_create_refused_total",
     "Creates the API server refused with a retryable 4xx (each retry counted).",
-    ["namespace", "job", "code"],
+    ["job_namespace", "job_name", "code"],
 )
 RECONCILE = Histogram(
     "rtj_reconcile_duration_seconds",
@@ -44,7 +54,9 @@ RECONCILE = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 GOODPUT = Gauge(
-    "rtj_goodput_ratio", "Productive fraction of wall time since the job first ran.", ["namespace", "job"]
+    "rtj_goodput_ratio",
+    "Productive fraction of wall time since the job first ran.",
+    ["job_namespace", "job_name"],
 )
 
 # Our own record of the label sets each job has (prometheus-client has no public way to list a

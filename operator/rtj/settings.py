@@ -23,9 +23,20 @@ ENV_PREFIX = "RTJ_"
 class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus /metrics port; 0 disables.")
+    metrics_port: int = Field(
+        9090,
+        ge=0,
+        le=65535,
+        description="Prometheus /metrics port; 0 disables. Not 8080: the operator image's liveness "
+        "endpoint (`kopf run --liveness`) listens there.",
+    )
     trainer_service_account: str = Field(
         "rtj-trainer", min_length=1, description="ServiceAccount of trainer pods (the chart defines it)."
+    )
+    fsx_enabled: bool = Field(
+        True,
+        description="false: jobs with spec.checkpoint.fsx fail at once (the chart sets it from fsx.enabled "
+        "and grants PersistentVolume permissions only when true).",
     )
     reconcile_interval_seconds: float = Field(
         1.0,

@@ -74,6 +74,10 @@ class ChartRelease:
 
 @pytest.fixture(scope="session")
 def rtj_chart(kube: client.ApiClient, helm: Tool, kubectl: Tool) -> Iterator[ChartRelease]:
+    # On a reused cluster the CRD may predate this checkout: apply it as the chart README says to, and
+    # first: Helm 4 applies crds/ server-side too and would conflict with kubectl's fields if it differs.
+    crd_path = str(crdgen.OUTPUTS[1])
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", crd_path)
     helm(
         "upgrade",
         "--install",
@@ -87,8 +91,6 @@ def rtj_chart(kube: client.ApiClient, helm: Tool, kubectl: Tool) -> Iterator[Cha
         "--timeout",
         "2m",
     )  # fmt: skip  (no --wait: nothing to wait for but the CRD, awaited below)
-    # On a reused cluster the CRD may predate this checkout: apply it as the chart README says to.
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crdgen.OUTPUTS[1]))
     wait_for(lambda: crd_established(kube), timeout=30, message=f"CRD {CRD_NAME} Established")
     try:
         yield ChartRelease(RELEASE, RELEASE_NAMESPACE)

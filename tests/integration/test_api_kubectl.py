@@ -41,6 +41,13 @@ def test_explain_fault_tolerance_prints_each_budget(rtj_chart, kubectl) -> None:
         assert " ".join(field.description.split()) in flat, field.description
 
 
+def test_explain_shows_defaults_and_bounds(rtj_chart, kubectl) -> None:
+    flat = " ".join(explain(kubectl, "rtj.spec.faultTolerance.heartbeatTimeoutSeconds").split())
+    assert "Default: 60. Minimum: 2, maximum: 3600." in flat, flat
+    flat = " ".join(explain(kubectl, "rtj.spec.podTemplate.securityContext.fsGroup").split())
+    assert "Default: 1000. Minimum: 0, maximum: 2147483647." in flat, flat
+
+
 def test_apply_example_and_get_shows_the_printer_columns(rtj_chart, kubectl, rtj_api, namespace: str) -> None:
     applied = kubectl("apply", "--server-side", "--validate=strict", "-n", namespace, "-f", str(EXAMPLE))
     assert "llama-fsdp-4node serverside-applied" in applied.stdout

@@ -157,6 +157,27 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "spec.podTemplate.volumes[0].name",
     ),
     ("too-many-nodes", job(nodes=10001), "spec.nodes"),
+    # Pod security: only what the `restricted` Pod Security Standard admits can be expressed.
+    (
+        "run-as-root",
+        job(podTemplate={"securityContext": {"runAsUser": 0}}),
+        "spec.podTemplate.securityContext.runAsUser",
+    ),
+    (
+        "run-as-non-root-false",
+        job(podTemplate={"securityContext": {"runAsNonRoot": False}}),
+        "spec.podTemplate.securityContext.runAsNonRoot",
+    ),
+    (
+        "seccomp-unconfined",
+        job(podTemplate={"securityContext": {"seccompProfile": {"type": "Unconfined"}}}),
+        "spec.podTemplate.securityContext.seccompProfile.type",
+    ),
+    (
+        "seccomp-localhost-without-profile",
+        job(podTemplate={"securityContext": {"seccompProfile": {"type": "Localhost"}}}),
+        "spec.podTemplate.securityContext.seccompProfile.localhostProfile",
+    ),
 ]
 
 
@@ -273,6 +294,7 @@ def test_server_fills_in_defaults(rtj_api, namespace: str) -> None:
     created = rtj_api.create(namespace, job("defaults"))
     spec = created["spec"]
     assert spec["gpusPerNode"] == 8
+    # cpu/memory: no schema default (they follow placement.instanceType in the operator).
     assert spec["resources"] == {"efaPerNode": 32, "sharedMemorySize": "64Gi"}
     ft = spec["faultTolerance"]
     assert (ft["heartbeatIntervalSeconds"], ft["heartbeatTimeoutSeconds"], ft["maxPodReschedules"]) == (
@@ -282,6 +304,26 @@ def test_server_fills_in_defaults(rtj_api, namespace: str) -> None:
     )
     assert ft["inProcessRestart"]["hardTimeoutSeconds"] == 90
     assert spec["checkpoint"]["mountPath"] == "/checkpoints"
+    assert spec["podTemplate"]["securityContext"] == {
+        "fsGroup": 1000,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def test_pod_security_override_is_accepted(rtj_api, namespace: str) -> None:
+    security = {
+        "runAsUser": 4242,
+        "runAsGroup": 0,
+        "fsGroup": 5000,
+        "supplementalGroups": [7],
+        "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/trainer.json"},
+    }
+    created = rtj_api.create(namespace, job("secure", podTemplate={"securityContext": security}))
+    assert created["spec"]["podTemplate"]["securityContext"] == {
+        **security,
+        "fsGroupChangePolicy": "OnRootMismatch",
+    }
 
 
 def test_integer_quantities_are_accepted(rtj_api, namespace: str) -> None:

@@ -25,7 +25,9 @@ def test_session_release_is_deployed_with_the_crd(rtj_chart, helm, kube) -> None
     names = {
         r.metadata.name for r in rbac.list_cluster_role(label_selector="app.kubernetes.io/instance=rtj").items
     }
-    assert names == {f"rtj-resilient-training-operator-{s}" for s in ("cluster", "jobs", "trainer")}
+    assert names == {
+        f"rtj-resilient-training-operator-{s}" for s in ("cluster", "jobs", "trainer", "edit", "view")
+    }
 
 
 def restricted_namespace(kube, namespace: str) -> None:
@@ -78,3 +80,34 @@ def test_operator_pod_is_admitted_under_the_restricted_pod_security_standard(
     assert pod.spec.service_account_name == f"{release.name}-resilient-training-operator"
     env = {e.name: e.value for e in container.env if e.value is not None}
     assert env["RTJ_TRAINER_SERVICE_ACCOUNT"] == "rtj-trainer"
+    assert env["RTJ_FSX_ENABLED"] == "false"
+
+
+def test_install_naming_a_missing_trainer_namespace_fails_first_and_leaves_no_release(
+    helm, kube, install_chart, namespace
+) -> None:
+    missing = f"{namespace}-absent"
+    with pytest.raises(AssertionError) as err:
+        install_chart("nsmissing", namespace, f"trainer.namespaces={{{missing}}}")
+    text = str(err.value)
+    assert f"namespace(s) {missing} do not exist" in text and "kubectl create namespace" in text, text
+    # Rendering failed before anything was created: no (failed) release to clean up or upgrade.
+    releases = json.loads(helm("list", "-n", namespace, "-o", "json").stdout)  # every status
+    assert releases == []
+
+
+def test_install_can_create_the_trainer_namespaces_enforcing_restricted(
+    helm, kube, install_chart, namespace
+) -> None:
+    created = f"{namespace}-made"
+    core = client.CoreV1Api(kube)
+    try:
+        install_chart(
+            "nsmade", namespace, f"trainer.namespaces={{{created}}}", "trainer.createNamespaces=true"
+        )
+        ns = core.read_namespace(created)
+        assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
+        sa = core.read_namespaced_service_account("rtj-trainer", created)
+        assert sa.metadata.namespace == created
+    finally:
+        core.delete_namespace(created, propagation_policy="Background")

@@ -93,7 +93,7 @@ def test_children_and_soft_faults_counted_without_touching_pods(env: Callable[..
     assert reasons.RECOVERED in evs
     # Metrics follow the status write and the Events in the same pass: wait for them, not race them.
     counted = (
-        f'rtj_restarts_total{{job="train",level="InProcess",namespace="{e.namespace}",'
+        f'rtj_restarts_total{{job_name="train",job_namespace="{e.namespace}",level="InProcess",'
         f'reason="InProcessRestart"}} 2.0'
     )
     recovered = 'rtj_recovery_seconds_count{level="InProcess"} 1.0'

@@ -14,6 +14,7 @@ from operator_harness import (
     end_pod,
     events,
     is_true,
+    job_manifest,
     reasons_of,
     running,
     until,
@@ -95,6 +96,43 @@ def test_suspend_removes_pods_and_resume_recreates_them(env: Callable[..., Opera
     evs = reasons_of(events(e.core, e.namespace, "train"))
     assert evs.count(reasons.SUSPENDED) == 1 and evs.count(reasons.RESUMED) == 1
     assert reasons.RENDEZVOUS_LOST not in evs
+
+
+def test_job_created_suspended_starts_nothing_until_admitted(env: Callable[..., OperatorEnv]) -> None:
+    """Kueue's contract with the jobs it queues: a job labelled kueue.x-k8s.io/queue-name is created
+    (or set by Kueue's webhook) with spec.suspend=true and must start no pod, not even the rendezvous
+    pod, until Kueue admits it by setting spec.suspend=false."""
+    e = env(nodes=2)
+    manifest = job_manifest("queued", e.nodegroup, 2, suspend=True)
+    manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
+    e.rtj.create(e.namespace, manifest)
+    t = e.trainers("queued")
+    until(lambda: is_true(e.job("queued"), "Suspended"), None, 60, e.explain("queued"))
+    seen = passes(e)
+    # Several more passes over the suspended job: still nothing created.
+    until(lambda: passes(e) >= seen + 5, None, 30, e.explain("queued"))
+    assert not t.pods()
+    assert not e.core.list_namespaced_service(e.namespace).items
+    st = e.status("queued")
+    assert st["state"] == "Suspended" and st["nodesReady"] == 0
+
+    e.rtj.patch(e.namespace, "queued", {"spec": {"suspend": False}})  # Kueue admits the workload
+    until(running(e, "queued", 2), t, 90, e.explain("queued"))
+    assert not is_true(e.job("queued"), "Suspended")
+    assert e.status("queued")["restarts"] == {"inProcess": 0, "inJob": 0, "podReschedules": 0}
+
+
+def test_fsx_job_fails_at_once_when_the_operator_has_no_fsx_support(
+    env: Callable[..., OperatorEnv],
+) -> None:
+    e = env(nodes=1, RTJ_FSX_ENABLED="false")  # what the chart sets unless fsx.enabled
+    e.create_job("fsx", 1)  # the harness's jobs checkpoint on FSx
+    until(lambda: is_true(e.job("fsx"), "Failed"), None, 60, e.explain("fsx"))
+    st = e.status("fsx")
+    failed = next(c for c in st["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == reasons.INVALID_SPEC and "fsx.enabled=true" in failed["message"]
+    assert not e.trainers("fsx").pods()
+    assert reasons.INVALID_SPEC in reasons_of(events(e.core, e.namespace, "fsx"))
 
 
 def test_deletion_cleans_up_children_and_quarantine(env: Callable[..., OperatorEnv]) -> None:

@@ -24,8 +24,9 @@ OPERATOR_NAMESPACED_YES = [
     *[(v, "leases.coordination.k8s.io", ()) for v in ("get", "list", "watch", "patch")],
     ("create", "events", ()),
 ]
+#: Only with fsx.enabled=true (the static PersistentVolume of an FSx checkpoint volume).
+FSX_CLUSTER_YES = [(v, "persistentvolumes", ()) for v in ("create", "delete")]
 OPERATOR_CLUSTER_YES = [
-    *[(v, "persistentvolumes", ()) for v in ("create", "delete")],
     *[(v, "nodes", ()) for v in ("get", "list", "watch", "patch")],
     *[(v, "customresourcedefinitions.apiextensions.k8s.io", ()) for v in ("get", "list", "watch")],
 ]
@@ -61,9 +62,9 @@ OPERATOR_NO = [
     ("impersonate", "serviceaccounts", ()),
     ("create", "serviceaccounts", ("--subresource=token",)),
 ]
-TRAINER_YES = [(v, "leases.coordination.k8s.io", ()) for v in ("create", "get", "update", "patch")]
+TRAINER_YES = [(v, "leases.coordination.k8s.io", ()) for v in ("create", "patch")]
 TRAINER_NO = [
-    *[(v, "leases.coordination.k8s.io", ()) for v in ("list", "watch", "delete", "deletecollection")],
+    *[(v, "leases.coordination.k8s.io", ()) for v in ("get", "update", "list", "watch", "delete")],
     ("get", "pods", ()),
     ("list", "pods", ()),
     ("get", "secrets", ()),
@@ -101,7 +102,7 @@ def operator_sa(namespace: str, release: str) -> str:
 
 
 def test_operator_all_namespaces(kubectl, install_chart, namespace: str) -> None:
-    release = install_chart("rbac-all", namespace)
+    release = install_chart("rbac-all", namespace, "fsx.enabled=true")
     sa = operator_sa(namespace, release.name)
     check(kubectl, sa, OPERATOR_NAMESPACED_YES, namespace, expected=True)
     check(kubectl, sa, OPERATOR_NAMESPACED_YES, "default", expected=True)  # ClusterRoleBinding: everywhere
@@ -109,7 +110,7 @@ def test_operator_all_namespaces(kubectl, install_chart, namespace: str) -> None
     check(
         kubectl,
         sa,
-        [*OPERATOR_CLUSTER_YES, ("list", "namespaces", ()), ("watch", "namespaces", ())],
+        [*OPERATOR_CLUSTER_YES, *FSX_CLUSTER_YES, ("list", "namespaces", ()), ("watch", "namespaces", ())],
         None,
         True,
     )
@@ -125,6 +126,8 @@ def test_operator_watching_one_namespace_gets_namespaced_rights_only_there(
     check(kubectl, sa, OPERATOR_NAMESPACED_YES, "default", expected=False)
     check(kubectl, sa, OPERATOR_CLUSTER_YES, None, expected=True)
     check(kubectl, sa, [("list", "namespaces", ())], None, expected=False)
+    # fsx.enabled is false by default: no cluster-wide PersistentVolume rights.
+    check(kubectl, sa, FSX_CLUSTER_YES, None, expected=False)
 
 
 def test_trainer_can_only_write_leases_in_its_namespace(kubectl, install_chart, namespace: str) -> None:
@@ -134,3 +137,38 @@ def test_trainer_can_only_write_leases_in_its_namespace(kubectl, install_chart, 
     check(kubectl, sa, TRAINER_NO, namespace, expected=False)
     check(kubectl, sa, TRAINER_YES, "default", expected=False)
     check(kubectl, sa, [("get", "nodes", ()), ("list", "persistentvolumes", ())], None, expected=False)
+
+
+USER_EDIT_YES = [
+    *[(v, JOBS, ()) for v in ("create", "get", "list", "watch", "update", "patch", "delete")],
+    ("get", JOBS, ("--subresource=status",)),
+]
+USER_VIEW_YES = [(v, JOBS, ()) for v in ("get", "list", "watch")]
+USER_NO_STATUS_WRITES = [(v, JOBS, ("--subresource=status",)) for v in ("update", "patch")]
+
+
+def test_namespace_editors_and_viewers_get_jobs_through_aggregation(
+    kubectl, install_chart, namespace: str
+) -> None:
+    from rtj_local.wait import wait_for
+
+    install_chart("rbac-users", namespace)
+    for user, role in (("alice", "edit"), ("bob", "view"), ("carol", "admin")):
+        kubectl("create", "rolebinding", f"{user}-{role}", f"--clusterrole={role}", f"--user={user}",
+                "-n", namespace)  # fmt: skip
+    # The controller-manager's ClusterRole aggregation copies the chart's rules into edit/view/admin.
+    wait_for(
+        lambda: (
+            can_i(kubectl, "alice", "create", JOBS, (), namespace)
+            and can_i(kubectl, "bob", "list", JOBS, (), namespace)
+        ),
+        timeout=60,
+        message="the chart's rules aggregated into edit and view",
+    )
+    check(kubectl, "alice", USER_EDIT_YES, namespace, expected=True)
+    check(kubectl, "carol", USER_EDIT_YES, namespace, expected=True)
+    check(kubectl, "bob", USER_VIEW_YES, namespace, expected=True)
+    check(kubectl, "bob", [("create", JOBS, ()), ("delete", JOBS, ())], namespace, expected=False)
+    for user in ("alice", "bob", "carol"):
+        check(kubectl, user, USER_NO_STATUS_WRITES, namespace, expected=False)
+        check(kubectl, user, USER_VIEW_YES, "default", expected=False)  # a RoleBinding: its namespace only

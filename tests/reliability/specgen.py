@@ -273,6 +273,9 @@ INT_BOUNDS: list[tuple[tuple[str, ...], int, int]] = [
     (("faultTolerance", "inProcessRestart", "softTimeoutSeconds"), 1, 86400),
     (("faultTolerance", "inProcessRestart", "hardTimeoutSeconds"), 2, 86400),
     (("faultTolerance", "inProcessRestart", "maxRestarts"), 0, 10000),
+    (("podTemplate", "securityContext", "runAsUser"), 1, 2**31 - 1),
+    (("podTemplate", "securityContext", "runAsGroup"), 0, 2**31 - 1),
+    (("podTemplate", "securityContext", "fsGroup"), 0, 2**31 - 1),
 ]
 #: (path, max length, min length) of every bounded string.
 STR_BOUNDS: list[tuple[tuple[str, ...], int, int]] = [
@@ -289,6 +292,14 @@ PATTERN_BREAKS: list[tuple[tuple[str, ...], Any]] = [
     (("checkpoint", "mountPath"), "relative"),
     (("checkpoint", "mountPath"), "/a:b"),
     (("podTemplate", "serviceAccountName"), "Bad.SA"),
+    (("podTemplate", "securityContext", "fsGroupChangePolicy"), "Sometimes"),
+    (("podTemplate", "securityContext", "seccompProfile"), {"type": "Unconfined"}),
+    (("podTemplate", "securityContext", "seccompProfile"), {"type": "Localhost"}),
+    (
+        ("podTemplate", "securityContext", "seccompProfile"),
+        {"type": "RuntimeDefault", "localhostProfile": "p"},
+    ),
+    (("podTemplate", "securityContext", "seccompProfile"), {"type": "Localhost", "localhostProfile": "/abs"}),
     (("placement", "tolerations"), [{"operator": "In"}]),
     (("placement", "tolerations"), [{"effect": "Sometimes"}]),
     (("placement", "tolerations"), [{"tolerationSeconds": -1}]),

@@ -33,7 +33,11 @@ ESCALATIONS = [
     (("podTemplate",), "hostNetwork", True),
     (("podTemplate",), "hostPID", True),
     (("podTemplate",), "hostIPC", True),
-    (("podTemplate",), "securityContext", {"privileged": True}),
+    # podTemplate.securityContext exists, but only with what `restricted` Pod Security admits.
+    (("podTemplate", "securityContext"), "privileged", True),
+    (("podTemplate", "securityContext"), "runAsNonRoot", False),
+    (("podTemplate", "securityContext"), "capabilities", {"add": ["SYS_ADMIN"]}),
+    (("podTemplate", "securityContext"), "allowPrivilegeEscalation", True),
     (("podTemplate",), "containers", [{"name": "trainer", "securityContext": {"privileged": True}}]),
 ]
 

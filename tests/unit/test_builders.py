@@ -254,3 +254,94 @@ def test_quarantine_taint() -> None:
         "value": "train",
         "effect": "NoSchedule",
     }
+
+
+def all_pods(job) -> list[dict]:
+    return [
+        builders.worker_pod(job, 0, 0, "Initial"),
+        builders.spare_pod(job, 0, 0),
+        builders.rendezvous_pod(job),
+    ]
+
+
+def test_every_pod_meets_the_restricted_pod_security_standard_by_default() -> None:
+    for pod in all_pods(fsx_job()):
+        spec = pod["spec"]
+        # No runAsUser: the image's USER runs (the trainer image's is 1000), checked non-root by the kubelet.
+        assert spec["securityContext"] == {
+            "runAsNonRoot": True,
+            "fsGroup": 1000,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }, pod["metadata"]["name"]
+        for c in spec["containers"]:
+            assert c["securityContext"] == {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+            }
+        assert not any(k in spec for k in ("hostNetwork", "hostPID", "hostIPC"))
+        assert all("hostPath" not in v for v in spec.get("volumes", []))
+        assert all("hostPort" not in p for c in spec["containers"] for p in c.get("ports", []))
+
+
+def test_pod_security_override_is_applied_and_run_as_non_root_stays() -> None:
+    security = {
+        "runAsUser": 4242,
+        "runAsGroup": 0,
+        "fsGroup": 5000,
+        "fsGroupChangePolicy": "Always",
+        "supplementalGroups": [7, 8],
+        "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/trainer.json"},
+    }
+    job = make_job().spec(podTemplate={"securityContext": security}).obj()
+    for pod in all_pods(job):
+        assert pod["spec"]["securityContext"] == {"runAsNonRoot": True, **security}
+
+
+@pytest.mark.parametrize(
+    "security",
+    [
+        {"runAsUser": 0},
+        {"runAsNonRoot": False},
+        {"privileged": True},
+        {"seccompProfile": {"type": "Unconfined"}},
+        {"seccompProfile": {"type": "Localhost"}},
+        {"seccompProfile": {"type": "RuntimeDefault", "localhostProfile": "x.json"}},
+        {"fsGroupChangePolicy": "Sometimes"},
+    ],
+    ids=str,
+)
+def test_pod_security_override_refuses_what_restricted_refuses(security: dict) -> None:
+    with pytest.raises(ValueError):
+        make_job().spec(podTemplate={"securityContext": security}).obj()
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "cpu", "memory"),
+    [("p5.48xlarge", "180", "1800Gi"), ("p5en.48xlarge", "180", "1800Gi"), ("p4d.24xlarge", "88", "1000Gi")],
+)
+def test_trainer_pods_are_guaranteed_with_instance_type_defaults(
+    instance_type: str, cpu: str, memory: str
+) -> None:
+    job = make_job().spec(placement={"instanceType": instance_type}).obj()
+    for pod in all_pods(job)[:2]:  # worker, spare
+        res = pod["spec"]["containers"][0]["resources"]
+        # Guaranteed QoS: cpu and memory requested and limited, requests == limits.
+        assert res["requests"] == res["limits"]
+        assert (res["limits"]["cpu"], res["limits"]["memory"]) == (cpu, memory)
+
+
+def test_spec_resources_win_over_instance_defaults_and_unknown_types_have_none() -> None:
+    job = make_job().spec(resources={"cpu": 96, "memory": "900Gi"}).obj()
+    res = builders.worker_pod(job, 0, 0, "Initial")["spec"]["containers"][0]["resources"]
+    assert (res["limits"]["cpu"], res["limits"]["memory"]) == ("96", "900Gi")
+    unknown = make_job().spec(placement={"instanceType": "g6.48xlarge"}).obj()
+    res = builders.worker_pod(unknown, 0, 0, "Initial")["spec"]["containers"][0]["resources"]
+    assert "cpu" not in res["limits"] and "memory" not in res["limits"]
+
+
+def test_shared_memory_size_comes_from_the_spec() -> None:
+    job = make_job().spec(resources={"sharedMemorySize": "8Gi"}).obj()
+    volumes = builders.worker_pod(job, 0, 0, "Initial")["spec"]["volumes"]
+    shm = next(v for v in volumes if v["name"] == builders.SHM_VOLUME)
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}

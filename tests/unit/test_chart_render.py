@@ -131,12 +131,13 @@ def test_rbac_has_no_secrets_and_no_wildcards(values: Path | None) -> None:
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
 
 
-def test_operator_rbac_grants_exactly_what_the_operator_uses() -> None:
-    docs = render()
+@pytest.mark.parametrize("fsx", [False, True], ids=["fsx-off", "fsx-on"])
+def test_operator_rbac_grants_exactly_what_the_operator_uses(fsx: bool) -> None:
+    docs = render(f"fsx.enabled={str(fsx).lower()}")
     granted = {
         (group, resource, verb)
         for d in by_kind(docs, "ClusterRole")
-        if not d["metadata"]["name"].endswith("-trainer")
+        if d["metadata"]["name"].endswith(("-cluster", "-jobs"))
         for r in d["rules"]
         for group in r["apiGroups"]
         for resource in r["resources"]
@@ -153,14 +154,17 @@ def test_operator_rbac_grants_exactly_what_the_operator_uses() -> None:
         | g("", "pods", "create", "delete", "get", "list", "watch", "patch")
         | g("", "services", "create", "list", "watch")
         | g("", "persistentvolumeclaims", "create")
-        | g("", "persistentvolumes", "create", "delete")
         | g("coordination.k8s.io", "leases", "get", "list", "watch", "patch")
         | g("", "nodes", "get", "list", "watch", "patch")
         | g("", "events", "create")
         | g("apiextensions.k8s.io", "customresourcedefinitions", "get", "list", "watch")
         | g("", "namespaces", "list", "watch")
     )
+    # Cluster-wide PersistentVolume rights only for FSx checkpoints, which need them.
+    if fsx:
+        expected |= g("", "persistentvolumes", "create", "delete")
     assert granted == expected
+    assert env_of(one(docs, "Deployment"))["RTJ_FSX_ENABLED"] == str(fsx).lower()
 
 
 def test_trainer_role_only_touches_leases() -> None:
@@ -170,7 +174,7 @@ def test_trainer_role_only_touches_leases() -> None:
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["create", "get", "update", "patch"],
+            "verbs": ["create", "patch"],
         }
     ]
     bindings = [d for d in by_kind(docs, "RoleBinding") if d["roleRef"]["name"] == role["metadata"]["name"]]
@@ -187,7 +191,7 @@ def test_trainer_role_only_touches_leases() -> None:
 
 
 def test_every_rbac_rule_is_commented() -> None:
-    for template in ("rbac-operator.yaml", "rbac-trainer.yaml"):
+    for template in ("rbac-operator.yaml", "rbac-trainer.yaml", "rbac-aggregate.yaml"):
         lines = (CHART / "templates" / template).read_text().splitlines()
         for i, line in enumerate(lines):
             if line.strip().startswith("- apiGroups:"):
@@ -216,7 +220,11 @@ def test_metrics_service_and_service_monitor() -> None:
     assert env_of(one(docs, "Deployment"))["RTJ_METRICS_PORT"] == "9400"
     sm = one(docs, "ServiceMonitor")
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    assert sm["spec"]["endpoints"][0]["honorLabels"] is True
+    # The metrics name the training job job_namespace/job_name: the target's job/namespace labels stay.
+    assert sm["spec"]["endpoints"][0]["honorLabels"] is False
+    honored = one(render("metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.honorLabels=true"),
+                  "ServiceMonitor")  # fmt: skip
+    assert honored["spec"]["endpoints"][0]["honorLabels"] is True
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert not by_kind(render(), "ServiceMonitor")
 
@@ -261,7 +269,7 @@ def test_values_schema_rejects_unknown_keys_and_bad_enums() -> None:
 
     check(schema, "values")
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert set(values) == set(schema["properties"])
+    assert set(values) == set(schema["properties"]) - {"global"}  # Helm supplies `global`
 
 
 def test_chart_metadata_and_crd_copy() -> None:
@@ -296,3 +304,110 @@ def test_operator_settings_env() -> None:
     assert not [d for d in by_kind(docs, "Service") if d["metadata"]["name"].endswith("-metrics")]
     clash = helm("template", "rtj", str(CHART), "--set", "metrics.port=8080", check=False)
     assert clash.returncode != 0 and "must differ" in clash.stderr
+
+
+def test_accepts_helm_global_values_also_as_a_subchart(tmp_path: Path) -> None:
+    assert render("global.imageRegistry=example.com")  # unknown keys elsewhere are still refused
+    parent = tmp_path / "platform"
+    (parent / "charts").mkdir(parents=True)
+    (parent / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: platform\nversion: 1.0.0\n"
+        "dependencies:\n  - name: resilient-training-operator\n    version: 0.1.0\n"
+    )
+    (parent / "values.yaml").write_text("global:\n  imageRegistry: example.com\n")
+    (parent / "charts" / CHART.name).symlink_to(CHART, target_is_directory=True)
+    result = helm("template", "platform", str(parent), "--namespace", "platform", check=False)
+    assert result.returncode == 0, result.stderr
+    assert "kind: Deployment" in result.stdout
+
+
+def test_job_users_get_jobs_through_the_aggregated_edit_and_view_roles() -> None:
+    docs = render()
+    edit, view = one(docs, "ClusterRole", "-edit"), one(docs, "ClusterRole", "-view")
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    edit_verbs = {v for r in edit["rules"] if "resilienttrainingjobs" in r["resources"] for v in r["verbs"]}
+    assert {"create", "update", "patch", "delete", "get", "list", "watch"} <= edit_verbs
+    # Nobody but the operator writes the status.
+    for role in (edit, view):
+        for r in role["rules"]:
+            if "resilienttrainingjobs/status" in r["resources"]:
+                assert set(r["verbs"]) <= {"get", "list", "watch"}
+    assert {v for r in view["rules"] for v in r["verbs"]} == {"get", "list", "watch"}
+    off = render("rbac.aggregateToDefaultRoles=false")
+    assert not [d for d in by_kind(off, "ClusterRole") if d["metadata"]["name"].endswith(("-edit", "-view"))]
+
+
+def test_an_external_service_account_must_be_named() -> None:
+    unnamed = helm("template", "rtj", str(CHART), "--set", "serviceAccount.create=false", check=False)
+    assert unnamed.returncode != 0 and "serviceAccount.name is required" in unnamed.stderr
+    docs = render("serviceAccount.create=false", "serviceAccount.name=platform-operator")
+    assert not by_kind(docs, "ServiceAccount")
+    subjects = [s for d in by_kind(docs, "ClusterRoleBinding") for s in d["subjects"]]
+    assert subjects and all(s["name"] == "platform-operator" for s in subjects)
+    assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "platform-operator"
+
+
+def image_of(docs: list[dict[str, Any]]) -> str:
+    return one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_image_tag_may_be_a_number_and_a_digest_pins_it() -> None:
+    assert image_of(render("image.tag=20261130")).endswith(":20261130")
+    digest = "sha256:" + "a" * 64
+    assert image_of(render("image.tag=1.2.3", f"image.digest={digest}")).endswith(f":1.2.3@{digest}")
+    assert image_of(render(f"image.digest={digest}")).endswith(f":0.1.0@{digest}")
+    bad = helm("template", "rtj", str(CHART), "--set", "image.digest=latest", check=False)
+    assert bad.returncode != 0
+
+
+def test_helm_test_hook_checks_the_crd_and_the_operator() -> None:
+    docs = render()
+    test_pod = one(docs, "Pod", "-test")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    # Outside the Deployment's selector (its ReplicaSet would adopt the pod) and the Service's.
+    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= test_pod["metadata"]["labels"].items()
+    spec = test_pod["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (c,) = spec["containers"]
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    script = c["args"][0]
+    compile(script, "helm-test", "exec")  # valid Python once rendered
+    assert "/apis/training.resilient.dev/v1alpha1" in script
+    assert "http://rtj-resilient-training-operator-metrics.rtj-system.svc:9090/metrics" in script
+    # No operator pod to ask (replicas=0, e.g. a local cluster): only the CRD is checked.
+    local = one(render(values=CHART / "ci" / "local-values.yaml"), "Pod", "-test")
+    assert "/metrics" not in local["spec"]["containers"][0]["args"][0].split("metrics = ")[1].split("\n")[0]
+
+
+def test_trainer_namespaces_are_created_only_when_asked() -> None:
+    assert not by_kind(render("trainer.namespaces={ml-a}"), "Namespace")
+    docs = render("trainer.namespaces={ml-a}", "trainer.createNamespaces=true")
+    (ns,) = by_kind(docs, "Namespace")
+    assert ns["metadata"]["name"] == "ml-a"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert ns["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_liveness_and_metrics_ports_differ_by_default() -> None:
+    from rtj.settings import Settings
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["operator"]["healthPort"] != values["metrics"]["port"]
+    # The operator image's own default liveness port (Dockerfile CMD) must not be the metrics default.
+    dockerfile = (crdgen.REPO_ROOT / "Dockerfile").read_text()
+    (liveness,) = re.findall(r"--liveness=http://0\.0\.0\.0:(\d+)/healthz", dockerfile)
+    assert Settings().metrics_port == Settings.from_env().metrics_port != int(liveness)
+    assert Settings().metrics_port == values["metrics"]["port"]
+
+
+def test_notes_and_readme_say_what_a_local_cluster_needs() -> None:
+    result = helm("install", "rtj", str(CHART), "--dry-run=client", "-n", "rtj-system", check=False)
+    assert "operator.replicas=0" in result.stdout and "ci/local-values.yaml" in result.stdout
+    assert "helm test rtj" in result.stdout
+    readme = (CHART / "README.md").read_text()
+    assert "operator.replicas=0" in readme and "trainer.createNamespaces" in readme

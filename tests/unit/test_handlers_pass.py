@@ -216,7 +216,7 @@ def test_a_job_being_deleted_or_invalid_makes_no_request() -> None:
 
 
 # --- act -------------------------------------------------------------------------------------------------
-def act(fake: FakeKube, decision: Decision) -> list[str]:
+def act(fake: FakeKube, decision: Decision) -> handlers.ActOutcome:
     return asyncio.run(handlers.act(fake, make_job().nodes(2).spares(1).obj(), decision))
 
 
@@ -234,7 +234,7 @@ def test_act_deletes_first_and_signals_a_promoted_spare_only_after_relabelling_i
             DeletePod(name="train-n1-a0", uid="uid-n1", grace_seconds=0),
         ]
     )
-    assert act(fake, decision) == []
+    assert act(fake, decision) == handlers.ActOutcome()
     first, *middle, last = fake.calls
     assert first == Call(
         "DELETE",
@@ -292,7 +292,7 @@ def test_act_sends_no_promotion_signal_when_the_spare_is_gone() -> None:
             AssignLease(lease=spare, slot=1),
         ]
     )
-    assert act(fake, decision) == []
+    assert act(fake, decision) == handlers.ActOutcome()
     assert [(c.method, c.path) for c in fake.calls] == [("PATCH", f"{PODS}/{spare}")]
 
 
@@ -302,6 +302,7 @@ def test_act_treats_already_exists_as_success_and_reports_only_refused_creates()
     decision = Decision(
         actions=[CreateWorkerPod(slot=0, attempt=1, cause="PodFailed")], events=[JobEvent("Normal", "X", "")]
     )
-    assert act(fake, decision) == []
+    # AlreadyExists is a create that happened: nothing invalid, nothing refused.
+    assert act(fake, decision) == handlers.ActOutcome(invalid=[], refused=None, created=True)
     (create,) = fake.calls
     assert (create.method, create.path, create.body["metadata"]["name"]) == ("POST", PODS, "train-n0-a1")

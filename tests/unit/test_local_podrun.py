@@ -151,12 +151,17 @@ def test_default_shm_is_small_like_a_container_runtime() -> None:
             {},
             "unsupported fieldRef",
         ),
-        ({"name": "c", "command": ["x"], "securityContext": {"runAsNonRoot": True}}, {}, "runAsNonRoot"),
     ],
 )
 def test_pods_the_agent_cannot_run_get_a_clear_error(container: dict, spec: dict, message: str) -> None:
     with pytest.raises(PodSpecError, match=message):
         plan_pod(pod(container, **spec), ctx())
+
+
+def test_run_as_non_root_without_a_user_runs_as_the_agent_like_an_image_user() -> None:
+    container = {"name": "c", "command": ["python", "-c", "print(1)"]}
+    plan = plan_pod(pod(container, securityContext={"runAsNonRoot": True, "fsGroup": 2000}), ctx())
+    assert plan.uid is None and plan.groups == [2000]
 
 
 def test_security_context_user_and_groups_become_setpriv() -> None:

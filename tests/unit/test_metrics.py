@@ -1,10 +1,11 @@
-"""rtj.metrics: a deleted job's series go away (through prometheus-client's public API only), and
+"""rtj.metrics: the training job is job_namespace/job_name (never the scrape target's `namespace`/`job`),
+no `_created` series; a deleted job's series go away (through prometheus-client's public API only), and
 another job's stay."""
 
 from __future__ import annotations
 
 import pytest
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, generate_latest
 from rtj import metrics
 from rtj.ladder import RecoveryObserved, RestartObserved
 
@@ -16,7 +17,7 @@ def series_of(namespace: str, job: str) -> list[str]:
         f"{s.name}{s.labels}"
         for family in REGISTRY.collect()
         for s in family.samples
-        if s.labels.get("namespace") == namespace and s.labels.get("job") == job
+        if s.labels.get("job_namespace") == namespace and s.labels.get("job_name") == job
     ]
 
 
@@ -28,19 +29,34 @@ def record(namespace: str, job: str) -> None:
     metrics.set_goodput(namespace, job, 0.9)
 
 
+def test_series_name_the_job_without_target_labels_and_have_no_created() -> None:
+    record("ns-labels", "job-m")
+    try:
+        text = generate_latest(REGISTRY).decode()
+        restarts = 'rtj_restarts_total{job_name="job-m",job_namespace="ns-labels",level="InJob",'
+        assert f'{restarts}reason="InJobRestart"}} 2.0' in text
+        assert 'rtj_goodput_ratio{job_name="job-m",job_namespace="ns-labels"} 0.9' in text
+        for line in text.splitlines():
+            if line.startswith("rtj_"):
+                assert "_created" not in line.split("{")[0], line
+                assert 'job="' not in line and 'namespace="' not in line.replace("job_namespace", ""), line
+    finally:
+        metrics.forget("ns-labels", "job-m")
+
+
 def test_forget_removes_every_series_of_the_job_and_only_those() -> None:
     record("ns-forget", "gone")
     record("ns-forget", "kept")
     running = REGISTRY.get_sample_value("rtj_jobs", {"condition": "Running"})
-    assert len(series_of("ns-forget", "gone")) == 7  # 2 restarts and their _created, 2 ages, goodput
+    assert len(series_of("ns-forget", "gone")) == 5  # 2 restarts, 2 ages, goodput (no _created)
     metrics.forget("ns-forget", "gone")
     assert series_of("ns-forget", "gone") == []
-    assert len(series_of("ns-forget", "kept")) == 7
+    assert len(series_of("ns-forget", "kept")) == 5
     assert REGISTRY.get_sample_value("rtj_jobs", {"condition": "Running"}) == running - 1
     assert (
         REGISTRY.get_sample_value(
             "rtj_restarts_total",
-            {"namespace": "ns-forget", "job": "kept", "level": "InJob", "reason": "InJobRestart"},
+            {"job_namespace": "ns-forget", "job_name": "kept", "level": "InJob", "reason": "InJobRestart"},
         )
         == 2
     )

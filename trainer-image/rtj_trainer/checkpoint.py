@@ -28,10 +28,10 @@ If a save is due while the previous one is still being written, the save is skip
 saves instead, so a slow store costs recency, never training time. A write error (ENOSPC, EIO)
 removes the rank's partial files, reports a fault and training continues.
 
-Why not torch DCP or NVRx async checkpointing (measured on 2xH200, see docs/benchmarks.md and
-/work/shared/FACTS.md): DCP `save` blocks for the whole write (11-16 s per save for 6.4 GB/rank);
-DCP `async_save` still stalls 4.7-5.2 s (planning collectives + unpinned staging copy) and
-14-16 s when the previous save has not finished, because it waits for it. NVRx 0.4.1's persistent
+Why not torch DCP or NVRx async checkpointing (measured on 2xH200 on 2026-11-30, FSDP2 with 6.85 GB
+of state per rank; docs/benchmarks.md, "Checkpoint stall"): DCP `save` blocks for the whole write
+(11-14 s per save); DCP `async_save` still stalls 5.2 s (planning collectives + unpinned staging copy)
+and 10-12 s when the previous save has not finished, because it waits for it. NVRx 0.4.1's persistent
 async queue saved wrong data on CPU (a race); the NVRx 0.7 stock path hung on FSDP2 and its
 worker processes outlived crashed ranks. A thread in the rank cannot be orphaned, needs no
 pickling of the state, and the skip/coalesce rule bounds what training ever waits for by the copy.

@@ -45,14 +45,26 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: resilient-training-operator
 {{- end }}
 
+{{/*
+The operator's ServiceAccount. With serviceAccount.create=false a name is required: falling back to the
+namespace's `default` ServiceAccount would hand the operator's ClusterRoles to every pod using it.
+*/}}
 {{- define "rto.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "rto.fullname" .) .Values.serviceAccount.name }}
+{{- else if .Values.serviceAccount.name }}
+{{- .Values.serviceAccount.name }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- fail "serviceAccount.name is required when serviceAccount.create=false (the operator's roles are bound to it; the namespace's default ServiceAccount is never used)" }}
 {{- end }}
 {{- end }}
 
+{{/* repository[:tag][@digest]; the tag may be a number (--set image.tag=20261130). */}}
 {{- define "rto.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $tag := toString (default .Chart.AppVersion .Values.image.tag) }}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
 {{- end }}

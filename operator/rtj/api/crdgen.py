@@ -85,6 +85,63 @@ def structural(schema: dict[str, Any], defs: dict[str, Any], *, in_spec: bool) -
     return _ordered(out)
 
 
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return value if value else '""'
+    if isinstance(value, list):
+        return "[" + ", ".join(_plain(v) for v in value) + "]"
+    return str(value)
+
+
+def _bounds(node: dict[str, Any], minimum: str = "Minimum", maximum: str = "maximum") -> str:
+    low, high = node.get("minimum"), node.get("maximum")
+    if low is not None and high is not None:
+        return f"{minimum}: {low}, {maximum}: {high}."
+    if low is not None:
+        return f"{minimum}: {low}."
+    if high is not None:
+        return f"{maximum.capitalize()}: {high}."
+    return ""
+
+
+def documented(node: dict[str, Any]) -> dict[str, Any]:
+    """The schema with each description ending in the field's default and bounds (recursive), so that
+    `kubectl explain` shows them: "Default: 60. Minimum: 2, maximum: 3600."."""
+    out = dict(node)
+    for key in ("properties",):
+        if key in out:
+            out[key] = {name: documented(sub) for name, sub in out[key].items()}
+    for key in ("items", "additionalProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = documented(out[key])
+    if "description" not in out:
+        return out
+    notes: list[str] = []
+    default = out.get("default")
+    if (
+        default is not None
+        and not isinstance(default, dict)
+        and not (isinstance(default, list) and any(isinstance(v, dict | list) for v in default))
+    ):
+        notes.append(f"Default: {_plain(default)}.")
+    notes.append(_bounds(out))
+    if "maxLength" in out:
+        notes.append(f"At most {out['maxLength']} characters.")
+    if "maxItems" in out:
+        notes.append(f"At most {out['maxItems']} items.")
+    if "maxProperties" in out:
+        notes.append(f"At most {out['maxProperties']} entries.")
+    items = out.get("items")
+    if isinstance(items, dict) and "description" not in items:
+        notes.append(_bounds(items, "Each item: minimum", "maximum"))
+    notes = [n for n in notes if n]
+    if notes:
+        out["description"] = " ".join([out["description"].rstrip(), *notes])
+    return out
+
+
 def _defaultable_object(node: dict[str, Any]) -> bool:
     return node.get("type") == "object" and "properties" in node and not node.get("required")
 
@@ -150,9 +207,9 @@ def _printer_columns() -> list[dict[str, Any]]:
 
 def crd() -> dict[str, Any]:
     """The CustomResourceDefinition as a dict."""
-    spec_schema = _model_schema(JobSpec, in_spec=True)
+    spec_schema = documented(_model_schema(JobSpec, in_spec=True))
     spec_schema["description"] = "What to run and how to keep it alive."
-    status_schema = _model_schema(JobStatus, in_spec=False)
+    status_schema = documented(_model_schema(JobStatus, in_spec=False))
     status_schema["description"] = "What the operator observed (written only by the operator)."
     # Typed: unknown status fields are pruned (or rejected under fieldValidation=Strict). The API server
     # refuses an explicit `x-kubernetes-preserve-unknown-fields: false` ("must be true or undefined").
@@ -209,8 +266,20 @@ def crd() -> dict[str, Any]:
     }
 
 
+class _IndentedDumper(yaml.SafeDumper):
+    """Indents a sequence under its key (`key:\n  - item`), as yamllint's default `indentation` rule
+    (indent-sequences: true) and most Kubernetes YAML do; PyYAML puts the `-` at the key's column."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # a default repeated at two levels is written out twice, never as &id001/*id001
+
+
 def render() -> str:
-    return HEADER + yaml.safe_dump(crd(), sort_keys=False, width=110, allow_unicode=True)
+    body = yaml.dump(crd(), Dumper=_IndentedDumper, sort_keys=False, width=110, allow_unicode=True)
+    return HEADER + "---\n" + body
 
 
 def main(argv: list[str] | None = None) -> int:

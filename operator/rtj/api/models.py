@@ -12,9 +12,18 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
+from rtj.api.instances import instance_defaults_text
 from rtj.contract import DEFAULT_DO_NOT_RESTART_EXIT_CODES, PodState
 
 
@@ -260,7 +269,8 @@ class Placement(ApiModel):
 
 
 class Resources(ApiModel):
-    """Per-pod resources beyond the GPUs."""
+    """Per-pod resources beyond the GPUs. CPU and memory are both requested and limited (equal), so
+    that the pods are Guaranteed (the kubelet evicts them last, and the CPU manager may pin them)."""
 
     efa_per_node: int = Field(
         32,
@@ -268,10 +278,21 @@ class Resources(ApiModel):
         ge=0,
         le=32,
     )
-    cpu: Quantity | None = Field(None, description='CPU request and limit per pod (e.g. "180").')
-    memory: Quantity | None = Field(None, description='Memory request and limit per pod (e.g. "1800Gi").')
+    cpu: Quantity | None = Field(
+        None,
+        description='CPU request and limit per pod (e.g. "180"). Default: from placement.instanceType '
+        f"({instance_defaults_text()}); an instance type not listed there has no default, and the pods "
+        "are then BestEffort unless cpu and memory are set.",
+    )
+    memory: Quantity | None = Field(
+        None,
+        description='Memory request and limit per pod (e.g. "1800Gi"); it includes /dev/shm (memory-backed). '
+        "Default: from placement.instanceType, like cpu.",
+    )
     shared_memory_size: Quantity = Field(
-        "64Gi", description="Size limit of the memory-backed /dev/shm volume (NCCL and data loaders need it)."
+        "64Gi",
+        description="Size limit of the memory-backed /dev/shm volume (NCCL and data loaders need it); it "
+        "counts against the pod's memory limit.",
     )
 
 
@@ -438,6 +459,82 @@ class FaultTolerance(ApiModel):
     )
 
 
+class SeccompProfile(ApiModel):
+    """The pods' seccomp profile: the runtime's default, or one installed on the node. `Unconfined` is not
+    offered (the `restricted` Pod Security Standard refuses it)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            (
+                "(self.type == 'Localhost') == has(self.localhostProfile)",
+                "seccompProfile.localhostProfile must be set exactly when type is Localhost",
+                ".localhostProfile",
+            ),
+        )
+    )
+
+    type: Literal["RuntimeDefault", "Localhost"] = Field(
+        "RuntimeDefault", description="RuntimeDefault or Localhost."
+    )
+    localhost_profile: str | None = Field(
+        None,
+        description="For type Localhost: the profile's path relative to the kubelet's seccomp directory.",
+        min_length=1,
+        max_length=4096,
+        pattern=r"^[^/].*$",
+    )
+
+    @model_validator(mode="after")
+    def _localhost_profile_iff_localhost(self) -> SeccompProfile:
+        if (self.type == "Localhost") != (self.localhost_profile is not None):
+            raise ValueError("seccompProfile.localhostProfile must be set exactly when type is Localhost")
+        return self
+
+
+#: The trainer image's group (trainer-image/Dockerfile: user `trainer`, UID and GID 1000).
+TRAINER_IMAGE_GID = 1000
+
+
+class PodSecurity(ApiModel):
+    """Pod-level security settings of every pod of the job (core/v1 PodSecurityContext), limited to what
+    the `restricted` Pod Security Standard admits. The operator always adds runAsNonRoot: true, and to
+    each container allowPrivilegeEscalation: false and capabilities.drop: [ALL]; GPUs and EFA need no
+    more (their device plugins hand the devices to the container)."""
+
+    run_as_user: int | None = Field(
+        None,
+        description="UID of the containers' processes; never 0. Default: the image's USER, which must then "
+        "be numeric and not 0 (the pods run with runAsNonRoot; the trainer image's is 1000).",
+        ge=1,
+        le=2**31 - 1,
+    )
+    run_as_group: int | None = Field(
+        None,
+        description="Primary GID of the containers' processes. Default: the image's.",
+        ge=0,
+        le=2**31 - 1,
+    )
+    fs_group: int = Field(
+        TRAINER_IMAGE_GID,
+        description="Supplementary group that owns the pods' volumes (the checkpoint volume must be "
+        "writable by runAsUser or this group; volumes whose driver ignores fsGroup, e.g. FSx for Lustre, "
+        "need the file system's own permissions).",
+        ge=0,
+        le=2**31 - 1,
+    )
+    fs_group_change_policy: Literal["OnRootMismatch", "Always"] = Field(
+        "OnRootMismatch",
+        description="OnRootMismatch: change volume ownership only when the volume's root does not match "
+        "fsGroup (a large checkpoint volume is not walked at every pod start); Always: every start.",
+    )
+    supplemental_groups: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] = Field(
+        default_factory=list, description="Further supplementary GIDs.", max_length=32
+    )
+    seccomp_profile: SeccompProfile = Field(
+        default_factory=SeccompProfile, description="Seccomp profile of the pods."
+    )
+
+
 class PodTemplateOverrides(ApiModel):
     """Escape hatch for what the API does not cover. Applied to every pod of the job."""
 
@@ -455,7 +552,14 @@ class PodTemplateOverrides(ApiModel):
     )
 
     service_account_name: DnsLabel | None = Field(
-        None, description="ServiceAccount of the trainer pods (it must be allowed to update Leases)."
+        None,
+        description="ServiceAccount of the trainer pods (it must be allowed to create and patch Leases).",
+    )
+    security_context: PodSecurity = Field(
+        default_factory=PodSecurity,
+        description="Security settings of every pod of the job, limited to what the `restricted` Pod "
+        "Security Standard admits. The operator always adds runAsNonRoot: true and, to each container, "
+        "allowPrivilegeEscalation: false and capabilities.drop: [ALL]; GPUs and EFA need no more.",
     )
     labels: Annotated[dict[str, LabelValue], AfterValidator(_check_keys)] = Field(
         default_factory=dict,
@@ -875,12 +979,14 @@ __all__ = [
     "JobStatus",
     "NodeSlotStatus",
     "Placement",
+    "PodSecurity",
     "PodState",
     "PodTemplateOverrides",
     "PvcSource",
     "ResilientTrainingJob",
     "Resources",
     "RestartCounts",
+    "SeccompProfile",
     "SpareStatus",
     "Toleration",
 ]
