@@ -24,8 +24,8 @@ ENV_JOB_NAME = "RTJ_JOB_NAME"
 ENV_CHECKPOINT_DIR = "RTJ_CHECKPOINT_DIR"
 ENV_CHECKPOINT_INTERVAL_STEPS = "RTJ_CHECKPOINT_INTERVAL_STEPS"
 ENV_CHECKPOINTS_TO_KEEP = "RTJ_CHECKPOINTS_TO_KEEP"
-#: The file holding the step of the last committed checkpoint; ft_launcher (0.7) reads it to stop
-#: restarting when no progress is made (exit 93), the 0.4.1 emulation in the entrypoint too.
+#: The file holding the step of the last committed checkpoint; ft_launcher's progress tracker reads it
+#: to stop restarting when no progress is made (exit 93).
 ENV_PROGRESS_FILE = "RTJ_PROGRESS_FILE"
 ENV_INPROCESS_ENABLED = "RTJ_INPROCESS_ENABLED"
 ENV_INPROCESS_SOFT_TIMEOUT = "RTJ_INPROCESS_SOFT_TIMEOUT_SECONDS"
