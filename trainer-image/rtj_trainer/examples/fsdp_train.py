@@ -16,7 +16,8 @@ launcher; one code path for CPU (gloo, fp32) and GPU (NCCL, bf16 compute, fp32 m
   is also committed in the pod's memory (/dev/shm); in-job restarts resume from the newest step
   every rank can load, in memory or persisted.
 - A graceful stop (SIGTERM from ft_launcher): the ranks agree on a step, save and persist it
-  (`CheckpointManager.emergency_save`) and exit with ExitCode.TERMINATED; the resume loses nothing.
+  (`CheckpointManager.emergency_save`) and exit at once with ExitCode.TERMINATED (never 0: the
+  launcher must not take it for the end of training); the resume loses nothing.
 - Step/checkpoint/fault reports and NVRx heartbeats (hang detection) through RankReporter,
   asynchronous checkpoints (`rtj_trainer.checkpoint`), resume from the last committed one.
 - Fault injection for tests, env `RTJ_FAULT_INJECT` (the syntax of tests/trainer/toy_train.py;
@@ -41,11 +42,10 @@ import json
 import math
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -61,7 +61,6 @@ from rtj_trainer.report import RankReporter
 from rtj_trainer.runtime_env import RankEnv
 
 ENV_FAULT_INJECT = "RTJ_FAULT_INJECT"
-FINISHED, STOPPED = "finished", "stopped"
 FAULT_KINDS = ("exception", "sigkill", "hang", "exit", "kill-during-save", "corrupt")
 
 
@@ -361,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     kept = KeptState()  # survives in-process restarts (this process), never in-job restarts
     stop = GracefulStop.install()
 
-    def train(*, call_wrapper: Any, restart_count: int) -> str:
+    def train(*, call_wrapper: Any, restart_count: int) -> int:
         device = torch.device("cuda", env.local_rank) if use_cuda else torch.device("cpu")
         rank = dist.get_rank()
         # Saves are agreed on with one tiny CPU all-reduce; NCCL cannot reduce a CPU tensor.
@@ -434,27 +433,29 @@ def main(argv: list[str] | None = None) -> None:
                 t=time.time(),
             )
             if stop.agreed(group):
-                return _stop_gracefully(step + 1, model, optim)
+                _stop_gracefully(step + 1, model, optim, group)
         if ckpt is not None:
             ckpt.close(timeout=ckpt.commit_timeout_s)
         if use_cuda:
             torch.cuda.synchronize()
         with contextlib.suppress(Exception):
             dist.barrier(group=group)
-        return FINISHED
+        return args.steps
 
-    def _stop_gracefully(step: int, model: nn.Module, optim: Any) -> str:
+    def _stop_gracefully(step: int, model: nn.Module, optim: Any, group: Any) -> NoReturn:
         reporter.state(PodState.CHECKPOINTING)
         t0 = time.time()
         saved = ckpt.emergency_save(step, model, optim, extra={"seed": args.seed}) if ckpt else False
-        log.write(
-            event="stopped", step=step, persisted=saved, seconds=round(time.time() - t0, 3), t=time.time()
-        )
-        print(f"[fsdp_train] graceful stop at step {step}: persisted={saved}", flush=True)
-        return STOPPED
+        with contextlib.suppress(Exception):
+            dist.barrier(group=group)  # every rank's part is written (rank 0 returns once committed)
+        seconds = round(time.time() - t0, 3)
+        log.write(event="stopped", step=step, persisted=saved, seconds=seconds, t=time.time())
+        print(f"[fsdp_train] graceful stop at step {step}: persisted={saved} in {seconds} s", flush=True)
+        # Nothing is left to do, and the in-process wrapper's teardown plus the interpreter's took
+        # 10 s of the grace period on CPU: leave at once (TERMINATED, never 0: not finished).
+        os._exit(ExitCode.TERMINATED)
 
-    if run_with_inprocess_restart(train, env=env, reporter=reporter) == STOPPED:  # not finished
-        sys.exit(ExitCode.TERMINATED)
+    run_with_inprocess_restart(train, env=env, reporter=reporter)
     reporter.finished()
 
 
