@@ -64,7 +64,10 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--cpu", action="store_true", help="tiny model, gloo, 2 ranks (a smoke run)")
     p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--work", default="/tmp/rtj-norollback-bench")
+    p.add_argument(
+        "--work", default="/tmp/rtj-norollback-bench", help="checkpoints (the persistent tier) and logs"
+    )
+    p.add_argument("--memory-dir", default="/dev/shm/rtj-norollback-bench", help="the memory tier (a tmpfs)")
     p.add_argument("--out", default=None, help="write the JSON result here")
     p.add_argument("--only", default=",".join(RUNS), help=f"comma-separated subset of {','.join(RUNS)}")
     p.add_argument("--steps", type=int, default=150, help="steps of the faults runs")
@@ -100,7 +103,8 @@ class Job:
         self.dir = Path(a.work) / name
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
-        self.logs, self.ckpt, self.mem = self.dir / "logs", self.dir / "ckpt", self.dir / "shm"
+        self.logs, self.ckpt, self.mem = self.dir / "logs", self.dir / "ckpt", Path(a.memory_dir) / name
+        shutil.rmtree(self.mem, ignore_errors=True)
 
     def env(
         self,
@@ -137,7 +141,7 @@ class Job:
             "checkpointIntervalSteps": persist,
             "checkpointsToKeep": 2,
             "memorySnapshotIntervalSteps": memory,
-            "memorySnapshotDir": str(self.mem),
+            "memorySnapshotDir": str(self.mem.parent),
             "maxNoProgressCycles": 3,
         }
         env = {
@@ -148,7 +152,7 @@ class Job:
             "RTJ_NAMESPACE": "default",
             "RTJ_POD_IP": "127.0.0.1",
             "RTJ_STATUS_DIR": str(self.dir / "status"),
-            "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "10" if self.a.cpu else "20",
+            "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "2" if self.a.cpu else "20",  # gloo: the abort waits for it
             "RTJ_TERMINATION_GRACE_SECONDS": "30",
             "RTJ_FAULT_INJECT": faults,
             "PYTHONUNBUFFERED": "1",

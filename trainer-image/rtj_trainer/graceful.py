@@ -11,36 +11,71 @@ group (tens of microseconds), after which every rank knows the same answer.
     for step in ...:
         ...train one step...
         if stop.agreed(group):
+            stop.saving()
             ckpt.emergency_save(step + 1, model, optim)
-            return STOPPED        # the rank exits with ExitCode.TERMINATED
+            os._exit(ExitCode.TERMINATED)
+
+ft_launcher also sends SIGTERM to the surviving ranks when it restarts the workers after a rank
+failed (an in-job restart). There is nothing to save then (a peer is gone, the step cannot
+complete), and the rank must go at once, as it did without a handler: `died_with_peer()` turns a
+training exception after the signal into an immediate exit, and a rank that has not begun its
+emergency save `give_up_after_s` seconds after the signal (stuck in a collective with a dead peer)
+exits from a timer.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from rtj.contract import ExitCode
+
+#: Seconds after the signal by which the ranks must have agreed to stop and begun saving.
+DEFAULT_GIVE_UP_AFTER_S = 5.0
 
 
 class GracefulStop:
-    def __init__(self) -> None:
+    def __init__(self, give_up_after_s: float = DEFAULT_GIVE_UP_AFTER_S) -> None:
         self._requested = threading.Event()
+        self.give_up_after_s = give_up_after_s
         self.signal_name: str | None = None
+        self._timer: threading.Timer | None = None
 
     @classmethod
-    def install(cls, signals: tuple[signal.Signals, ...] = (signal.SIGTERM,)) -> GracefulStop:
+    def install(
+        cls,
+        signals: tuple[signal.Signals, ...] = (signal.SIGTERM,),
+        give_up_after_s: float = DEFAULT_GIVE_UP_AFTER_S,
+    ) -> GracefulStop:
         """Handle `signals` in this process (call from the main thread, before training)."""
-        stop = cls()
+        stop = cls(give_up_after_s)
         for sig in signals:
             signal.signal(sig, stop._on_signal)
         return stop
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.signal_name = signal.Signals(signum).name
+        if self._requested.is_set():
+            return
         self._requested.set()
+        self._timer = threading.Timer(self.give_up_after_s, _exit_terminated)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def saving(self) -> None:
+        """The ranks agreed to stop and the emergency save begins: no more give-up timer (the
+        launcher's term timeout bounds the save)."""
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def died_with_peer(self) -> None:
+        """Call when training raised: after the signal that means a peer is gone; exit now."""
+        if self._requested.is_set():
+            _exit_terminated()
 
     def request(self) -> None:
         self._requested.set()
@@ -59,3 +94,7 @@ class GracefulStop:
         t = torch.tensor([flag], dtype=torch.int64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
         return bool(t.item())
+
+
+def _exit_terminated() -> None:
+    os._exit(ExitCode.TERMINATED)

@@ -443,6 +443,7 @@ def main(argv: list[str] | None = None) -> None:
         return args.steps
 
     def _stop_gracefully(step: int, model: nn.Module, optim: Any, group: Any) -> NoReturn:
+        stop.saving()
         reporter.state(PodState.CHECKPOINTING)
         t0 = time.time()
         saved = ckpt.emergency_save(step, model, optim, extra={"seed": args.seed}) if ckpt else False
@@ -455,7 +456,14 @@ def main(argv: list[str] | None = None) -> None:
         # 10 s of the grace period on CPU: leave at once (TERMINATED, never 0: not finished).
         os._exit(ExitCode.TERMINATED)
 
-    run_with_inprocess_restart(train, env=env, reporter=reporter)
+    def train_unless_stopped(**kw: Any) -> int:
+        try:
+            return train(**kw)
+        except BaseException:
+            stop.died_with_peer()  # after SIGTERM: the launcher is restarting the workers, go now
+            raise
+
+    run_with_inprocess_restart(train_unless_stopped, env=env, reporter=reporter)
     reporter.finished()
 
 
