@@ -368,16 +368,21 @@ class CheckpointManager:
         persist_due = (
             force_persist or self.local_root is None or self._pending or step % self.interval_steps == 0
         )
+        local_due = self.local_root is not None and (
+            self._pending_local or step % self.local_interval_steps == 0
+        )
         any_busy, any_persisting, nonce = self._agree(busy=self.busy, persisting=self.persisting)
-        persist = persist_due and not any_persisting
-        if (persist_due and not persist) or any_busy:
-            if persist_due and (not self._pending or step % self.interval_steps == 0):
+        persist = persist_due and not any_persisting and not any_busy
+        if persist_due and not persist:
+            if not self._pending or step % self.interval_steps == 0:
                 self.saves_skipped += 1
                 self._emit(CheckpointEvent("skipped", step, datetime.now(UTC), "PreviousSaveDraining"))
-            self._pending = self._pending or persist_due
+            self._pending = True
         if any_busy:
-            self._pending_local = self.local_root is not None
+            self._pending_local = local_due
             return False
+        if not persist and not local_due:
+            return False  # only a coalesced persist was due, and the persister is still draining
         if persist:
             self._pending = False
         self._pending_local = False
@@ -411,8 +416,7 @@ class CheckpointManager:
         An in-flight persist of an older step is abandoned: the newest state replaces it.
         """
         deadline = time.monotonic() + (timeout if timeout is not None else self.commit_timeout_s)
-        if self._writer is not None:
-            self._writer.join(max(0.0, deadline - time.monotonic()))
+        self.wait_local(max(0.0, deadline - time.monotonic()))
         self.abort_inflight(timeout=max(0.0, deadline - time.monotonic()))
         self._pending_local = self._pending = False
         if not self.save(step, model, optimizer, extra, force_persist=True):
@@ -466,6 +470,13 @@ class CheckpointManager:
             out.append(ev)
             self._dispatch(ev)
         return out
+
+    def wait_local(self, timeout: float | None = None) -> bool:
+        """Wait for the writer only (the host buffers are free, a memory snapshot committed)."""
+        if self._writer is not None:
+            self._writer.join(timeout)
+        self.poll()
+        return not self.busy
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the in-flight save (end of training, tests); True when none is left."""

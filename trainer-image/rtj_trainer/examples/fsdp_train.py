@@ -374,7 +374,11 @@ def main(argv: list[str] | None = None) -> None:
         )
         source = "memory"
         if reuse is not None:
-            kept.adopt(model, optim)
+            try:
+                kept.adopt(model, optim)  # needs room for a second copy of the shards, briefly
+            except torch.OutOfMemoryError:
+                kept.drop()  # the next iteration reloads from a snapshot on every rank
+                raise
             start = reuse
         elif ckpt is not None and (resumed := ckpt.load_latest(model, optim)) is not None:
             start, source = resumed.step, resumed.source
