@@ -74,18 +74,21 @@ def ram_fs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def _newest_loadable(local_root: Path, persist_root: Path) -> int:
-    """The newest step every rank committed in memory with the same save, or persisted; 0 if none."""
-    common = None
+def _newest_loadable(local_root: Path, persist_root: Path) -> tuple[int, bool]:
+    """(the newest step every rank committed in memory with the same save, or persisted, 0 if none;
+    whether some rank holds a newer memory snapshot than that: the ranks were killed mid-way)."""
+    common, newest_any = None, 0
     for rank in (0, 1):
         mine = set()
         for step, nonce in local_snapshots(local_rank_dir(str(local_root), rank)):
             path = os.path.join(local_rank_dir(str(local_root), rank), f"step-{step:010d}.{nonce:x}")
             read_local_meta(path)  # committed means its metadata is there
             mine.add((step, nonce))
+            newest_any = max(newest_any, step)
         common = mine if common is None else common & mine
     local = max((s for s, _ in common or ()), default=0)
-    return max(local, latest_valid(str(persist_root)) or 0)
+    best = max(local, latest_valid(str(persist_root)) or 0)
+    return best, newest_any > best
 
 
 def _resumes(work: Path) -> list[dict]:
@@ -102,7 +105,9 @@ def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(ram_f
     expected: list[int] = []
     try:
         for n in range(KILLS + 1):
-            expected.append(_newest_loadable(local_root, persist_root))
+            newest, ranks_apart = _newest_loadable(local_root, persist_root)
+            expected.append(newest)
+            outcomes["a rank had a newer snapshot than the others"] += ranks_apart
             pids = zygote.ask(f"fork {n}")
             if n == KILLS:  # the last incarnation only resumes (and is checked), then stops
                 _wait_for_resume(work, n)
@@ -157,6 +162,7 @@ def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(ram_f
           f"{committed_steps(str(persist_root))[:1]}: {dict(outcomes)}")  # fmt: skip
     assert final >= KILLS // 2, f"only reached step {final} in {KILLS} incarnations"
     assert outcomes["resumed from local"] > 0 and outcomes["partial left"] > 0, outcomes
+    assert outcomes["a rank had a newer snapshot than the others"] > 0, "no kill left the ranks apart"
 
 
 def _wait_for_resume(work: Path, n: int, timeout: float = 60.0) -> None:

@@ -17,10 +17,12 @@ group (tens of microseconds), after which every rank knows the same answer.
 
 ft_launcher also sends SIGTERM to the surviving ranks when it restarts the workers after a rank
 failed (an in-job restart). There is nothing to save then (a peer is gone, the step cannot
-complete), and the rank must go at once, as it did without a handler: `died_with_peer()` turns a
-training exception after the signal into an immediate exit, and a rank that has not begun its
-emergency save `give_up_after_s` seconds after the signal (stuck in a collective with a dead peer)
-exits from a timer.
+complete), and the rank must go at once, as it did without a handler. The entrypoint tells the two
+apart: it writes `GRACEFUL_STOP_FILE` into the pod's status dir before it forwards its own SIGTERM;
+a SIGTERM without that file takes the default action at once. Outside the trainer runtime (no
+status dir) every SIGTERM is a graceful stop. As a safety net, `died_with_peer()` turns a training
+exception after the signal into an immediate exit, and a rank that has not begun its emergency save
+`give_up_after_s` seconds after the signal exits from a timer.
 """
 
 from __future__ import annotations
@@ -34,14 +36,19 @@ import torch
 import torch.distributed as dist
 from rtj.contract import ExitCode
 
+from .runtime_env import GRACEFUL_STOP_FILE
+
 #: Seconds after the signal by which the ranks must have agreed to stop and begun saving.
 DEFAULT_GIVE_UP_AFTER_S = 5.0
 
 
 class GracefulStop:
-    def __init__(self, give_up_after_s: float = DEFAULT_GIVE_UP_AFTER_S) -> None:
+    def __init__(
+        self, give_up_after_s: float = DEFAULT_GIVE_UP_AFTER_S, status_dir: str | None = None
+    ) -> None:
         self._requested = threading.Event()
         self.give_up_after_s = give_up_after_s
+        self._marker = os.path.join(status_dir, GRACEFUL_STOP_FILE) if status_dir else None
         self.signal_name: str | None = None
         self._timer: threading.Timer | None = None
 
@@ -50,14 +57,20 @@ class GracefulStop:
         cls,
         signals: tuple[signal.Signals, ...] = (signal.SIGTERM,),
         give_up_after_s: float = DEFAULT_GIVE_UP_AFTER_S,
+        status_dir: str | None = None,
     ) -> GracefulStop:
-        """Handle `signals` in this process (call from the main thread, before training)."""
-        stop = cls(give_up_after_s)
+        """Handle `signals` in this process (call from the main thread, before training);
+        `status_dir`: the pod's (RankEnv.status_dir), where the entrypoint marks a graceful stop."""
+        stop = cls(give_up_after_s, status_dir)
         for sig in signals:
             signal.signal(sig, stop._on_signal)
         return stop
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self._marker is not None and not os.path.exists(self._marker):
+            signal.signal(signum, signal.SIG_DFL)  # ft_launcher restarts the workers: go now
+            os.kill(os.getpid(), signum)
+            return
         self.signal_name = signal.Signals(signum).name
         if self._requested.is_set():
             return

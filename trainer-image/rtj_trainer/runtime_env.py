@@ -35,6 +35,11 @@ ENV_INPROCESS_ENABLED = "RTJ_INPROCESS_ENABLED"
 ENV_INPROCESS_SOFT_TIMEOUT = "RTJ_INPROCESS_SOFT_TIMEOUT_SECONDS"
 ENV_INPROCESS_HARD_TIMEOUT = "RTJ_INPROCESS_HARD_TIMEOUT_SECONDS"
 ENV_INPROCESS_MAX_RESTARTS = "RTJ_INPROCESS_MAX_RESTARTS"
+#: Written by the entrypoint into the pod's status dir when the pod is asked to stop (SIGTERM),
+#: before it forwards the signal to ft_launcher: a rank that gets SIGTERM while it exists saves
+#: and persists its state (rtj_trainer.graceful); one that gets SIGTERM without it is being stopped
+#: by ft_launcher for an in-job restart and goes at once.
+GRACEFUL_STOP_FILE = "graceful-stop"
 #: "gloo" or "nccl"; "auto" (default) picks nccl when CUDA is available.
 ENV_DIST_BACKEND = "RTJ_DIST_BACKEND"
 #: Seconds for collective timeouts (process group); must stay well under the in-process hard timeout.

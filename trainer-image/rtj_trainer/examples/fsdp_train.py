@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     faults = FaultInjector(parse_faults(os.environ.get(ENV_FAULT_INJECT)), env.rank, ckpt_dir, log.write)
     use_cuda = env.dist_backend == "nccl"
     kept = KeptState()  # survives in-process restarts (this process), never in-job restarts
-    stop = GracefulStop.install()
+    stop = GracefulStop.install(status_dir=env.status_dir)
 
     def train(*, call_wrapper: Any, restart_count: int) -> int:
         device = torch.device("cuda", env.local_rank) if use_cuda else torch.device("cpu")
