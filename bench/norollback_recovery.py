@@ -79,9 +79,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--persist-interval", type=int, default=40)
     p.add_argument("--min-step-time", type=float, default=0.0, help="pad steps (CPU: slow the loop down)")
     p.add_argument("--timeout", type=float, default=420, help="seconds per job")
-    p.add_argument("model", nargs="*", help="fsdp_train model arguments (default: by --cpu)")
-    a = p.parse_args()
-    a.model = a.model or (CPU_MODEL if a.cpu else GPU_MODEL)
+    # Anything else is passed to fsdp_train (model arguments; default: by --cpu).
+    a, model = p.parse_known_args()
+    a.model = model or (CPU_MODEL if a.cpu else GPU_MODEL)
     a.only = [r for r in a.only.split(",") if r]
     bad = set(a.only) - set(RUNS)
     if bad:
