@@ -143,6 +143,7 @@ class Job:
             "memorySnapshotIntervalSteps": memory,
             "memorySnapshotDir": str(self.mem.parent),
             "maxNoProgressCycles": 3,
+            "doNotRestartExitCodes": [93, 78],
         }
         env = {
             **os.environ,

@@ -67,6 +67,7 @@ class FsdpJob:
             "memorySnapshotIntervalSteps": self.memory_interval,
             "memorySnapshotDir": str(self.mem_dir),
             "maxNoProgressCycles": 3,
+            "doNotRestartExitCodes": [93, 78],
         }
         env = {
             **os.environ,
