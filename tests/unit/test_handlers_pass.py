@@ -306,3 +306,46 @@ def test_act_treats_already_exists_as_success_and_reports_only_refused_creates()
     assert act(fake, decision) == handlers.ActOutcome(invalid=[], refused=None, created=True)
     (create,) = fake.calls
     assert (create.method, create.path, create.body["metadata"]["name"]) == ("POST", PODS, "train-n0-a1")
+
+
+# --- issue 13: refusals that may end, Events that survive a crash -----------------------------------
+FORBIDDEN = kube.KubeError(
+    403,
+    "Forbidden",
+    '{"reason": "Forbidden", "message": "pods \\"train-n0-a0\\" is forbidden: error looking up service '
+    'account ns/rtj-trainer: serviceaccount \\"rtj-trainer\\" not found"}',
+)
+
+
+def test_a_forbidden_create_is_remembered_for_the_next_pass_and_logged_once(caplog) -> None:
+    fake = FakeKube({("PATCH", STATUS): {"metadata": {"resourceVersion": "8"}}, ("POST", PODS): FORBIDDEN})
+    result, memo = run_pass(fake, job_body(make_job().nodes(2).obj()))
+    assert result == 0.0  # the next pass shows it on the job at once
+    refusal = memo.create_refusal
+    assert (refusal.status, refusal.reason, refusal.failures) == (403, "Forbidden", 1)
+    assert "service account" in refusal.message and not hasattr(memo, "refused")
+    # The next pass: creates held back by the backoff (1 s; the clock is frozen), the condition written.
+    fake.calls.clear()
+    run_pass(fake, job_body(make_job().nodes(2).obj()), memo)
+    assert [c for c in fake.calls if c.method == "POST" and c.path == PODS] == []
+    (write,) = [c for c in fake.calls if c.method == "PATCH"]
+    cond = next(c for c in write.body["status"]["conditions"] if c["type"] == "CreateRefused")
+    assert cond["status"] == "True" and "service account" in cond["message"]
+    assert sum("refused a create" in r.message for r in caplog.records) == 1
+
+
+def test_unposted_events_in_status_are_posted_once_under_their_own_names() -> None:
+    """A crash after the status write that held the Events, before posting them: the restarted
+    operator (no memo) posts them; one already posted is AlreadyExists, i.e. done."""
+    job = make_job().nodes(2).obj()
+    first = expected_decision(job)
+    assert first.status.unposted_events, "a new job's pass decides Events"
+    written = job.model_copy(update={"status": first.status})
+    seqs = [e.seq for e in first.status.unposted_events]
+    names_ = [f"train.uidtrain.{seq}" for seq in seqs]
+    exists = kube.KubeError(409, "Conflict", '{"reason": "AlreadyExists"}')
+    fake = FakeKube({("POST", "/api/v1/namespaces/ns/events"): exists})
+    _, memo = run_pass(fake, job_body(written))
+    posted = [c.body["metadata"]["name"] for c in fake.calls if c.path.endswith("/events")]
+    assert posted == names_
+    assert memo.events_posted == seqs[-1]
