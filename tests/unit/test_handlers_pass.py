@@ -28,6 +28,7 @@ from rtj.ladder import (
     TaintNode,
     decide,
 )
+from rtj.ladder.event_outbox import record
 
 pytestmark = pytest.mark.unit
 
@@ -309,6 +310,7 @@ def test_act_treats_already_exists_as_success_and_reports_only_refused_creates()
 
 
 # --- issue 13: refusals that may end, Events that survive a crash -----------------------------------
+
 FORBIDDEN = kube.KubeError(
     403,
     "Forbidden",
@@ -338,10 +340,17 @@ def test_unposted_events_in_status_are_posted_once_under_their_own_names() -> No
     """A crash after the status write that held the Events, before posting them: the restarted
     operator (no memo) posts them; one already posted is AlreadyExists, i.e. done."""
     job = make_job().nodes(2).obj()
-    first = expected_decision(job)
-    assert first.status.unposted_events, "a new job's pass decides Events"
-    written = job.model_copy(update={"status": first.status})
-    seqs = [e.seq for e in first.status.unposted_events]
+    status = expected_decision(job).status
+    # As the status write of the pass that decided them left them (e.g. a pod failed, a node quarantined).
+    record(
+        status,
+        [JobEvent("Warning", "PodFailed", "slot 0: ..."), JobEvent("Warning", "NodeQuarantined", "")],
+        None,
+        NOW,
+    )
+    written = job.model_copy(update={"status": status})
+    seqs = [e.seq for e in status.unposted_events]
+    assert seqs == [1, 2]
     names_ = [f"train.uidtrain.{seq}" for seq in seqs]
     exists = kube.KubeError(409, "Conflict", '{"reason": "AlreadyExists"}')
     fake = FakeKube({("POST", "/api/v1/namespaces/ns/events"): exists})

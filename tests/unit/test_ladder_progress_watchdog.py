@@ -106,6 +106,13 @@ CASES = [
         [reasons.STALLED],
     ),
     Case(
+        "no pod ever reported a step (the script does not report them): never judged",
+        job(5000, step=0),
+        at_step(0),
+        None,
+        progress=(0, NOW),
+    ),
+    Case(
         "pods not all running: the clock does not run",
         job(5000),
         one_pending(),

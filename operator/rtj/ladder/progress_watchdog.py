@@ -6,7 +6,8 @@ early, the other waited in an in-job restart for a rendezvous round that could n
 same after a save slower than softTimeoutSeconds).
 
 Policy. The watchdog is armed while every slot's pod runs or has Succeeded and at least one still
-runs (pending or replacing pods are the ladder's business, not a stall). Progress is a new highest
+runs (pending or replacing pods are the ladder's business, not a stall), once some pod has reported
+a step above 0 (a script that never reports steps is never judged). Progress is a new highest
 step reported by any pod (status.progressStep). status.lastProgressTime is when it last rose, or
 when the watchdog was last not armed; both are refreshed at most every `resolution` seconds (the
 heartbeat-status resolution), so the watchdog costs no status write per step.
@@ -53,7 +54,9 @@ def check(
     newest = max(steps, default=None)
     last = status.last_progress_time
     due = last is None or (now - last).total_seconds() >= resolution
-    if not armed(slots):
+    if not armed(slots) or not (newest or status.progress_step):
+        # Not judged: pods not all up, or no pod ever reported a step (a script that does not call
+        # the reporter's step(): the watchdog cannot tell progress, so it never fails such a job).
         if due:
             status.last_progress_time = now  # the clock runs only while armed
         return Verdict(False, False)
