@@ -7,6 +7,10 @@ from outside (the node agent's node death, a job deletion).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+
 import pytest
 from e2e_helpers import NAMESPACE, JobRun, all_training, failed, succeeded
 from rtj.contract import LABEL_JOB, QUARANTINE_TAINT_KEY
@@ -145,6 +149,27 @@ def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(ru
     assert victim["node"] in (last.status.get("quarantinedNodes") or [])
     node = job.raw.request("GET", f"/api/v1/nodes/{victim['node']}")
     assert any(t["key"] == QUARANTINE_TAINT_KEY for t in node["spec"].get("taints") or [])
+    assert (last.checkpoint_step or 0) > (checkpoint_before or 0)
+    job.assert_checkpoints_never_lost_or_backwards()
+
+
+def test_rendezvous_pod_killed_is_recovered_at_job_level(run_job, e2e_stack) -> None:
+    """issue 13, case 1: the rendezvous pod dies and every worker's launcher fails. Before: each
+    worker a pod reschedule with its healthy node quarantined; Failed/PodRescheduleBudgetExhausted
+    (here maxPodReschedules 2: the rendezvous pod and two workers would be 3)."""
+    job = run_job("rdzvkill", steps=60, interval=10)
+    snap = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 10, START, "a checkpoint")
+    checkpoint_before = snap.checkpoint_step
+    procs = e2e_stack.agent.pod_processes(NAMESPACE, "rdzvkill-rdzv")
+    assert procs, "the rendezvous pod runs"
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+    assert_succeeded(job)
+    last = job.history[-1]
+    assert last.restarts["podReschedules"] <= 1, last.restarts  # the rendezvous pod itself
+    assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
+    print(f"restarts {last.restarts}; events {sorted(job.event_reasons())}")
     assert (last.checkpoint_step or 0) > (checkpoint_before or 0)
     job.assert_checkpoints_never_lost_or_backwards()
 
