@@ -498,7 +498,7 @@ def test_workers_failing_after_the_rendezvous_pod_died_are_one_job_level_recover
         e.explain("train"),
     )
     counted = (
-        f'rtj_restarts_total{{job="train",level="Job",namespace="{e.namespace}",'
+        f'rtj_restarts_total{{job_name="train",job_namespace="{e.namespace}",level="Job",'
         'reason="RendezvousRestart"} 1.0'
     )
     until(lambda: counted in e.operator.metrics(), t, 30, lambda: e.operator.metrics()[-2000:])

@@ -119,7 +119,7 @@ def test_job_created_suspended_starts_nothing_until_admitted(env: Callable[..., 
     e.rtj.patch(e.namespace, "queued", {"spec": {"suspend": False}})  # Kueue admits the workload
     until(running(e, "queued", 2), t, 90, e.explain("queued"))
     assert not is_true(e.job("queued"), "Suspended")
-    assert e.status("queued")["restarts"] == {"inProcess": 0, "inJob": 0, "podReschedules": 0}
+    assert e.status("queued")["restarts"] == {"inProcess": 0, "inJob": 0, "podReschedules": 0, "job": 0}
 
 
 def test_fsx_job_fails_at_once_when_the_operator_has_no_fsx_support(
