@@ -220,6 +220,11 @@ class TrainerConfig(_Model):
     checkpoint_dir: str = Field(alias="checkpointDir", min_length=1)
     checkpoint_interval_steps: PositiveCount = Field(alias="checkpointIntervalSteps")
     checkpoints_to_keep: PositiveCount = Field(alias="checkpointsToKeep")
+    #: Node-local memory snapshots (writer: operator, from spec.checkpoint; reader: ranks, via
+    #: RankEnv): every this many steps into memory_snapshot_dir, a memory-backed volume of the pod;
+    #: in-job restarts resume from them. 0 (the default) turns the memory tier off.
+    memory_snapshot_interval_steps: Counter = Field(0, alias="memorySnapshotIntervalSteps")
+    memory_snapshot_dir: str = Field("/dev/shm/rtj-snapshots", alias="memorySnapshotDir", min_length=1)
     max_no_progress_cycles: PositiveCount = Field(alias="maxNoProgressCycles")
     do_not_restart_exit_codes: list[ExitStatus] = Field(alias="doNotRestartExitCodes")
     #: Hot spare (writer: operator pod builder; reader: trainer entrypoint): heartbeat in state

@@ -2,8 +2,8 @@
 (`rtj-trainer rendezvous` + `rtj-trainer launch` -> NVRx ft_launcher), with asynchronous
 checkpoints, an exception (in-process restart), a SIGKILL of a rank (in-job restart) and a SIGKILL
 of rank 0 while its save is being written. The job finishes; every restart resumes from the last
-committed checkpoint (never from before it), the replayed steps reproduce the same losses, and the
-loss falls."""
+committed checkpoint or, in-process, from the state in memory (never from before either), the
+replayed steps reproduce the same losses, and the loss falls."""
 
 from __future__ import annotations
 
@@ -104,7 +104,10 @@ def test_fsdp_train_survives_faults_and_resumes_from_committed_checkpoints(tmp_p
                 assert r["step"] >= committed_before, (
                     f"rank {rank} resumed at {r['step']} < {committed_before}"
                 )
-                assert r["step"] % INTERVAL == 0
+                # A snapshot resume is at a save step; an in-process restart keeps the state in memory.
+                assert r["step"] % INTERVAL == 0 or r["source"] == "memory", r
+                continue
+            if "loss" not in r:  # a fault record
                 continue
             committed_before = max(committed_before, r["committed"] or 0)
             losses[r["step"]].add(r["loss"])

@@ -11,8 +11,22 @@ Pure file handling (no threads, no torch.distributed), used by `rtj_trainer.chec
     <root>/step-0000000020.trash.<pid>/     being deleted (keep-last-k): never loaded
 
 A directory named `step-<N>` exists only after its manifest was fsynced, so "committed" is a
-single atomic rename. Loading validates the manifest against the files (sizes), and each rank's
-files against their CRC32 while reading them.
+single atomic rename.
+
+The node-local memory tier (a tmpfs such as /dev/shm) has one directory per rank, each snapshot
+committed by that rank alone with one rename; which step the ranks resume from is agreed at load:
+
+    <local>/rank-00001/step-0000000050.1a2b3c/          committed by rank 1
+        rank-00001.bin  rank-00001.idx  snapshot.json   snapshot.json: step, nonce, world size,
+                                                        sizes + CRC32 of the two files (written last)
+    <local>/rank-00001/step-0000000060.4d5e6f.partial/  in flight or torn: never loaded
+    <local>/rank-00001/step-0000000040.1a2b3c.trash/    being deleted: never loaded
+
+The nonce (agreed by all ranks at the save) names one save: shards of the same step from two
+different saves (a step redone after a restart) never mix.
+
+Loading validates the manifest against the files (sizes), and each rank's files against their
+CRC32 while reading them.
 """
 
 from __future__ import annotations
@@ -36,6 +50,8 @@ MANIFEST = "manifest.json"
 _COMMITTED_RE = re.compile(r"^step-(\d{10})$")
 _PARTIAL_RE = re.compile(r"^step-(\d{10})\.([0-9a-f]+)\.partial$")
 _TRASH_RE = re.compile(r"^step-(\d{10})\.trash\.")
+_LOCAL_RE = re.compile(r"^step-(\d{10})\.([0-9a-f]+)$")
+LOCAL_META = "snapshot.json"
 #: Bytes written (and checksummed) per system call; also how often a writer checks for abort.
 CHUNK_BYTES = 64 << 20
 
@@ -294,3 +310,52 @@ def latest_valid(root: str, *, world_size: int | None = None, checksums: bool = 
             )
         return step
     return None
+
+
+# --- the node-local memory tier ------------------------------------------------------------------
+def local_rank_dir(local_root: str, rank: int) -> str:
+    return os.path.join(local_root, f"rank-{rank:05d}")
+
+
+def local_name(step: int, nonce: int) -> str:
+    return f"step-{step:010d}.{nonce:x}"
+
+
+def local_snapshots(rank_dir: str) -> list[tuple[int, int]]:
+    """(step, nonce) of the committed snapshots in one rank's local directory, newest first."""
+    try:
+        names = os.listdir(rank_dir)
+    except FileNotFoundError:
+        return []
+    found = [(int(m.group(1)), int(m.group(2), 16)) for n in names if (m := _LOCAL_RE.match(n))]
+    return sorted(found, reverse=True)
+
+
+def remove_local(path: str) -> None:
+    """Delete a local snapshot so that a crash mid-way never leaves it looking committed."""
+    if _LOCAL_RE.match(os.path.basename(path)):
+        trash = f"{path}.trash"
+        os.rename(path, trash)
+        path = trash
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def write_local_meta(snap_dir: str, doc: dict[str, Any]) -> None:
+    write_file_atomic(os.path.join(snap_dir, LOCAL_META), json.dumps(doc, sort_keys=True).encode())
+
+
+def read_local_meta(snap_dir: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(snap_dir, LOCAL_META), "rb") as f:
+            doc = json.loads(f.read())
+        return {
+            "step": int(doc["step"]),
+            "nonce": int(doc["nonce"]),
+            "worldSize": int(doc["worldSize"]),
+            "rank": int(doc["rank"]),
+            "time": str(doc["time"]),
+            "files": dict(doc["files"]),
+            "extra": dict(doc.get("extra", {})),
+        }
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{snap_dir}: unreadable {LOCAL_META}: {e}") from e

@@ -59,7 +59,7 @@ from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client
 from .log_filter import NoiseFilter
 from .rendezvous_host import serve_rendezvous
 from .report import RANK_FILE_PREFIX
-from .runtime_env import rank_env_vars
+from .runtime_env import GRACEFUL_STOP_FILE, rank_env_vars
 from .warm_launcher import ENV_PREWARM_MODULE, GO, prewarm_module
 
 log = logging.getLogger("rtj_trainer")
@@ -208,7 +208,7 @@ def _prepare_status_dir(pod: PodIdentity) -> str:
     )
     os.makedirs(status_dir, exist_ok=True)
     for name in os.listdir(status_dir):  # stale files of an earlier run in the same pod
-        if name.startswith(RANK_FILE_PREFIX) or name == PROGRESS_FILE_NAME:
+        if name.startswith(RANK_FILE_PREFIX) or name in (PROGRESS_FILE_NAME, GRACEFUL_STOP_FILE):
             Path(status_dir, name).unlink(missing_ok=True)
     return status_dir
 
@@ -265,6 +265,8 @@ def launch(grace_seconds: float) -> int:
         if not terminate.is_set():
             log.info("received %s: stopping training gracefully", signal.Signals(signum).name)
             terminate.set()
+            with contextlib.suppress(OSError):  # the ranks save before they exit (rtj_trainer.graceful)
+                Path(status_dir, GRACEFUL_STOP_FILE).touch()
             _signal_launcher(proc, signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, _on_signal)

@@ -98,6 +98,7 @@ class RankReporter:
             "inProcessRestarts": 0,
             "inJobRestarts": in_job_restarts,
             "checkpoint": None,
+            "memorySnapshotStep": None,
             "checkpointsSkipped": 0,
             "fault": None,
             "updated": None,
@@ -151,10 +152,23 @@ class RankReporter:
         when = when or datetime.now(UTC)
         self._doc["checkpoint"] = {"step": int(step), "time": when.isoformat()}
         self._write()
-        # The no-progress file: one writer per pod (local rank 0) suffices; it holds the newest
-        # committed step so a restart cycle without a newer checkpoint counts as no progress.
-        if self._progress_file and self._doc["localRank"] == 0:
-            tmp = f"{self._progress_file}.tmp.{os.getpid()}"
+        self._progress()
+
+    def memory_snapshot(self, step: int) -> None:
+        """A node-local memory snapshot of `step` is committed by this rank (or was resumed from)."""
+        self._doc["memorySnapshotStep"] = int(step)
+        self._write()
+        self._progress()
+
+    def _progress(self) -> None:
+        """The no-progress file: one writer per pod (local rank 0) suffices. It holds the newest
+        step a restart can resume from (persisted or in memory), so a restart cycle that brings
+        no newer one counts as no progress."""
+        if not self._progress_file or self._doc["localRank"] != 0:
+            return
+        step = max((self._doc["checkpoint"] or {}).get("step") or 0, self._doc.get("memorySnapshotStep") or 0)
+        tmp = f"{self._progress_file}.tmp.{os.getpid()}"
+        with contextlib.suppress(OSError):
             with open(tmp, "w") as f:
                 f.write(f"{int(step)}\n")
             os.replace(tmp, self._progress_file)

@@ -24,13 +24,22 @@ ENV_JOB_NAME = "RTJ_JOB_NAME"
 ENV_CHECKPOINT_DIR = "RTJ_CHECKPOINT_DIR"
 ENV_CHECKPOINT_INTERVAL_STEPS = "RTJ_CHECKPOINT_INTERVAL_STEPS"
 ENV_CHECKPOINTS_TO_KEEP = "RTJ_CHECKPOINTS_TO_KEEP"
-#: The file holding the step of the last committed checkpoint; ft_launcher (0.7) reads it to stop
-#: restarting when no progress is made (exit 93), the 0.4.1 emulation in the entrypoint too.
+#: The node-local memory tier (rtj_trainer.checkpoint): a memory-backed directory (the pod's
+#: /dev/shm) and the steps between two snapshots into it; 0 or unset turns the tier off.
+ENV_MEMORY_SNAPSHOT_DIR = "RTJ_MEMORY_SNAPSHOT_DIR"
+ENV_MEMORY_SNAPSHOT_INTERVAL_STEPS = "RTJ_MEMORY_SNAPSHOT_INTERVAL_STEPS"
+#: The file holding the step of the last committed checkpoint; ft_launcher's progress tracker reads it
+#: to stop restarting when no progress is made (exit 93).
 ENV_PROGRESS_FILE = "RTJ_PROGRESS_FILE"
 ENV_INPROCESS_ENABLED = "RTJ_INPROCESS_ENABLED"
 ENV_INPROCESS_SOFT_TIMEOUT = "RTJ_INPROCESS_SOFT_TIMEOUT_SECONDS"
 ENV_INPROCESS_HARD_TIMEOUT = "RTJ_INPROCESS_HARD_TIMEOUT_SECONDS"
 ENV_INPROCESS_MAX_RESTARTS = "RTJ_INPROCESS_MAX_RESTARTS"
+#: Written by the entrypoint into the pod's status dir when the pod is asked to stop (SIGTERM),
+#: before it forwards the signal to ft_launcher: a rank that gets SIGTERM while it exists saves
+#: and persists its state (rtj_trainer.graceful); one that gets SIGTERM without it is being stopped
+#: by ft_launcher for an in-job restart and goes at once.
+GRACEFUL_STOP_FILE = "graceful-stop"
 #: "gloo" or "nccl"; "auto" (default) picks nccl when CUDA is available.
 ENV_DIST_BACKEND = "RTJ_DIST_BACKEND"
 #: Seconds for collective timeouts (process group); must stay well under the in-process hard timeout.
@@ -62,6 +71,9 @@ class RankEnv:
     checkpoint_dir: str
     checkpoint_interval_steps: int
     checkpoints_to_keep: int
+    #: None when the memory tier is off (no directory or interval 0).
+    memory_snapshot_dir: str | None
+    memory_snapshot_interval_steps: int
     progress_file: str | None
     in_process: InProcessSettings
     dist_backend: str
@@ -80,6 +92,8 @@ class RankEnv:
             return float(raw) if raw.strip() else default
 
         hard_timeout = _float(ENV_INPROCESS_HARD_TIMEOUT, 90.0)
+        mem_interval = _int(ENV_MEMORY_SNAPSHOT_INTERVAL_STEPS, 0)
+        mem_dir = env.get(ENV_MEMORY_SNAPSHOT_DIR) or None
         return cls(
             job_name=env.get(ENV_JOB_NAME, "local"),
             rank=_int("RANK", 0),
@@ -93,6 +107,8 @@ class RankEnv:
             checkpoint_dir=env.get(ENV_CHECKPOINT_DIR, "./checkpoints"),
             checkpoint_interval_steps=_int(ENV_CHECKPOINT_INTERVAL_STEPS, 100),
             checkpoints_to_keep=_int(ENV_CHECKPOINTS_TO_KEEP, 2),
+            memory_snapshot_dir=mem_dir if mem_interval > 0 else None,
+            memory_snapshot_interval_steps=mem_interval if mem_dir else 0,
             progress_file=env.get(ENV_PROGRESS_FILE) or None,
             in_process=InProcessSettings(
                 enabled=env.get(ENV_INPROCESS_ENABLED, "1").lower() in ("1", "true", "yes"),
@@ -128,6 +144,8 @@ def rank_env_vars(cfg: TrainerConfig, *, status_dir: str, progress_file: str) ->
         ENV_CHECKPOINT_DIR: cfg.checkpoint_dir,
         ENV_CHECKPOINT_INTERVAL_STEPS: str(cfg.checkpoint_interval_steps),
         ENV_CHECKPOINTS_TO_KEEP: str(cfg.checkpoints_to_keep),
+        ENV_MEMORY_SNAPSHOT_DIR: cfg.memory_snapshot_dir,
+        ENV_MEMORY_SNAPSHOT_INTERVAL_STEPS: str(cfg.memory_snapshot_interval_steps),
         ENV_PROGRESS_FILE: progress_file,
         ENV_INPROCESS_ENABLED: "1" if ip.enabled else "0",
         ENV_INPROCESS_SOFT_TIMEOUT: repr(float(ip.soft_timeout_seconds)),

@@ -353,6 +353,14 @@ class Checkpoint(ApiModel):
         100, description="Save a checkpoint every this many training steps.", ge=1, le=10_000_000
     )
     keep: int = Field(2, description="How many committed checkpoints to keep.", ge=1, le=100)
+    memory_snapshot_interval_steps: int = Field(
+        0,
+        description="Also snapshot the state into each pod's memory (/dev/shm, sized by "
+        "resources.sharedMemorySize) every this many steps; in-job restarts resume from the newest "
+        "snapshot every rank holds. 0 disables. Persisting to the volume keeps intervalSteps.",
+        ge=0,
+        le=10_000_000,
+    )
 
 
 class InProcessRestart(ApiModel):

@@ -9,7 +9,15 @@ launcher; one code path for CPU (gloo, fp32) and GPU (NCCL, bf16 compute, fp32 m
 - Synthetic data: batch `s` of rank `r` is a pure function of (seed, s, r), a learnable sequence
   rule, so the loss falls and a resumed run sees exactly the batches it would have seen.
 - In-process restart via `rtj_trainer.inprocess.run_with_inprocess_restart`: on re-entry the
-  model is rebuilt on the new process group and loaded from the last committed checkpoint.
+  model is rebuilt on the new process group and takes the shards still in memory
+  (`rtj_trainer.kept_state`): no step is lost. It loads a snapshot only when the kept state is
+  bad on some rank (missing, non-finite, ranks at different steps).
+- Memory snapshots (`--memory-snapshot-interval`, RankEnv's memory tier): every N steps the state
+  is also committed in the pod's memory (/dev/shm); in-job restarts resume from the newest step
+  every rank can load, in memory or persisted.
+- A graceful stop (SIGTERM from ft_launcher): the ranks agree on a step, save and persist it
+  (`CheckpointManager.emergency_save`) and exit at once with ExitCode.TERMINATED (never 0: the
+  launcher must not take it for the end of training); the resume loses nothing.
 - Step/checkpoint/fault reports and NVRx heartbeats (hang detection) through RankReporter,
   asynchronous checkpoints (`rtj_trainer.checkpoint`), resume from the last committed one.
 - Fault injection for tests, env `RTJ_FAULT_INJECT` (the syntax of tests/trainer/toy_train.py;
@@ -19,6 +27,7 @@ launcher; one code path for CPU (gloo, fp32) and GPU (NCCL, bf16 compute, fp32 m
       exit:1:20                 os._exit(1)
       hang:1:20                 block in a C call (NVRx heartbeat timeout / hard timeout)
       kill-during-save:0:20:delay=0.05   SIGKILL 0.05 s after the save of step 20 started
+      corrupt:0:20              write NaN into a weight, then raise (the kept state is bad)
   A step "+N" counts from the step the run resumed at. Each fault fires once per job (a marker
   file `.fault-*` in the checkpoint directory) unless `:always` is given.
 - One JSON line per step per rank in `<log-dir>/rank-<r>.jsonl`: step, loss, step seconds, save
@@ -34,21 +43,25 @@ import math
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from rtj.contract import ExitCode, PodState
 from torch import nn
 
 from rtj_trainer.checkpoint import CheckpointManager
+from rtj_trainer.graceful import GracefulStop
 from rtj_trainer.inprocess import run_with_inprocess_restart
+from rtj_trainer.kept_state import KeptState, agreed_step
 from rtj_trainer.report import RankReporter
 from rtj_trainer.runtime_env import RankEnv
 
 ENV_FAULT_INJECT = "RTJ_FAULT_INJECT"
-FAULT_KINDS = ("exception", "sigkill", "hang", "exit", "kill-during-save")
+FAULT_KINDS = ("exception", "sigkill", "hang", "exit", "kill-during-save", "corrupt")
 
 
 # --- model ----------------------------------------------------------------------------------------
@@ -222,10 +235,14 @@ def parse_faults(spec: str | None) -> list[Fault]:
 class FaultInjector:
     """Fires the faults meant for this rank; each once per job unless `always` (marker files)."""
 
-    def __init__(self, faults: list[Fault], rank: int, state_dir: str) -> None:
+    def __init__(
+        self, faults: list[Fault], rank: int, state_dir: str, note: Callable[..., None] | None = None
+    ) -> None:
         self.faults = [f for f in faults if f.rank == rank]
         self.state_dir = state_dir
         self.start_step = 0
+        #: Records each fault (kind, step, wall time) before it fires: benchmarks time from it.
+        self.note = note or (lambda **_: None)
 
     def _due(self, fault: Fault, step: int) -> bool:
         if step != (self.start_step + fault.step if fault.relative else fault.step):
@@ -239,11 +256,16 @@ class FaultInjector:
             return False
         return True
 
-    def before_step(self, step: int) -> None:
+    def before_step(self, step: int, model: nn.Module | None = None) -> None:
         for f in self.faults:
             if f.kind == "kill-during-save" or not self._due(f, step):
                 continue
             print(f"[fsdp_train] injecting {f.kind} before step {step} (pid {os.getpid()})", flush=True)
+            self.note(event="fault", kind=f.kind, step=step, t=time.time())
+            if f.kind == "corrupt" and model is not None:
+                with torch.no_grad():
+                    next(model.parameters()).to_local().fill_(float("nan"))
+                raise RuntimeError(f"injected corruption at step {step}")
             if f.kind == "exception":
                 raise RuntimeError(f"injected exception at step {step}")
             if f.kind == "sigkill":
@@ -260,6 +282,7 @@ class FaultInjector:
         for f in self.faults:
             if f.kind == "kill-during-save" and self._due(f, step):
                 print(f"[fsdp_train] SIGKILL {f.delay} s into the save of step {step}", flush=True)
+                self.note(event="fault", kind=f.kind, step=step, t=time.time())
                 time.sleep(f.delay)
                 os.kill(os.getpid(), signal.SIGKILL)
 
@@ -281,6 +304,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", default=None, help="default: RankEnv (RTJ_CHECKPOINT_DIR)")
     p.add_argument("--checkpoint-interval", type=int, default=None, help="steps; default: RankEnv")
     p.add_argument("--no-checkpoint", action="store_true", help="benchmarks: train without checkpoints")
+    p.add_argument(
+        "--memory-snapshot-interval", type=int, default=None, help="steps; 0 = off; default: RankEnv"
+    )
+    p.add_argument("--memory-snapshot-dir", default=None, help="default: RankEnv (RTJ_MEMORY_SNAPSHOT_DIR)")
     p.add_argument("--write-bytes-per-s", type=float, default=None, help="throttle the writer (slow storage)")
     return p.parse_args(argv)
 
@@ -304,6 +331,14 @@ def main(argv: list[str] | None = None) -> None:
     cfg = ModelConfig(vocab=args.vocab, dim=args.dim, layers=args.layers, heads=args.heads, seq=args.seq)
     ckpt_dir = args.checkpoint_dir or env.checkpoint_dir
     interval = args.checkpoint_interval or env.checkpoint_interval_steps
+    mem_interval = (
+        env.memory_snapshot_interval_steps
+        if args.memory_snapshot_interval is None
+        else args.memory_snapshot_interval
+    )
+    mem_dir = args.memory_snapshot_dir or env.memory_snapshot_dir or "/dev/shm/rtj-snapshots"
+    # One directory per job and checkpoint root: a pod's memory never mixes two jobs' snapshots.
+    local_root = os.path.join(mem_dir, env.job_name) if mem_interval > 0 else None
     ckpt = (
         None
         if args.no_checkpoint
@@ -315,37 +350,61 @@ def main(argv: list[str] | None = None) -> None:
             keep=env.checkpoints_to_keep,
             reporter=reporter,
             write_bytes_per_s=args.write_bytes_per_s,
+            local_root=local_root,
+            local_interval_steps=mem_interval or None,
         )
     )
-    faults = FaultInjector(parse_faults(os.environ.get(ENV_FAULT_INJECT)), env.rank, ckpt_dir)
     log = StepLog(args.log_dir, env.rank)
+    faults = FaultInjector(parse_faults(os.environ.get(ENV_FAULT_INJECT)), env.rank, ckpt_dir, log.write)
     use_cuda = env.dist_backend == "nccl"
+    kept = KeptState()  # survives in-process restarts (this process), never in-job restarts
+    stop = GracefulStop.install(status_dir=env.status_dir)
 
     def train(*, call_wrapper: Any, restart_count: int) -> int:
         device = torch.device("cuda", env.local_rank) if use_cuda else torch.device("cpu")
         rank = dist.get_rank()
         # Saves are agreed on with one tiny CPU all-reduce; NCCL cannot reduce a CPU tensor.
         group = dist.new_group(backend="gloo") if use_cuda else None
-        model, optim = build(cfg, device, lr=args.lr, seed=args.seed, bf16=use_cuda)
-        start = 0
         if ckpt is not None:
             ckpt.set_group(group)
-            resumed = ckpt.load_latest(model, optim)
-            start = resumed.step if resumed else 0
+        reuse = agreed_step(kept, group)
+        # Fresh weights only when nothing is kept (a snapshot, if any, overwrites them).
+        model, optim = build(
+            cfg, device, lr=args.lr, seed=args.seed, bf16=use_cuda, init_weights=reuse is None
+        )
+        source = "memory"
+        if reuse is not None:
+            try:
+                kept.adopt(model, optim)  # needs room for a second copy of the shards, briefly
+            except torch.OutOfMemoryError:
+                kept.drop()  # the next iteration reloads from a snapshot on every rank
+                raise
+            start = reuse
+        elif ckpt is not None and (resumed := ckpt.load_latest(model, optim)) is not None:
+            start, source = resumed.step, resumed.source
+        else:
+            start, source = 0, "init"
+        kept.hold(model, optim, start)
+        faults.start_step = start
         log.write(
-            event="resume", step=start, iteration=restart_count, restart=env.restart_count, t=time.time()
+            event="resume",
+            step=start,
+            source=source,
+            iteration=restart_count,
+            restart=env.restart_count,
+            t=time.time(),
         )
         prepared, copy_pending = False, False
         for step in range(start, args.steps):
             t0 = time.perf_counter()
-            faults.before_step(step + 1)
+            faults.before_step(step + 1, model)
             inputs, targets = synthetic_batch(
                 cfg, seed=args.seed, step=step, rank=rank, batch=args.batch, device=device
             )
             logits = model(inputs)
             loss = F.cross_entropy(logits.float().reshape(-1, cfg.vocab), targets.reshape(-1))
             loss.backward()
-            optim.step()
+            kept.advance(optim, step + 1, call_wrapper)  # optim.step() and the kept step, atomically
             optim.zero_grad(set_to_none=True)
             loss_value = host_float(loss.detach())  # one host sync per step: the loss is logged
             outcome, snap, copy_s = "", 0.0, None
@@ -377,6 +436,8 @@ def main(argv: list[str] | None = None) -> None:
                 restart=env.restart_count,
                 t=time.time(),
             )
+            if stop.agreed(group):
+                _stop_gracefully(step + 1, model, optim, group)
         if ckpt is not None:
             ckpt.close(timeout=ckpt.commit_timeout_s)
         if use_cuda:
@@ -385,7 +446,28 @@ def main(argv: list[str] | None = None) -> None:
             dist.barrier(group=group)
         return args.steps
 
-    run_with_inprocess_restart(train, env=env, reporter=reporter)
+    def _stop_gracefully(step: int, model: nn.Module, optim: Any, group: Any) -> NoReturn:
+        stop.saving()
+        reporter.state(PodState.CHECKPOINTING)
+        t0 = time.time()
+        saved = ckpt.emergency_save(step, model, optim, extra={"seed": args.seed}) if ckpt else False
+        with contextlib.suppress(Exception):
+            dist.barrier(group=group)  # every rank's part is written (rank 0 returns once committed)
+        seconds = round(time.time() - t0, 3)
+        log.write(event="stopped", step=step, persisted=saved, seconds=seconds, t=time.time())
+        print(f"[fsdp_train] graceful stop at step {step}: persisted={saved} in {seconds} s", flush=True)
+        # Nothing is left to do, and the in-process wrapper's teardown plus the interpreter's took
+        # 10 s of the grace period on CPU: leave at once (TERMINATED, never 0: not finished).
+        os._exit(ExitCode.TERMINATED)
+
+    def train_unless_stopped(**kw: Any) -> int:
+        try:
+            return train(**kw)
+        except BaseException:
+            stop.died_with_peer()  # after SIGTERM: the launcher is restarting the workers, go now
+            raise
+
+    run_with_inprocess_restart(train_unless_stopped, env=env, reporter=reporter)
     reporter.finished()
 
 

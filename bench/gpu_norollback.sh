@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Device call (2xH200), issue 14: recovery without rollback on the product path (rtj-trainer
+# rendezvous + launch -> ft_launcher 0.7 -> fsdp_train, 1.14 B params, NCCL). Per fault (exception,
+# rank SIGKILL, SIGTERM): seconds to the first step and steps lost, with the memory tier (every 10
+# steps, /dev/shm) and without it; throughput with memory snapshots every 10 steps vs none.
+# ~7 min; split with RUNS=faults,faults-persist-only then RUNS=sigterm,throughput if needed.
+set -u
+source bench/gpu_env.sh
+{ df -h /dev/shm /tmp; free -g; } 2>&1 | tee "$OUT/norollback_env.txt"
+RUNS=${RUNS:-faults,faults-persist-only,sigterm,throughput}
+# The memory tier needs up to 3 snapshots x 6.85 GB x 2 ranks of tmpfs: /dev/shm, or our own tmpfs
+# when a container's /dev/shm is smaller than that.
+MEMDIR=/dev/shm/rtj-norollback-bench
+if (( $(df --output=avail -k /dev/shm | tail -1) < 48 * 1024 * 1024 )); then
+  mkdir -p /tmp/rtj-shm && mount -t tmpfs -o size=64g tmpfs /tmp/rtj-shm && MEMDIR=/tmp/rtj-shm/bench
+  echo "memory tier on $MEMDIR"; df -h /tmp/rtj-shm | tail -1
+fi
+timeout 580 python3 bench/norollback_recovery.py --nproc 2 --only "$RUNS" --memory-interval 10 --memory-dir "$MEMDIR" \
+    --persist-interval 40 --steps 150 --exception-step 50 --sigkill-step 100 --sigterm-step 60 \
+    --throughput-steps 100 --timeout 240 --out "$OUT/norollback.json" $MODEL > "$OUT/norollback.log" 2>&1
+echo "norollback rc $?"
+grep -v "^\[rank\|^W1\|^I1\|socket.cpp" "$OUT/norollback.log" | grep "^|\|relative\|RESULT\|Error" | tail -20
+for d in /tmp/rtj-norollback-bench/*/; do  # launcher logs (tails) and the ranks' step logs
+  n=$(basename "$d")
+  for f in "$d"launch*.log; do tail -c 200000 "$f" > "$OUT/$n-$(basename "$f")"; done
+  cat "$d"logs/rank-*.jsonl > "$OUT/$n-steps.jsonl" 2>/dev/null
+done
+rm -rf "$MEMDIR"; mountpoint -q /tmp/rtj-shm && umount /tmp/rtj-shm

@@ -1,0 +1,383 @@
+"""Recovery without rollback on the product path: seconds from each fault to the first step after
+it, steps lost, and the throughput cost of memory snapshots (issue 14).
+
+Every run is a one-pod job as the operator starts it: `rtj-trainer rendezvous` + `rtj-trainer
+launch` (NVRx ft_launcher, in-process restart on) -> `rtj_trainer.examples.fsdp_train`, with
+`nprocPerNode` ranks (all GPUs of the host; gloo ranks on CPU).
+
+    python bench/norollback_recovery.py --cpu                        # tiny model, gloo, 2 ranks
+    bash bench/gpu_norollback.sh                                     # 2xH200, the 1.14 B model
+
+Runs (each its own job; `--only` picks some):
+- faults:   an exception (in-process restart) and a rank SIGKILL (in-job restart), with memory
+            snapshots every `--memory-interval` steps and persistence every `--persist-interval`;
+- faults-persist-only: the same faults with the memory tier off (what a restart loses without it);
+- sigterm:  SIGTERM to `rtj-trainer launch` at a step (the kubelet's graceful stop), then a new
+            "pod" (memory tier wiped) resumes: steps lost and seconds stop -> exit, start -> step;
+- throughput: no fault, memory snapshots every `--memory-interval` (+ persistence) vs no
+            checkpoints at all; also the persisted recency (average age of the newest persisted
+            checkpoint in steps, against the configured interval).
+
+Per fault: `seconds_to_first_step` = from the fault (the injector's log record, or the SIGTERM)
+to the first step completed by every rank afterwards; `steps_lost` = last step completed before
+the fault - the step training resumed from. Prints a table and one JSON line `RESULT {...}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHONPATH = os.pathsep.join(
+    [str(ROOT / "trainer-image"), str(ROOT / "operator"), os.environ.get("PYTHONPATH", "")]
+)
+CPU_MODEL = ["--dim", "64", "--layers", "2", "--heads", "4", "--vocab", "128", "--seq", "32", "--batch", "4"]
+GPU_MODEL = [
+    "--dim",
+    "2048",
+    "--layers",
+    "20",
+    "--heads",
+    "16",
+    "--vocab",
+    "32000",
+    "--seq",
+    "2048",
+    "--batch",
+    "4",
+]
+RUNS = ("faults", "faults-persist-only", "sigterm", "throughput")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--cpu", action="store_true", help="tiny model, gloo, 2 ranks (a smoke run)")
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument(
+        "--work", default="/tmp/rtj-norollback-bench", help="checkpoints (the persistent tier) and logs"
+    )
+    p.add_argument("--memory-dir", default="/dev/shm/rtj-norollback-bench", help="the memory tier (a tmpfs)")
+    p.add_argument("--out", default=None, help="write the JSON result here")
+    p.add_argument("--only", default=",".join(RUNS), help=f"comma-separated subset of {','.join(RUNS)}")
+    p.add_argument("--steps", type=int, default=150, help="steps of the faults runs")
+    p.add_argument("--exception-step", type=int, default=50)
+    p.add_argument("--sigkill-step", type=int, default=100)
+    p.add_argument("--sigterm-step", type=int, default=60)
+    p.add_argument("--throughput-steps", type=int, default=100)
+    p.add_argument("--memory-interval", type=int, default=10)
+    p.add_argument("--persist-interval", type=int, default=40)
+    p.add_argument("--min-step-time", type=float, default=0.0, help="pad steps (CPU: slow the loop down)")
+    p.add_argument("--timeout", type=float, default=420, help="seconds per job")
+    # Anything else is passed to fsdp_train (model arguments; default: by --cpu).
+    a, model = p.parse_known_args()
+    a.model = model or (CPU_MODEL if a.cpu else GPU_MODEL)
+    a.only = [r for r in a.only.split(",") if r]
+    bad = set(a.only) - set(RUNS)
+    if bad:
+        p.error(f"--only: unknown run(s) {sorted(bad)}")
+    return a
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Job:
+    """One job directory: checkpoints, the memory tier, step logs, launcher logs."""
+
+    def __init__(self, a: argparse.Namespace, name: str) -> None:
+        self.a, self.name = a, name
+        self.dir = Path(a.work) / name
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        self.logs, self.ckpt, self.mem = self.dir / "logs", self.dir / "ckpt", Path(a.memory_dir) / name
+        shutil.rmtree(self.mem, ignore_errors=True)
+
+    def env(
+        self,
+        steps: int,
+        *,
+        faults: str = "",
+        memory: int = 0,
+        persist: int = 40,
+        extra: list[str] | None = None,
+    ) -> dict[str, str]:
+        port = _free_port()
+        args = ["--steps", str(steps), "--log-dir", str(self.logs), *self.a.model, *(extra or [])]
+        if self.a.min_step_time:
+            args += ["--min-step-time", str(self.a.min_step_time)]
+        cfg = {
+            "jobName": self.name,
+            "command": [sys.executable, "-m", "rtj_trainer.examples.fsdp_train"],
+            "args": args,
+            "nnodes": 1,
+            "nprocPerNode": self.a.nproc,
+            "rdzvEndpoint": f"127.0.0.1:{port}",
+            "rdzvId": f"{self.name}-{port}",
+            "maxInJobRestarts": 3,
+            "heartbeatIntervalSeconds": 1,
+            "rankHeartbeatTimeoutSeconds": 120,
+            "rankInitialTimeoutSeconds": 300,
+            "inProcess": {
+                "enabled": True,
+                "softTimeoutSeconds": 60,
+                "hardTimeoutSeconds": 90,
+                "maxRestarts": 3,
+            },
+            "checkpointDir": str(self.ckpt),
+            "checkpointIntervalSteps": persist,
+            "checkpointsToKeep": 2,
+            "memorySnapshotIntervalSteps": memory,
+            "memorySnapshotDir": str(self.mem.parent),
+            "maxNoProgressCycles": 3,
+            "doNotRestartExitCodes": [93, 78],
+        }
+        env = {
+            **os.environ,
+            "PYTHONPATH": PYTHONPATH,
+            "RTJ_TRAINER_CONFIG": json.dumps(cfg),
+            "RTJ_POD_NAME": f"{self.name}-n0-a0",
+            "RTJ_NAMESPACE": "default",
+            "RTJ_POD_IP": "127.0.0.1",
+            "RTJ_STATUS_DIR": str(self.dir / "status"),
+            "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "2" if self.a.cpu else "20",  # gloo: the abort waits for it
+            "RTJ_TERMINATION_GRACE_SECONDS": "30",
+            "RTJ_FAULT_INJECT": faults,
+            "PYTHONUNBUFFERED": "1",
+        }
+        if self.a.cpu:
+            env.update(OMP_NUM_THREADS="1", RTJ_DIST_BACKEND="gloo")
+        env.pop("KUBECONFIG", None)
+        return env
+
+    def start(self, env: dict[str, str], tag: str) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+        procs = []
+        for cmd in ("rendezvous", "launch"):
+            with open(self.dir / f"{cmd}{tag}.log", "ab") as out:
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "rtj_trainer.entrypoint", cmd],
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+        return procs[0], procs[1]
+
+    def run(self, env: dict[str, str], tag: str = "") -> int:
+        rdzv, launch = self.start(env, tag)
+        try:
+            return launch.wait(self.a.timeout)
+        except subprocess.TimeoutExpired:
+            return -1
+        finally:
+            _kill(launch)
+            _kill(rdzv)
+
+    def records(self) -> list[list[dict[str, Any]]]:
+        out = []
+        for r in range(self.a.nproc):
+            path = self.logs / f"rank-{r}.jsonl"
+            lines = path.read_text().splitlines() if path.exists() else []
+            out.append([json.loads(x) for x in lines if x.strip()])
+        return out
+
+    def max_step(self) -> int:
+        return max((x["step"] for rr in self.records() for x in rr if "loss" in x), default=0)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+# --- measurements from the step logs ---------------------------------------------------------------
+def recovery(per_rank: list[list[dict[str, Any]]], fault_t: float, last_done: int) -> dict[str, Any]:
+    """Seconds from `fault_t` to the first step every rank completed afterwards, and steps lost."""
+    firsts, resumes = [], []
+    for recs in per_rank:
+        after = [x for x in recs if x["t"] > fault_t]
+        step = next((x for x in after if "loss" in x), None)
+        resume = next((x for x in after if x.get("event") == "resume"), None)
+        if step is None or resume is None:
+            return {"recovered": False}
+        firsts.append(step["t"])
+        resumes.append(resume)
+    resumed_at = min(r["step"] for r in resumes)
+    return {
+        "recovered": True,
+        "seconds_to_first_step": round(max(firsts) - fault_t, 2),
+        "resumed_from_step": resumed_at,
+        "resumed_from": sorted({r.get("source", "?") for r in resumes}),
+        "steps_lost": last_done - resumed_at,
+    }
+
+
+def step_time(recs: list[dict[str, Any]], skip: int = 5) -> float:
+    """Median seconds per step of one rank's uninterrupted steps (after `skip` warm-up steps)."""
+    steps = [x for x in recs if "loss" in x][skip:]
+    return statistics.median(x["dt"] for x in steps) if steps else float("nan")
+
+
+def throughput(recs: list[dict[str, Any]], skip: int = 5) -> float:
+    """Steps per second over the run's steady part (wall time between step records)."""
+    steps = [x for x in recs if "loss" in x][skip:]
+    if len(steps) < 2:
+        return float("nan")
+    return (len(steps) - 1) / (steps[-1]["t"] - steps[0]["t"])
+
+
+def persisted_recency(recs: list[dict[str, Any]]) -> float | None:
+    """Average, over steps, of (step - newest persisted step) once one was persisted."""
+    ages = [x["step"] - x["committed"] for x in recs if "loss" in x and x.get("committed")]
+    return round(statistics.mean(ages), 1) if ages else None
+
+
+# --- the runs ---------------------------------------------------------------------------------------
+def run_faults(a: argparse.Namespace, name: str, memory: int) -> dict[str, Any]:
+    job = Job(a, name)
+    faults = f"exception:1:{a.exception_step};sigkill:1:{a.sigkill_step}"
+    rc = job.run(job.env(a.steps, faults=faults, memory=memory, persist=a.persist_interval))
+    per_rank = job.records()
+    out: dict[str, Any] = {"rc": rc, "memory_interval": memory, "persist_interval": a.persist_interval}
+    for kind in ("exception", "sigkill"):
+        fault = next((x for x in per_rank[1] if x.get("event") == "fault" and x["kind"] == kind), None)
+        out[kind] = recovery(per_rank, fault["t"], fault["step"] - 1) if fault else {"recovered": False}
+    out["step_time_s"] = round(step_time(per_rank[0]), 4)
+    return out
+
+
+def run_sigterm(a: argparse.Namespace) -> dict[str, Any]:
+    job = Job(a, "sigterm")
+    far = a.sigterm_step * 10  # never reached: the stop comes first
+    env = job.env(far, memory=a.memory_interval, persist=10 * a.persist_interval)
+    rdzv, launch = job.start(env, "")
+    try:
+        deadline = time.monotonic() + a.timeout
+        while job.max_step() < a.sigterm_step and launch.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t_term = time.time()
+        launch.send_signal(signal.SIGTERM)
+        rc = launch.wait(a.timeout)
+        t_exit = time.time()
+    finally:
+        _kill(launch)
+        _kill(rdzv)
+    per_rank = job.records()
+    last_done = max(x["step"] for rr in per_rank for x in rr if "loss" in x)
+    stopped = [x for rr in per_rank for x in rr if x.get("event") == "stopped"]
+    # A replacement pod: the old pod's memory is gone; only what was persisted is left.
+    shutil.rmtree(job.mem, ignore_errors=True)
+    t_start = time.time()
+    rc2 = job.run(job.env(last_done + 10, memory=a.memory_interval, persist=10 * a.persist_interval), "-2")
+    rec = recovery(job.records(), t_start, last_done)
+    return {
+        "rc_stop": rc,
+        "rc_resume": rc2,
+        "stop_seconds": round(t_exit - t_term, 2),
+        "emergency_save_seconds": max((x["seconds"] for x in stopped), default=None),
+        "persisted": all(x["persisted"] for x in stopped) and bool(stopped),
+        "stopped_at_step": last_done,
+        "resume": rec,
+    }
+
+
+def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, memory, extra in (
+        ("no-checkpoints", 0, ["--no-checkpoint"]),
+        ("memory-snapshots", a.memory_interval, []),
+    ):
+        job = Job(a, f"throughput-{name}")
+        rc = job.run(job.env(a.throughput_steps, memory=memory, persist=a.persist_interval, extra=extra))
+        recs = job.records()[0]
+        out[name] = {
+            "rc": rc,
+            "steps_per_s": round(throughput(recs), 3),
+            "median_step_s": round(step_time(recs), 4),
+            "persisted_recency_steps": persisted_recency(recs),
+            "snapshots": sum(1 for x in recs if x.get("save") in ("snapshot", "saved")),
+            "skipped": sum(1 for x in recs if x.get("save") == "skipped"),
+        }
+    base, snap = out["no-checkpoints"]["steps_per_s"], out["memory-snapshots"]["steps_per_s"]
+    out["relative_throughput"] = round(snap / base, 4) if base else None
+    out["persist_interval"] = a.persist_interval
+    return out
+
+
+def table(res: dict[str, Any]) -> str:
+    rows = [
+        "| fault | recovered | seconds to first step | steps lost | resumed from |",
+        "|---|---|---|---|---|",
+    ]
+    for run in ("faults", "faults-persist-only"):
+        for kind in ("exception", "sigkill"):
+            r = res.get(run, {}).get(kind)
+            if r:
+                rows.append(
+                    f"| {kind} ({run}) | {r['recovered']} | {r.get('seconds_to_first_step')} | "
+                    f"{r.get('steps_lost')} | {r.get('resumed_from')} {r.get('resumed_from_step')} |"
+                )
+    if s := res.get("sigterm"):
+        r = s["resume"]
+        rows.append(
+            f"| SIGTERM (stop {s['stop_seconds']} s, save {s['emergency_save_seconds']} s) "
+            f"| {r['recovered']} | "
+            f"{r.get('seconds_to_first_step')} (from the new pod's start) | {r.get('steps_lost')} | "
+            f"{r.get('resumed_from')} {r.get('resumed_from_step')} |"
+        )
+    if t := res.get("throughput"):
+        rows.append("")
+        rows.append("| run | steps/s | median step s | persisted recency (steps) | snapshots | skipped |")
+        rows.append("|---|---|---|---|---|---|")
+        for name in ("no-checkpoints", "memory-snapshots"):
+            r = t[name]
+            rows.append(
+                f"| {name} | {r['steps_per_s']} | {r['median_step_s']} | {r['persisted_recency_steps']} | "
+                f"{r['snapshots']} | {r['skipped']} |"
+            )
+        rows.append(f"relative throughput with memory snapshots: {t['relative_throughput']}")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    a = parse_args()
+    res: dict[str, Any] = {
+        "model": a.model,
+        "nproc": a.nproc,
+        "cpu": a.cpu,
+        "memory_interval": a.memory_interval,
+    }
+    t0 = time.time()
+    if "faults" in a.only:
+        res["faults"] = run_faults(a, "faults", a.memory_interval)
+    if "faults-persist-only" in a.only:
+        res["faults-persist-only"] = run_faults(a, "faults-persist-only", 0)
+    if "sigterm" in a.only:
+        res["sigterm"] = run_sigterm(a)
+    if "throughput" in a.only:
+        res["throughput"] = run_throughput(a)
+    res["bench_s"] = round(time.time() - t0, 1)
+    print(table(res), flush=True)
+    print("RESULT " + json.dumps(res), flush=True)
+    if a.out:
+        Path(a.out).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

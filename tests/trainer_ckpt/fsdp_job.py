@@ -1,0 +1,142 @@
+"""Runs rtj_trainer.examples.fsdp_train on CPU the way a one-pod job runs: `rtj-trainer rendezvous`
+plus `rtj-trainer launch` (-> NVRx ft_launcher -> 2 gloo ranks), real processes and files; reads
+the ranks' step logs back."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class FsdpJob:
+    tmp: Path
+    steps: int
+    faults: str = ""
+    checkpoint_interval: int = 20
+    memory_interval: int = 0
+    extra_args: list[str] = field(default_factory=list)
+    name: str = "fsdp-cpu"
+
+    def __post_init__(self) -> None:
+        self.log_dir = self.tmp / "logs"
+        self.ckpt_dir = self.tmp / "ckpt"
+        self.mem_dir = self.tmp / "shm"  # stands in for the pod's /dev/shm
+        self.status_dir = self.tmp / "status"
+
+    def env(self, port: int) -> dict[str, str]:
+        cfg = {
+            "jobName": self.name,
+            "command": [str(VENV_BIN / "python"), "-m", "rtj_trainer.examples.fsdp_train"],
+            "args": [
+                *("--steps", str(self.steps), "--log-dir", str(self.log_dir), "--min-step-time", "0.05"),
+                *self.extra_args,
+            ],
+            "nnodes": 1,
+            "nprocPerNode": 2,
+            "rdzvEndpoint": f"127.0.0.1:{port}",
+            "rdzvId": f"fsdp-{port}",
+            "maxInJobRestarts": 3,
+            "heartbeatIntervalSeconds": 1,
+            "rankHeartbeatTimeoutSeconds": 120,
+            "rankInitialTimeoutSeconds": 300,
+            "inProcess": {
+                "enabled": True,
+                "softTimeoutSeconds": 60,
+                "hardTimeoutSeconds": 90,
+                "maxRestarts": 3,
+            },
+            "checkpointDir": str(self.ckpt_dir),
+            "checkpointIntervalSteps": self.checkpoint_interval,
+            "checkpointsToKeep": 2,
+            "memorySnapshotIntervalSteps": self.memory_interval,
+            "memorySnapshotDir": str(self.mem_dir),
+            "maxNoProgressCycles": 3,
+            "doNotRestartExitCodes": [93, 78],
+        }
+        env = {
+            **os.environ,
+            "RTJ_TRAINER_CONFIG": json.dumps(cfg),
+            "RTJ_POD_NAME": f"{self.name}-n0-a0",
+            "RTJ_NAMESPACE": "default",
+            "RTJ_POD_IP": "127.0.0.1",
+            "RTJ_STATUS_DIR": str(self.status_dir),
+            "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "10",
+            "RTJ_TERMINATION_GRACE_SECONDS": "30",
+            "RTJ_FAULT_INJECT": self.faults,
+            "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("KUBECONFIG", None)
+        return env
+
+    def start(self, tag: str = "") -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+        """(rendezvous, launch) processes, each in its own session; logs under tmp."""
+        port = free_port()
+        env = self.env(port)
+        procs = []
+        for cmd in ("rendezvous", "launch"):
+            with open(self.tmp / f"{cmd}{tag}.log", "ab") as out:
+                procs.append(
+                    subprocess.Popen(
+                        [str(VENV_BIN / "rtj-trainer"), cmd],
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+        return procs[0], procs[1]
+
+    def run(self, timeout: float = 600, tag: str = "") -> int:
+        rdzv, launch = self.start(tag)
+        try:
+            return launch.wait(timeout)
+        finally:
+            stop(rdzv)
+            stop(launch)
+
+    def log_tail(self, tag: str = "") -> str:
+        return (self.tmp / f"launch{tag}.log").read_text(errors="replace")[-4000:]
+
+    def records(self, rank: int) -> list[dict[str, Any]]:
+        try:
+            lines = (self.log_dir / f"rank-{rank}.jsonl").read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        return [json.loads(x) for x in lines if x.strip()]
+
+    def max_step(self) -> int:
+        return max((r["step"] for rank in (0, 1) for r in self.records(rank) if "loss" in r), default=0)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+def segments(recs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """(resume record, the step records after it) for each (re)start of a rank."""
+    out: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    for r in recs:
+        if r.get("event") == "resume":
+            out.append((r, []))
+        elif "loss" in r and out:
+            out[-1][1].append(r)
+    return out

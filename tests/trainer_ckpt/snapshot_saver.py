@@ -1,0 +1,115 @@
+"""Two ranks saving memory snapshots (and persisting) as fast as they can, to SIGKILL at random
+moments (tests/trainer_ckpt/test_snapshot_kills.py).
+
+`python snapshot_saver.py zygote <local_root> <persist_root> <work_dir>` imports torch once, then
+serves commands on stdin:
+  "fork <n>" -> forks incarnation n: two rank processes (gloo over a FileStore of their own),
+                prints "<pid0> <pid1>". Each rank resumes with CheckpointManager.load_latest
+                (memory tier + persistent root), exits 3 if what it loaded is not exactly its
+                state of the loaded step, exits 5 if the two ranks loaded different steps,
+                exits 6 when a collective fails because the other rank died, 4 on any other error; appends
+                {"n", "rank", "step", "source"} to <work_dir>/resumes.jsonl, then saves steps
+                resumed+1, +2, ... forever (memory every step, persist every 3rd, keep 2);
+                the state of (step, rank) is a deterministic function of both.
+  "reap"     -> waits for both, prints their two wait statuses.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from ckpt_saver import State, content_hash
+from rtj_trainer.checkpoint import CheckpointManager
+
+WORLD = 2
+#: Exit code of a rank whose collective failed because the other rank was killed.
+PEER_LOST = 6
+
+
+def _peer_lost(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, dist.DistError) or any(
+        m in text for m in ("Connection reset", "Connection closed", "gloo", "Timed out")
+    )
+
+
+def fill(state: State, step: int, rank: int) -> None:
+    state.fill(step * 10 + rank)
+
+
+def expected_hash(step: int, rank: int) -> str:
+    m = State()
+    fill(m, step, rank)
+    return content_hash(m)
+
+
+def _rank(rank: int, n: int, local_root: str, persist_root: str, work: str) -> None:
+    torch.set_num_threads(1)
+    store = dist.FileStore(os.path.join(work, f"store-{n}"), WORLD)
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=20)
+    )
+    state = State()
+    mgr = CheckpointManager(
+        persist_root,
+        rank=rank,
+        world_size=WORLD,
+        interval_steps=3,
+        keep=2,
+        local_root=local_root,
+        local_interval_steps=1,
+        local_keep=2,
+    )
+    resumed = mgr.load_latest(state)
+    step = resumed.step if resumed else 0
+    if resumed and content_hash(state) != expected_hash(step, rank):
+        os._exit(3)
+    t = torch.tensor([step, -step], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    if int(t[0]) != -int(t[1]):
+        os._exit(5)
+    rec = {"n": n, "rank": rank, "step": step, "source": resumed.source if resumed else None}
+    fd = os.open(os.path.join(work, "resumes.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, (json.dumps(rec) + "\n").encode())
+    os.close(fd)
+    while True:
+        step += 1
+        fill(state, step, rank)
+        mgr.maybe_save(step, state)
+
+
+def zygote(local_root: str, persist_root: str, work: str) -> None:
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    warm = State()
+    set_model_state_dict(warm, get_model_state_dict(warm))
+    pids: list[int] = []
+    for line in sys.stdin:
+        cmd, *rest = line.split()
+        if cmd == "fork":
+            n = int(rest[0])
+            pids = []
+            for rank in range(WORLD):
+                pid = os.fork()
+                if pid == 0:
+                    code = 4
+                    try:
+                        _rank(rank, n, local_root, persist_root, work)
+                    except BaseException as e:  # the exit code carries the outcome
+                        code = PEER_LOST if _peer_lost(e) else 4
+                        print(f"rank {rank} of incarnation {n}: {e!r}", file=sys.stderr, flush=True)
+                    finally:
+                        os._exit(code)
+                pids.append(pid)
+            print(*pids, flush=True)
+        elif cmd == "reap":
+            print(*(os.waitpid(pid, 0)[1] for pid in pids), flush=True)
+
+
+if __name__ == "__main__":
+    zygote(*sys.argv[2:5])

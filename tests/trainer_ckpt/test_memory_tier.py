@@ -1,0 +1,74 @@
+"""The memory tier of rtj_trainer.checkpoint in one process, real files: a persist slower than the
+interval never holds up memory snapshots nor adds any, and the resume takes the newest readable
+tier."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from ckpt_saver import State, content_hash, expected_hash
+from rtj_trainer.checkpoint import CheckpointManager, latest_committed
+from rtj_trainer.checkpoint_format import local_rank_dir, local_snapshots
+
+pytestmark = [pytest.mark.trainer, pytest.mark.timeout(300)]
+
+MEMORY_INTERVAL, PERSIST_INTERVAL = 5, 10
+
+
+def _manager(tmp_path: Path, **kw: object) -> CheckpointManager:
+    return CheckpointManager(
+        str(tmp_path / "persist"),
+        rank=0,
+        world_size=1,
+        interval_steps=PERSIST_INTERVAL,
+        local_root=str(tmp_path / "shm"),
+        local_interval_steps=MEMORY_INTERVAL,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_a_slow_persist_neither_holds_up_nor_multiplies_memory_snapshots(tmp_path: Path) -> None:
+    # 4 MiB at 1 MiB/s: one persist drains for ~4 s, the steps below take ~20 ms each.
+    mgr = _manager(tmp_path, write_bytes_per_s=1 << 20)
+    state = State()
+    outcomes: dict[int, str] = {}
+    local_steps: set[int] = set()
+    for step in range(1, 61):
+        state.fill(step)
+        outcomes[step] = mgr.maybe_save(step, state)
+        if mgr.wait_local(timeout=5) and mgr.last_local is not None:  # commits within a step or so
+            local_steps.add(mgr.last_local)
+        time.sleep(0.02)
+    assert mgr.wait(timeout=60)
+    kinds = Counter(outcomes.values())
+    # Every memory interval got its snapshot although persists were draining all along ...
+    assert set(range(MEMORY_INTERVAL, 61, MEMORY_INTERVAL)) <= local_steps, sorted(local_steps)
+    # ... a draining persist added no memory-only snapshot (a coalesced persist snapshots its step) ...
+    assert all(s % MEMORY_INTERVAL == 0 for s, o in outcomes.items() if o == "snapshot"), outcomes
+    # ... and persists were coalesced, not queued.
+    assert 1 <= kinds["saved"] < 60 // PERSIST_INTERVAL, kinds
+    assert latest_committed(str(tmp_path / "persist")) is not None
+
+
+def test_resume_takes_the_newest_tier_every_rank_can_read(tmp_path: Path) -> None:
+    mgr = _manager(tmp_path)
+    state = State()
+    for step in range(1, 24):  # memory snapshots at 5..20, persisted at 10 and 20
+        state.fill(step)
+        mgr.maybe_save(step, state)
+        assert mgr.wait(timeout=30)
+    fresh = State()
+    resumed = _manager(tmp_path).load_latest(fresh)
+    assert resumed is not None and (resumed.step, resumed.source) == (20, "local")
+    assert content_hash(fresh) == expected_hash(20)
+    # The pod is replaced: memory is gone, the persisted step 20 remains.
+    rank_dir = local_rank_dir(str(tmp_path / "shm"), 0)
+    for s, n in local_snapshots(rank_dir):
+        (Path(rank_dir) / f"step-{s:010d}.{n:x}" / "snapshot.json").unlink()
+    fresh = State()
+    resumed = _manager(tmp_path).load_latest(fresh)
+    assert resumed is not None and (resumed.step, resumed.source) == (20, "persistent")
+    assert content_hash(fresh) == expected_hash(20)

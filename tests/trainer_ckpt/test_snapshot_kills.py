@@ -1,0 +1,172 @@
+"""The memory tier under SIGKILL: two real rank processes (gloo) snapshot into a node-local tmpfs
+every step and persist every third; one rank is SIGKILLed at a random moment, the other a few
+milliseconds later (as ft_launcher stops the survivors), again and again.
+
+After every kill, the next incarnation resumes: each rank checks that what it loaded is exactly
+its own state of the loaded step (never torn, never another step's or another save's), both ranks
+load the same step, and that step is the newest one every rank had committed, in memory or
+persisted (nothing committed is lost). RTJ_SNAPSHOT_KILLS sets the number of kills (default 30;
+the issue asks >= 100: `RTJ_SNAPSHOT_KILLS=120 pytest tests/trainer_ckpt/test_snapshot_kills.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rtj_trainer.checkpoint_format import (
+    committed_steps,
+    latest_valid,
+    local_rank_dir,
+    local_snapshots,
+    read_local_meta,
+)
+
+pytestmark = [pytest.mark.trainer, pytest.mark.timeout(1800)]
+
+KILLS = int(os.environ.get("RTJ_SNAPSHOT_KILLS", "30"))
+PEER_LOST = 6
+
+
+class Zygote:
+    def __init__(self, local_root: Path, persist_root: Path, work: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("snapshot_saver.py")), "zygote",
+             str(local_root), str(persist_root), str(work)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )  # fmt: skip
+
+    def ask(self, cmd: str, timeout: float = 60.0) -> list[int]:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        assert ready, f"zygote did not answer {cmd!r} within {timeout} s"
+        return [int(x) for x in self.proc.stdout.readline().split()]
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def ram_fs(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs, like the pod's /dev/shm (and fast persistence, so kills spread over every phase)."""
+    mnt = tmp_path / "ram"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _newest_loadable(local_root: Path, persist_root: Path) -> tuple[int, bool]:
+    """(the newest step every rank committed in memory with the same save, or persisted, 0 if none;
+    whether some rank holds a newer memory snapshot than that: the ranks were killed mid-way)."""
+    common, newest_any = None, 0
+    for rank in (0, 1):
+        mine = set()
+        for step, nonce in local_snapshots(local_rank_dir(str(local_root), rank)):
+            path = os.path.join(local_rank_dir(str(local_root), rank), f"step-{step:010d}.{nonce:x}")
+            read_local_meta(path)  # committed means its metadata is there
+            mine.add((step, nonce))
+            newest_any = max(newest_any, step)
+        common = mine if common is None else common & mine
+    local = max((s for s, _ in common or ()), default=0)
+    best = max(local, latest_valid(str(persist_root)) or 0)
+    return best, newest_any > best
+
+
+def _resumes(work: Path) -> list[dict]:
+    path = work / "resumes.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(ram_fs: Path) -> None:
+    local_root, persist_root, work = ram_fs / "shm", ram_fs / "persist", ram_fs / "work"
+    work.mkdir()
+    zygote = Zygote(local_root, persist_root, work)
+    rng = random.Random(20261130)
+    outcomes: Counter[str] = Counter()
+    expected: list[int] = []
+    try:
+        for n in range(KILLS + 1):
+            newest, ranks_apart = _newest_loadable(local_root, persist_root)
+            expected.append(newest)
+            outcomes["a rank had a newer snapshot than the others"] += ranks_apart
+            pids = zygote.ask(f"fork {n}")
+            if n == KILLS:  # the last incarnation only resumes (and is checked), then stops
+                _wait_for_resume(work, n)
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+                zygote.ask("reap")
+                break
+            victim = rng.randrange(2)
+            time.sleep(rng.uniform(0.05, 1.5))
+            os.kill(pids[victim], signal.SIGKILL)
+            time.sleep(rng.uniform(0.0, 0.03))
+            os.kill(pids[1 - victim], signal.SIGKILL)
+            statuses = zygote.ask("reap")
+            for pid, status in zip(pids, statuses, strict=True):
+                killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+                peer_lost = (
+                    pid != pids[victim] and os.WIFEXITED(status) and os.WEXITSTATUS(status) == PEER_LOST
+                )
+                assert killed or peer_lost, (
+                    f"incarnation {n}: a rank ended with status {status} (3: wrong state "
+                )
+                "loaded, 5: ranks loaded different steps, 4: an error)"
+            outcomes["partial left"] += (
+                any(
+                    name.endswith(".partial")
+                    for rank in (0, 1)
+                    for name in os.listdir(local_rank_dir(str(local_root), rank))
+                )
+                if local_root.exists()
+                else 0
+            )
+    finally:
+        zygote.close()
+
+    resumes = _resumes(work)
+    by_n: dict[int, list[dict]] = {}
+    for r in resumes:
+        by_n.setdefault(r["n"], []).append(r)
+    checked = 0
+    for n, recs in sorted(by_n.items()):
+        if len(recs) < 2:
+            continue  # killed before both ranks had resumed
+        assert recs[0]["step"] == recs[1]["step"], recs
+        assert recs[0]["step"] == expected[n], (
+            f"incarnation {n} resumed at {recs[0]['step']}, newest loadable {expected[n]}"
+        )
+        checked += 1
+        outcomes[f"resumed from {recs[0]['source']}"] += 1
+    assert len(by_n.get(KILLS, [])) == 2, "the final incarnation did not resume on both ranks"
+    final = by_n[KILLS][0]["step"]
+    print(f"{KILLS} kills, {checked} resumes checked, final step {final}, persisted "
+          f"{committed_steps(str(persist_root))[:1]}: {dict(outcomes)}")  # fmt: skip
+    assert final >= KILLS // 2, f"only reached step {final} in {KILLS} incarnations"
+    assert outcomes["resumed from local"] > 0 and outcomes["partial left"] > 0, outcomes
+    assert outcomes["a rank had a newer snapshot than the others"] > 0, "no kill left the ranks apart"
+
+
+def _wait_for_resume(work: Path, n: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while sum(r["n"] == n for r in _resumes(work)) < 2:
+        assert time.monotonic() < deadline, f"incarnation {n} did not resume within {timeout} s"
+        time.sleep(0.05)
