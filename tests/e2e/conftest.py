@@ -40,6 +40,17 @@ def e2e_stack(cluster: LocalCluster) -> Iterator[E2EStack]:
         if AGENT_LABEL not in (n["metadata"].get("labels") or {}) and not n["spec"].get("unschedulable")
     ]
     set_unschedulable(raw, others, True)
+    # A previous module's teardown deletes both namespaces without waiting: let that finish first
+    # (nothing can be created in a terminating namespace).
+    for ns in (NAMESPACE, OPERATOR_NAMESPACE):
+        wait_for(
+            lambda ns=ns: (
+                (raw.get(f"/api/v1/namespaces/{ns}") or {}).get("status", {}).get("phase") != "Terminating"
+            ),
+            timeout=180,
+            interval=1.0,
+            message=f"namespace {ns} from a previous module deleted",
+        )
     if raw.get(f"/api/v1/namespaces/{NAMESPACE}") is None:
         raw.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     agent = NodeAgent(cluster.kubeconfig, run_dir / "agent", AGENT_NODES, lease_duration_seconds=20)
