@@ -33,7 +33,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 COPY --from=build /opt/venv /opt/venv
-# A numeric non-root user, so that runAsNonRoot can verify it without /etc/passwd.
+# A numeric non-root user, so that runAsNonRoot can verify it without /etc/passwd; it has a passwd entry
+# all the same, because kopf names its peering identity after getpass.getuser() (it crashed without one).
+RUN groupadd --gid 65532 nonroot \
+    && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin nonroot
 USER 65532:65532
 WORKDIR /tmp
 EXPOSE 8080 9090

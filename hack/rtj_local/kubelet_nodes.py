@@ -45,7 +45,7 @@ from rtj_local.components import (
 )
 from rtj_local.kubeconfig import build_kubeconfig, write_kubeconfig
 from rtj_local.procs import log_tail, read_pidfile, spawn, stop
-from rtj_local.versions import bin_path, cache_dir, versions
+from rtj_local.versions import bin_path, versions
 from rtj_local.wait import WaitTimeout, wait_for
 
 HOST_LINK = "rtj0"
@@ -425,33 +425,35 @@ class KubeletNodes:
                 f"containerd of {node.name} did not start:\n{log_tail(self._log(f'{node.name}-containerd'))}"
             ) from None
 
-    def _ctr(
-        self, node: NodeLayout, *args: str, check: bool = True, stdin: Path | None = None
-    ) -> subprocess.CompletedProcess[str]:
+    def _ctr(self, node: NodeLayout, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = [str(bin_path("ctr")), f"--address={node.socket}", "--namespace=k8s.io", *args]
-        with open(stdin, "rb") if stdin else contextlib.nullcontext() as f:
-            proc = subprocess.run(cmd, stdin=f, capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if check and proc.returncode != 0:
             raise ClusterError(f"ctr {' '.join(args)} on {node.name}: {proc.stderr.strip()}")
         return proc
 
     def load_images(self, node: NodeLayout, images: Sequence[str]) -> None:
-        """podman's images -> the node's containerd, through a docker-archive per image ID kept in the
-        cache (saved once, imported into each node; a marker per node skips what it already has)."""
+        """podman's images -> the node's containerd: `podman save | ctr import` (a stream: no archive on
+        disk), the layers' blobs dropped once unpacked (the trainer image is ~6 GB per copy). A marker
+        per node and image ID skips what the node already has."""
         for image in images:
-            image_id = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", image],
-                                      capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+            inspect = ["podman", "image", "inspect", "--format", "{{.Id}}", image]
+            image_id = subprocess.run(inspect, capture_output=True, text=True, check=True).stdout.strip()
             marker = node.dir / "images" / image_id
             if marker.exists():
                 continue
-            archive = cache_dir() / "images" / "archives" / f"{image_id}.tar"
-            if not archive.exists():
-                archive.parent.mkdir(parents=True, exist_ok=True)
-                tmp = archive.with_suffix(".tmp")
-                subprocess.run(["podman", "save", "--format", "docker-archive", "-o", str(tmp), image],
-                               check=True, capture_output=True)  # fmt: skip
-                tmp.replace(archive)
-            self._ctr(node, "images", "import", str(archive))
+            save = subprocess.Popen(
+                ["podman", "save", "--format", "docker-archive", image], stdout=subprocess.PIPE
+            )
+            ctr = [str(bin_path("ctr")), f"--address={node.socket}", "--namespace=k8s.io"]
+            imported = subprocess.run(
+                [*ctr, "images", "import", "--local", "--discard-unpacked-layers", "-"],
+                stdin=save.stdout, capture_output=True, text=True, timeout=1800,
+            )  # fmt: skip
+            assert save.stdout is not None
+            save.stdout.close()
+            if save.wait() != 0 or imported.returncode != 0:
+                raise ClusterError(f"loading {image} into {node.name}: {imported.stderr.strip()}")
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(image + "\n")
 
