@@ -551,6 +551,8 @@ class KubeletNodes:
                 self.kill(node_name(i))
         for name in ("kube-proxy", "coredns"):
             stop(self._pidfile(name), children=self._children)
+        # kube-proxy's iptables rules outlive it: remove them (they would still DNAT Service IPs).
+        subprocess.run([str(bin_path("kube-proxy")), "--cleanup"], capture_output=True, timeout=60)
 
 
 def main(argv: list[str] | None = None) -> int:
