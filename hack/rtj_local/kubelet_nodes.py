@@ -528,6 +528,16 @@ class KubeletNodes:
         for pid in self._node_pids(node):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        # What the dead machine had mounted (container root filesystems, pod volumes) goes with it.
+        for mount in self._node_mounts(node):
+            subprocess.run(["umount", "--lazy", mount], capture_output=True)
+
+    @staticmethod
+    def _node_mounts(node: NodeLayout) -> list[str]:
+        """Mount points under the node's directory, deepest first."""
+        prefix = f"{node.dir}/"
+        points = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+        return sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True)
 
     def _node_pids(self, node: NodeLayout) -> list[int]:
         """Processes in the node's cgroup tree, and the containerd shims serving its socket."""
@@ -553,6 +563,8 @@ class KubeletNodes:
             stop(self._pidfile(name), children=self._children)
         # kube-proxy's iptables rules outlive it: remove them (they would still DNAT Service IPs).
         subprocess.run([str(bin_path("kube-proxy")), "--cleanup"], capture_output=True, timeout=60)
+        for table in ("nat", "filter", "mangle"):  # the kubelets' empty canary chain
+            subprocess.run(["iptables", "-t", table, "-X", "KUBE-KUBELET-CANARY"], capture_output=True)
 
 
 def main(argv: list[str] | None = None) -> int:
