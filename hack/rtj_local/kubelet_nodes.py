@@ -563,8 +563,14 @@ class KubeletNodes:
             stop(self._pidfile(name), children=self._children)
         # kube-proxy's iptables rules outlive it: remove them (they would still DNAT Service IPs).
         subprocess.run([str(bin_path("kube-proxy")), "--cleanup"], capture_output=True, timeout=60)
-        for table in ("nat", "filter", "mangle"):  # the kubelets' empty canary chain
-            subprocess.run(["iptables", "-t", table, "-X", "KUBE-KUBELET-CANARY"], capture_output=True)
+        # The kubelets' own chains: an empty canary, a hint, and the localnet firewall hooked into
+        # INPUT and OUTPUT (drops non-loopback packets to 127/8).
+        for table, chain in (("nat", "INPUT"), ("filter", "INPUT"), ("filter", "OUTPUT")):
+            subprocess.run(["iptables", "-t", table, "-D", chain, "-j", "KUBE-FIREWALL"], capture_output=True)
+        for table in ("nat", "filter", "mangle"):
+            for chain in ("KUBE-KUBELET-CANARY", "KUBE-FIREWALL", "KUBE-IPTABLES-HINT"):
+                subprocess.run(["iptables", "-t", table, "-F", chain], capture_output=True)
+                subprocess.run(["iptables", "-t", table, "-X", chain], capture_output=True)
 
 
 def main(argv: list[str] | None = None) -> int:
