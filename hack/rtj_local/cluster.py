@@ -32,6 +32,7 @@ from rtj_local.components import (
     argv,
     component_kubeconfig,
     probe,
+    real_node_token_users,
 )
 from rtj_local.kubeconfig import build_kubeconfig, write_kubeconfig
 from rtj_local.pki import make_pki
@@ -57,6 +58,7 @@ class LocalCluster:
         self.run_dir = (run_dir or default_run_dir()).resolve()
         self.options = options or ClusterOptions()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._real_nodes = False
 
     # ---- paths and state -------------------------------------------------------------------------
     @property
@@ -112,17 +114,20 @@ class LocalCluster:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     # ---- lifecycle --------------------------------------------------------------------------------
-    def up(self, nodes: int = 4, fresh: bool = False) -> LocalCluster:
+    def up(self, nodes: int = 4, fresh: bool = False, real_nodes: bool = False) -> LocalCluster:
         """Starts the cluster with `nodes` fake p5 nodes, or reuses a healthy one (unless `fresh`).
-        A cluster started this way is never stopped by test sessions (see `acquire`)."""
+        `real_nodes`: the API server is reachable from pods (rtj_local.kubelet_nodes); a healthy cluster
+        started without it is restarted. A cluster started this way is never stopped by test sessions."""
         with self._lock():
-            if fresh or not self.is_healthy():
-                self._up_locked(nodes, owner="cli")
+            reusable = self.is_healthy() and (not real_nodes or self._state().get("real_nodes", False))
+            if fresh or not reusable:
+                self._up_locked(nodes, owner="cli", real_nodes=real_nodes)
         return self
 
-    def _up_locked(self, nodes: int, owner: str) -> None:
+    def _up_locked(self, nodes: int, owner: str, real_nodes: bool = False) -> None:
         self._down_locked()
         self._ensure_binaries()
+        self._real_nodes = real_nodes
         t0 = time.monotonic()
         timings: dict[str, float] = {}
 
@@ -260,13 +265,14 @@ class LocalCluster:
             "system:kube-scheduler": secrets.token_hex(16),
             "kwok": secrets.token_hex(16),
         }
+        tokens.update({user: secrets.token_hex(16) for user in real_node_token_users()})
         # token,user,uid,"groups". KWOK acts for many nodes (status, leases, pods): system:masters.
-        groups = {ADMIN_USER: "system:masters", "kwok": "system:masters"}
+        groups = {ADMIN_USER: "system:masters", "kwok": "system:masters", **real_node_token_users()}
         (self.pki / "tokens.csv").write_text(
             "".join(f'{tok},{user},{user},"{groups.get(user, "")}"\n' for user, tok in tokens.items())
         )
         (self.pki / "tokens.csv").chmod(0o600)
-        state = {"ports": ports, "tokens": tokens, "versions": versions()}
+        state = {"ports": ports, "tokens": tokens, "versions": versions(), "real_nodes": self._real_nodes}
         (self.run_dir / "state.json").write_text(json.dumps(state, indent=2))
         write_kubeconfig(self.kubeconfig, self._kubeconfig_dict(tokens[ADMIN_USER], ADMIN_USER))
         for user in ("system:kube-controller-manager", "system:kube-scheduler", "kwok"):
@@ -281,8 +287,9 @@ class LocalCluster:
     def _spawn(self, component: str) -> None:
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env["HOME"] = str(self.run_dir)  # kwok reads ~/.kwok; keep components off the user's home
+        real_nodes = self._state().get("real_nodes", False)
         proc = spawn(
-            argv(component, self.run_dir, self.ports, self.options),
+            argv(component, self.run_dir, self.ports, self.options, real_nodes=real_nodes),
             self.log_file(component),
             self._pidfile(component),
             env=env,
@@ -424,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start the cluster, or reuse a healthy one")
     up.add_argument("--nodes", type=int, default=4, help="fake p5.48xlarge nodes managed by KWOK")
     up.add_argument("--fresh", action="store_true", help="stop and wipe any existing cluster first")
+    up.add_argument(
+        "--real-nodes", action="store_true", help="make the API server reachable from pods (kubelet_nodes)"
+    )
     sub.add_parser("down", help="stop every component")
     sub.add_parser("status", help="component health; exit 1 unless all are healthy")
     sub.add_parser("env", help='print shell exports: eval "$(python -m rtj_local.cluster env)"')
@@ -436,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         t0 = time.monotonic()
         try:
-            cluster.up(nodes=args.nodes, fresh=args.fresh)
+            cluster.up(nodes=args.nodes, fresh=args.fresh, real_nodes=args.real_nodes)
         except ClusterError as e:
             print(f"cluster up failed: {e}", file=sys.stderr)
             return 1

@@ -19,6 +19,23 @@ POD_CIDR = "10.244.0.0/16"  # KWOK hands out pod IPs from here
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 ADMIN_USER = "rtj-admin"
 LOOPBACK = "127.0.0.1"
+# Real worker nodes (rtj_local.kubelet_nodes): an address of ours on a link of ours (rtj0), through which pods
+# reach the API server (the `kubernetes` Service's endpoint), CoreDNS and every kubelet.
+NODE_HOST_IP = "10.246.0.1"
+MAX_REAL_NODES = 4
+REAL_NODE_PREFIX = "rtj-node-"
+COREDNS_USER = "rtj:coredns"
+KUBE_PROXY_USER = "system:kube-proxy"
+
+
+def real_node_token_users() -> dict[str, str]:
+    """User -> groups of the identities real nodes use: each kubelet as system:node:<name> (the Node
+    authorizer and NodeRestriction key on it), kube-proxy (bound to system:node-proxier by the bootstrap
+    RBAC) and CoreDNS (bound by kubelet_nodes.COREDNS_RBAC). Their tokens exist in every cluster."""
+    users = {f"system:node:{REAL_NODE_PREFIX}{i}": "system:nodes" for i in range(MAX_REAL_NODES)}
+    users[KUBE_PROXY_USER] = ""
+    users[COREDNS_USER] = ""
+    return users
 
 
 @dataclass(frozen=True)
@@ -37,8 +54,11 @@ def component_kubeconfig(run_dir: Path, user: str) -> Path:
     return run_dir / "kubeconfigs" / f"{user.removeprefix('system:')}.kubeconfig"
 
 
-def argv(component: str, run_dir: Path, ports: Mapping[str, int], opts: ClusterOptions) -> list[str]:
-    """Command line of `component` for the cluster in `run_dir`."""
+def argv(
+    component: str, run_dir: Path, ports: Mapping[str, int], opts: ClusterOptions, real_nodes: bool = False
+) -> list[str]:
+    """Command line of `component` for the cluster in `run_dir`. With `real_nodes`, the API server also
+    listens where pods can reach it and publishes NODE_HOST_IP as the `kubernetes` Service's endpoint."""
     p, pki = ports, run_dir / "pki"
     b = str(bin_path(component))
     loop = LOOPBACK
@@ -60,11 +80,23 @@ def argv(component: str, run_dir: Path, ports: Mapping[str, int], opts: ClusterO
             "--log-level=warn",
         ]
     if component == "kube-apiserver":
+        if real_nodes:
+            listen = ["--bind-address=0.0.0.0", f"--advertise-address={NODE_HOST_IP}"]
+            # Reach kubelets at their InternalIP (the nodes' names resolve nowhere).
+            listen += ["--endpoint-reconciler-type=lease", "--kubelet-preferred-address-types=InternalIP"]
+            listen += [
+                f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            ]
+        else:
+            # The endpoint reconciler refuses a loopback advertise address; nothing here needs the
+            # `kubernetes` Service's endpoints (clients reach 127.0.0.1 directly).
+            listen = [f"--bind-address={loop}", f"--advertise-address={loop}"]
+            listen.append("--endpoint-reconciler-type=none")
         return [
             b,
             f"--etcd-servers=http://{loop}:{p['etcd']}",
-            f"--bind-address={loop}",
-            f"--advertise-address={loop}",
+            *listen,
             f"--secure-port={p[component]}",
             f"--cert-dir={pki / 'apiserver-certs'}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -78,9 +110,6 @@ def argv(component: str, run_dir: Path, ports: Mapping[str, int], opts: ClusterO
             f"--api-audiences={SA_ISSUER}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
-            # The endpoint reconciler refuses a loopback advertise address; nothing here needs the
-            # `kubernetes` Service's endpoints (clients reach 127.0.0.1 directly).
-            "--endpoint-reconciler-type=none",
             "--profiling=false",
             # Default admission plugins (ServiceAccount, DefaultTolerationSeconds, ResourceQuota,
             # PodSecurity, TaintNodesByCondition, webhooks, ...) plus NodeRestriction.

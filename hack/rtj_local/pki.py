@@ -4,6 +4,8 @@
   pods through the kube-root-ca.crt ConfigMap) trust it.
 - apiserver.crt/.key: serving certificate for 127.0.0.1, localhost and the in-cluster service names.
 - sa.key/sa.pub: signs and verifies ServiceAccount tokens.
+- apiserver-kubelet-client.crt/.key: the API server's client certificate towards kubelets (logs, exec),
+  group system:masters; kubelets of real nodes trust ca.crt for client certificates.
 """
 
 from __future__ import annotations
@@ -21,8 +23,28 @@ def _openssl(*args: str, cwd: Path) -> None:
 def make_pki(pki: Path) -> None:
     """Creates the files above, unless they exist (they are kept across restarts of a run dir)."""
     pki.mkdir(parents=True, exist_ok=True)
-    if (pki / "apiserver.crt").exists() and (pki / "sa.pub").exists():
-        return
+    if not ((pki / "apiserver.crt").exists() and (pki / "sa.pub").exists()):
+        _make_ca_and_serving(pki)
+    if not (pki / "apiserver-kubelet-client.crt").exists():
+        _make_kubelet_client(pki)
+
+
+def _make_kubelet_client(pki: Path) -> None:
+    name = "apiserver-kubelet-client"
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{name}.key", cwd=pki)
+    (pki / f"{name}.ext").write_text(
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n"
+    )
+    subj = "/O=system:masters/CN=kube-apiserver-kubelet-client"
+    _openssl("req", "-new", "-key", f"{name}.key", "-subj", subj, "-out", f"{name}.csr", cwd=pki)
+    _openssl(
+        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        "-days", "3650", "-sha256", "-extfile", f"{name}.ext", "-out", f"{name}.crt", cwd=pki,
+    )  # fmt: skip
+    (pki / f"{name}.key").chmod(0o600)
+
+
+def _make_ca_and_serving(pki: Path) -> None:
     _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key", cwd=pki)
     _openssl(
         "req",

@@ -21,6 +21,19 @@ BINARIES: dict[str, str] = {
 }
 
 
+# What real worker nodes run (rtj_local.kubelet_nodes; `hack/build-cluster.sh --nodes`). Not needed by a
+# cluster of KWOK nodes, so not in BINARIES (missing_binaries() gates every cluster start).
+NODE_BINARIES: dict[str, str] = {
+    "kubelet": "K8S_VERSION",
+    "kube-proxy": "K8S_VERSION",
+    "containerd": "CONTAINERD_VERSION",
+    "containerd-shim-runc-v2": "CONTAINERD_VERSION",
+    "ctr": "CONTAINERD_VERSION",
+    "coredns": "COREDNS_VERSION",
+    "pause": "K8S_VERSION",
+}
+
+
 def versions() -> dict[str, str]:
     """versions.env, with environment variables of the same name taking precedence (as in the script)."""
     out: dict[str, str] = {}
@@ -39,11 +52,16 @@ def cache_dir() -> Path:
 
 def bin_path(name: str) -> Path:
     """Cached binary, e.g. ~/.cache/rtj/bin/kube-apiserver-v1.37.2."""
-    return cache_dir() / "bin" / f"{name}-{versions()[BINARIES[name]]}"
+    key = BINARIES.get(name) or NODE_BINARIES[name]
+    return cache_dir() / "bin" / f"{name}-{versions()[key]}"
 
 
 def kwok_stages_path() -> Path:
     return cache_dir() / "share" / f"kwok-{versions()['KWOK_VERSION']}" / "stages.yaml"
+
+
+def missing_node_binaries() -> list[str]:
+    return [n for n in NODE_BINARIES if not os.access(bin_path(n), os.X_OK)]
 
 
 def missing_binaries() -> list[str]:

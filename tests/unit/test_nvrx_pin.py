@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -30,9 +31,14 @@ def test_the_pin_is_a_07_release() -> None:
 
 
 def test_the_trainer_dockerfile_installs_the_pinned_nvrx() -> None:
+    # The image reads the pin from pyproject.toml itself (hack/pyproject_requirements.py): no second pin.
     dockerfile = (ROOT / "trainer-image" / "Dockerfile").read_text()
-    defaults = re.findall(r"^ARG NVRX_VERSION=(\S+)$", dockerfile, flags=re.MULTILINE)
-    assert defaults == [_pinned()]
+    assert "NVRX_VERSION" not in dockerfile
+    assert "pyproject_requirements.py --only nvidia-resiliency-ext" in dockerfile
+    script, pyproject = ROOT / "hack" / "pyproject_requirements.py", ROOT / "pyproject.toml"
+    cmd = [sys.executable, str(script), "--pyproject", str(pyproject), "--only", "nvidia-resiliency-ext"]
+    pin = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+    assert pin == f"nvidia-resiliency-ext=={_pinned()}"
 
 
 def test_the_makefile_installs_the_pinned_nvrx() -> None:
