@@ -22,8 +22,8 @@ help: ## Show this help
 # Python 3.12, as in the trainer image (pyenv provides it on our machines; PYTHON312=... overrides).
 PYTHON312 ?= $(shell for p in python3.12 "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/3.12*/bin/python3.12; do \
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { command -v "$$p"; break; }; done)
-# The NVRx we ship, read from its one pin in pyproject.toml (the trainer Dockerfile's default is checked
-# against it by tests/unit/test_nvrx_pin.py).
+# The NVRx we ship, read from its one pin in pyproject.toml (the trainer Dockerfile reads the same pin;
+# tests/unit/test_nvrx_pin.py checks both).
 NVRX_VERSION := $(shell sed -n 's/^ *"nvidia-resiliency-ext==\([^"]*\)".*/\1/p' pyproject.toml)
 # NVRx >= 0.5 publishes only manylinux_2_39 wheels; Debian 12 has glibc 2.36, so plain pip would pick 0.4.1.
 # Its only compiled file (the straggler CUPTI extension) is never imported by what we use, so the wheel is
