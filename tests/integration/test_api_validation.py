@@ -305,7 +305,7 @@ def test_server_fills_in_defaults(rtj_api, namespace: str) -> None:
     assert ft["inProcessRestart"]["hardTimeoutSeconds"] == 90
     assert spec["checkpoint"]["mountPath"] == "/checkpoints"
     assert spec["podTemplate"]["securityContext"] == {
-        "fsGroup": 1000,
+        "fsGroup": 10001,
         "fsGroupChangePolicy": "OnRootMismatch",
         "seccompProfile": {"type": "RuntimeDefault"},
     }

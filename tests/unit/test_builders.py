@@ -267,10 +267,10 @@ def all_pods(job) -> list[dict]:
 def test_every_pod_meets_the_restricted_pod_security_standard_by_default() -> None:
     for pod in all_pods(fsx_job()):
         spec = pod["spec"]
-        # No runAsUser: the image's USER runs (the trainer image's is 1000), checked non-root by the kubelet.
+        # No runAsUser: the image's USER runs (the trainer image's is 10001), checked non-root by the kubelet.
         assert spec["securityContext"] == {
             "runAsNonRoot": True,
-            "fsGroup": 1000,
+            "fsGroup": 10001,
             "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         }, pod["metadata"]["name"]

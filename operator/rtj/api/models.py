@@ -499,8 +499,9 @@ class SeccompProfile(ApiModel):
         return self
 
 
-#: The trainer image's group (trainer-image/Dockerfile: user `trainer`, UID and GID 1000).
-TRAINER_IMAGE_GID = 1000
+#: The trainer image's group (trainer-image/Dockerfile: user `trainer`, UID and GID 10001; Ubuntu 24.04
+#: images already have UID 1000).
+TRAINER_IMAGE_GID = 10001
 
 
 class PodSecurity(ApiModel):
@@ -512,7 +513,7 @@ class PodSecurity(ApiModel):
     run_as_user: int | None = Field(
         None,
         description="UID of the containers' processes; never 0. Default: the image's USER, which must then "
-        "be numeric and not 0 (the pods run with runAsNonRoot; the trainer image's is 1000).",
+        "be numeric and not 0 (the pods run with runAsNonRoot; the trainer image's is 10001).",
         ge=1,
         le=2**31 - 1,
     )
