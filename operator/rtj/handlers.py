@@ -220,7 +220,7 @@ async def _mark_invalid(k: kube.Kube, body: kopf.Body, message: str) -> None:
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 async def admit(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Validate, then make sure the checkpoint volume exists (the timer does the rest)."""
+    """Validate, then make sure the checkpoint volume exists (the job's loop of passes does the rest)."""
     job, message = parse_job(body)
     if job is None:
         await _mark_invalid(memo.kube, body, message)

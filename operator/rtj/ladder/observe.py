@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from rtj import contract
@@ -23,18 +23,6 @@ CAUSE_ANNOTATION = f"{contract.API_GROUP}/cause"
 LABEL_SPARE_INDEX = f"{contract.API_GROUP}/spare-index"
 
 _WORKER_NAME = re.compile(r"^(?P<job>.+)-n(?P<slot>\d+)-a(?P<attempt>\d+)$")
-
-
-def parse_time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _int(value: Any) -> int | None:
@@ -154,11 +142,11 @@ def pod_from_dict(obj: dict[str, Any]) -> PodObs:
         phase=str(status.get("phase") or "Pending"),
         node=str(spec.get("nodeName") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
-        delete_by=parse_time(meta.get("deletionTimestamp")),
+        delete_by=contract.parse_time(meta.get("deletionTimestamp")),
         exit_code=exit_code,
         status_reason=str(status.get("reason") or ""),
-        created=parse_time(meta.get("creationTimestamp")),
-        started=parse_time(status.get("startTime")),
+        created=contract.parse_time(meta.get("creationTimestamp")),
+        started=contract.parse_time(status.get("startTime")),
     )
 
 
@@ -173,8 +161,8 @@ def lease_from_dict(obj: dict[str, Any], now: datetime) -> LeaseObs:
     a renewal when it arrives and then ages like any other, so it cannot keep a dead pod alive."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    renew = parse_time((obj.get("spec") or {}).get("renewTime"))
-    observed = parse_time(obj.get(OBSERVED_AT))
+    renew = contract.parse_time((obj.get("spec") or {}).get("renewTime"))
+    observed = contract.parse_time(obj.get(OBSERVED_AT))
     if renew is not None:
         renew = min(renew, now, observed or now)
     assigned = annotations.get(contract.ASSIGNED_SLOT_ANNOTATION)
