@@ -54,6 +54,22 @@ def component_kubeconfig(run_dir: Path, user: str) -> Path:
     return run_dir / "kubeconfigs" / f"{user.removeprefix('system:')}.kubeconfig"
 
 
+def _control_loop_flags(component: str, run_dir: Path, port: int, cert_dir: str) -> list[str]:
+    """The binary and flags that kube-controller-manager and kube-scheduler share: their own client
+    identity (system:<component>) for every API use, a loopback secure port, and one instance."""
+    kc = component_kubeconfig(run_dir, f"system:{component}")
+    return [
+        str(bin_path(component)),
+        f"--kubeconfig={kc}",
+        f"--authentication-kubeconfig={kc}",
+        f"--authorization-kubeconfig={kc}",
+        f"--bind-address={LOOPBACK}",
+        f"--secure-port={port}",
+        f"--cert-dir={run_dir / 'pki' / cert_dir}",
+        "--leader-elect=false",
+    ]
+
+
 def argv(
     component: str, run_dir: Path, ports: Mapping[str, int], opts: ClusterOptions, real_nodes: bool = False
 ) -> list[str]:
@@ -116,16 +132,8 @@ def argv(
             "--enable-admission-plugins=NodeRestriction",
         ]
     if component == "kube-controller-manager":
-        kc = component_kubeconfig(run_dir, "system:kube-controller-manager")
         return [
-            b,
-            f"--kubeconfig={kc}",
-            f"--authentication-kubeconfig={kc}",
-            f"--authorization-kubeconfig={kc}",
-            f"--bind-address={loop}",
-            f"--secure-port={p[component]}",
-            f"--cert-dir={pki / 'kcm-certs'}",
-            "--leader-elect=false",
+            *_control_loop_flags(component, run_dir, p[component], "kcm-certs"),
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
@@ -140,16 +148,8 @@ def argv(
             "--profiling=false",
         ]
     if component == "kube-scheduler":
-        kc = component_kubeconfig(run_dir, "system:kube-scheduler")
         return [
-            b,
-            f"--kubeconfig={kc}",
-            f"--authentication-kubeconfig={kc}",
-            f"--authorization-kubeconfig={kc}",
-            f"--bind-address={loop}",
-            f"--secure-port={p[component]}",
-            f"--cert-dir={pki / 'scheduler-certs'}",
-            "--leader-elect=false",
+            *_control_loop_flags(component, run_dir, p[component], "scheduler-certs"),
             "--profiling=false",
         ]
     if component == "kwok":
