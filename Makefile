@@ -91,6 +91,10 @@ lint: venv ## ruff check, ruff format --check, import-linter
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
+.PHONY: audit
+audit: venv cluster-build ## helm lint, kubeconform, kube-score, checkov, hadolint, restricted Pod Security (hack/audit.sh; docs/audit.md)
+	hack/audit.sh
+
 .PHONY: generate
 generate: venv ## Generate the CRDs (crds/ and the chart's crds/) from the pydantic API models
 	$(PY) -m rtj.api.crdgen
