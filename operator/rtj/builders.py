@@ -13,14 +13,8 @@ from typing import Any
 from rtj import contract
 from rtj.api.instances import INSTANCE_DEFAULTS
 from rtj.api.models import CHECKPOINT_VOLUME, SHM_MOUNT_PATH, SHM_VOLUME, ResilientTrainingJob
-from rtj.ladder import (
-    CAUSE_ANNOTATION,
-    LABEL_SPARE_INDEX,
-    TRAINER_CONTAINER,
-    rendezvous_name,
-    spare_pod_name,
-    worker_pod_name,
-)
+from rtj.contract import CAUSE_ANNOTATION, LABEL_JOB_NAMESPACE, LABEL_SPARE_INDEX, TRAINER_CONTAINER
+from rtj.ladder import rendezvous_name, spare_pod_name, worker_pod_name
 from rtj.settings import Settings
 
 RDZV_PORT = 29400
@@ -30,8 +24,6 @@ EFA_RESOURCE = "vpc.amazonaws.com/efa"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 FSX_DRIVER = "fsx.csi.aws.com"
-#: Label on the cluster-scoped FSx PV naming the job's namespace (the job name is LABEL_JOB).
-LABEL_JOB_NAMESPACE = f"{contract.API_GROUP}/job-namespace"
 _DOWNWARD_ENV = (
     (contract.ENV_POD_NAME, "metadata.name"),
     (contract.ENV_POD_UID, "metadata.uid"),
@@ -335,7 +327,7 @@ def spare_pod(
         job,
         spare_pod_name(_name(job), index, attempt),
         labels,
-        "HotSpare",
+        contract.CAUSE_HOT_SPARE,
         avoid_nodes,
         True,
         settings or BuildSettings(),
@@ -370,7 +362,7 @@ def rendezvous_pod(job: ResilientTrainingJob, settings: BuildSettings | None = N
             "name": name,
             "namespace": _ns(job),
             "labels": {contract.LABEL_JOB: _name(job), contract.LABEL_ROLE: contract.ROLE_RENDEZVOUS},
-            "annotations": {CAUSE_ANNOTATION: "Rendezvous"},
+            "annotations": {CAUSE_ANNOTATION: contract.CAUSE_RENDEZVOUS},
             "ownerReferences": [owner_reference(job)],
         },
         "spec": {

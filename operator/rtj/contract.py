@@ -44,6 +44,20 @@ LABEL_ROLE = f"{API_GROUP}/role"
 ROLE_WORKER = "worker"
 ROLE_SPARE = "spare"
 ROLE_RENDEZVOUS = "rendezvous"
+#: Label of a hot spare's index. Reader: operator ladder (observe).
+LABEL_SPARE_INDEX = f"{API_GROUP}/spare-index"
+#: Label on the cluster-scoped FSx PV naming the job's namespace (the job name is LABEL_JOB).
+LABEL_JOB_NAMESPACE = f"{API_GROUP}/job-namespace"
+
+# --- Pods (writer: operator pod builders and spare promotion; reader: operator ladder) ------------
+#: The training container's name in worker and spare pods (its status is the pod's outcome).
+TRAINER_CONTAINER = "trainer"
+#: Pod annotation naming why the pod was created (Initial, Resume, or the fault reason it replaces):
+#: a pod created for a fault counts as one reschedule even if the status write that recorded it was lost.
+CAUSE_ANNOTATION = f"{API_GROUP}/cause"
+#: CAUSE_ANNOTATION of a hot spare (until promotion names the fault it replaces) and of the rendezvous pod.
+CAUSE_HOT_SPARE = "HotSpare"
+CAUSE_RENDEZVOUS = "Rendezvous"
 
 # --- Node quarantine (writer: operator; reader: scheduler via the pods' anti-affinity, users) -----
 #: Taint key put on a node the operator quarantined after a hard fault; value is the job name.

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from rtj import builders, contract
 from rtj.api.models import JobStatus, ResilientTrainingJob
 from rtj.ladder import (
-    CAUSE_ANNOTATION,
     CreateRendezvousPod,
     CreateRendezvousService,
     CreateSparePod,
@@ -175,7 +174,9 @@ def pod_dicts(draw: st.DrawFn, job: str, nodes: int, now: datetime) -> dict[str,
             "uid": f"uid-{name}-{draw(st.integers(0, 2))}",
             "labels": labels,
             "annotations": {
-                CAUSE_ANNOTATION: draw(st.sampled_from(["Initial", "Resume", "HeartbeatTimeout", ""]))
+                contract.CAUSE_ANNOTATION: draw(
+                    st.sampled_from(["Initial", "Resume", "HeartbeatTimeout", ""])
+                )
             },
             "creationTimestamp": _time(draw(TIMES), now),
             "deletionTimestamp": draw(st.sampled_from([None, now.isoformat()])),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from ladder_testkit import make_job
 from rtj import builders, contract
-from rtj.ladder import CAUSE_ANNOTATION, pod_from_dict
+from rtj.contract import CAUSE_ANNOTATION
+from rtj.ladder import pod_from_dict
 
 pytestmark = pytest.mark.unit
 

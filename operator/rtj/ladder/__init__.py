@@ -25,10 +25,7 @@ from rtj.ladder.decide import (
     worker_pod_name,
 )
 from rtj.ladder.observe import (
-    CAUSE_ANNOTATION,
-    LABEL_SPARE_INDEX,
     OBSERVED_AT,
-    TRAINER_CONTAINER,
     LeaseObs,
     NodeObs,
     Observed,
@@ -39,10 +36,7 @@ from rtj.ladder.observe import (
 )
 
 __all__ = [
-    "CAUSE_ANNOTATION",
-    "LABEL_SPARE_INDEX",
     "OBSERVED_AT",
-    "TRAINER_CONTAINER",
     "Action",
     "AssignLease",
     "CreateRendezvousPod",

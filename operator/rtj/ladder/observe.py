@@ -14,14 +14,6 @@ from typing import Any
 from rtj import contract
 from rtj.contract import Heartbeat
 
-TRAINER_CONTAINER = "trainer"
-#: Pod annotation naming why the pod was created (Initial, Resume, or the fault reason it
-#: replaces). Writer: operator pod builder / spare promotion; reader: operator ladder (a pod
-#: created for a fault counts as one reschedule even if the status write that recorded it was lost).
-CAUSE_ANNOTATION = f"{contract.API_GROUP}/cause"
-#: Label of a hot spare's index. Writer: operator pod builder; reader: operator ladder.
-LABEL_SPARE_INDEX = f"{contract.API_GROUP}/spare-index"
-
 _WORKER_NAME = re.compile(r"^(?P<job>.+)-n(?P<slot>\d+)-a(?P<attempt>\d+)$")
 
 
@@ -128,7 +120,7 @@ def pod_from_dict(obj: dict[str, Any]) -> PodObs:
             slot = slot if slot is not None else int(match["slot"])
     exit_code = None
     for cs in status.get("containerStatuses") or []:
-        if isinstance(cs, dict) and cs.get("name") == TRAINER_CONTAINER:
+        if isinstance(cs, dict) and cs.get("name") == contract.TRAINER_CONTAINER:
             terminated = ((cs.get("state") or {}).get("terminated")) or {}
             exit_code = _int(terminated.get("exitCode")) if terminated else None
     return PodObs(
@@ -136,9 +128,9 @@ def pod_from_dict(obj: dict[str, Any]) -> PodObs:
         uid=str(meta.get("uid", "")),
         role=str(labels.get(contract.LABEL_ROLE, contract.ROLE_WORKER)),
         slot=slot,
-        spare_index=_int(labels.get(LABEL_SPARE_INDEX)),
+        spare_index=_int(labels.get(contract.LABEL_SPARE_INDEX)),
         attempt=attempt or 0,
-        cause=str((meta.get("annotations") or {}).get(CAUSE_ANNOTATION, "")),
+        cause=str((meta.get("annotations") or {}).get(contract.CAUSE_ANNOTATION, "")),
         phase=str(status.get("phase") or "Pending"),
         node=str(spec.get("nodeName") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
