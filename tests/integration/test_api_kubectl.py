@@ -45,7 +45,7 @@ def test_explain_shows_defaults_and_bounds(rtj_chart, kubectl) -> None:
     flat = " ".join(explain(kubectl, "rtj.spec.faultTolerance.heartbeatTimeoutSeconds").split())
     assert "Default: 60. Minimum: 2, maximum: 3600." in flat, flat
     flat = " ".join(explain(kubectl, "rtj.spec.podTemplate.securityContext.fsGroup").split())
-    assert "Default: 1000. Minimum: 0, maximum: 2147483647." in flat, flat
+    assert "Default: 10001. Minimum: 0, maximum: 2147483647." in flat, flat
 
 
 def test_apply_example_and_get_shows_the_printer_columns(rtj_chart, kubectl, rtj_api, namespace: str) -> None:
