@@ -20,9 +20,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-while IFS='=' read -r key value; do
-  if [[ -n "$key" && "$key" != \#* && -z "${!key:-}" ]]; then export "$key=$value"; fi
-done <"$ROOT/hack/versions.env"
+source "$ROOT/hack/load-versions.sh"
 CLUSTER=1
 for arg in "$@"; do
   case "$arg" in

@@ -27,10 +27,7 @@ for arg in "$@"; do
   esac
 done
 
-# Load hack/versions.env without clobbering values already set in the environment.
-while IFS='=' read -r key value; do
-  if [[ -n "$key" && "$key" != \#* && -z "${!key:-}" ]]; then export "$key=$value"; fi
-done <"$ROOT/hack/versions.env"
+source "$ROOT/hack/load-versions.sh"
 
 CACHE="${RTJ_CACHE:-$HOME/.cache/rtj}"
 BIN="$CACHE/bin"

@@ -8,9 +8,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-while IFS='=' read -r key value; do
-  if [[ -n "$key" && "$key" != \#* && -z "${!key:-}" ]]; then export "$key=$value"; fi
-done <"$ROOT/hack/versions.env"
+source "$ROOT/hack/load-versions.sh"
 TOOLS="${RTJ_TOOLS:-$HOME/.cache/rtj-tools}"
 PY="$ROOT/.venv/bin/python"
 RUN="$ROOT/.run/kueue-probe"
