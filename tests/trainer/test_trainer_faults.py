@@ -158,6 +158,33 @@ def test_no_progress_stops_with_do_not_restart(make_job) -> None:
         assert 2 <= hb["inJobRestarts"] < 10
 
 
+def test_permanent_error_stops_every_pod_with_93_and_no_restart(make_job) -> None:
+    """issue 13, case 4: a deterministic error (here rank 1 raises PermanentError at step 10 after
+    every (re)start, as a checkpoint of another world size does) is final on its first occurrence:
+    the pod of the raising rank stops its launcher before any in-job restart and exits 93 (do not
+    restart), its heartbeat carrying a Permanent fault that names the error (the operator then fails
+    the job PermanentFault and deletes the other pods, whose launchers wait for a round that cannot
+    form)."""
+    job = make_job(
+        config={"maxInJobRestarts": 5, "maxNoProgressCycles": 5},
+        env={"TOY_STEPS": "200", "RTJ_FAULT_INJECT": "permanent:1:10:always"},
+    )
+    job.start()
+    ended = wait_for(
+        lambda: next((n for n, pod in job.pods.items() if pod.proc.poll() is not None), None),
+        240,
+        message="the pod of the raising rank to exit",
+    )
+    assert job.pods[ended].proc.returncode == ExitCode.DO_NOT_RESTART, job.dump_logs()
+    fault = job.pods[ended].last_heartbeat().get("fault") or {}
+    assert fault.get("severity") == "Permanent", fault
+    assert "injected permanent error at step 10" in fault.get("message", ""), fault
+    events = job.events()
+    assert {e["ijr"] for e in events} == {0}, "no in-job restart after a permanent error"
+    assert {e["ipr"] for e in events} == {0}, "no in-process restart after a permanent error"
+    assert max(e["step"] for e in events) < 10
+
+
 @pytest.mark.parametrize("victim", ["pod hosting rank 0", "pod without rank 0"])
 def test_lost_pod_is_replaced_and_training_continues(make_job, victim: str) -> None:
     job = make_job(config={"rankHeartbeatTimeoutSeconds": 10})

@@ -12,9 +12,10 @@ operator's ASSIGNED_SLOT_ANNOTATION appears on its Lease: until then it is no re
 participant, so the job's nnodes never changes.
 
 `launch` exit codes (read by the operator's ladder, see `rtj.contract.ExitCode`):
-0 training finished; 93 NVRx decided the job must not restart (no progress across restart cycles);
-70 the launcher's in-job restart budget is spent (replace the pod); 78 invalid config;
-143 stopped by SIGTERM after a graceful stop.
+0 training finished; 93 NVRx decided the job must not restart (no progress across restart cycles),
+or a rank reported a permanent error (`rtj_trainer.permanent`: the launcher is stopped before it
+restarts the workers into the same error); 70 the launcher's in-job restart budget is spent
+(replace the pod); 78 invalid config; 143 stopped by SIGTERM after a graceful stop.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
 from pydantic import ValidationError
@@ -55,7 +57,7 @@ from rtj.contract import (
     TrainerConfig,
 )
 
-from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client
+from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client, read_rank_files
 from .log_filter import NoiseFilter
 from .rendezvous_host import serve_rendezvous
 from .report import RANK_FILE_PREFIX
@@ -202,6 +204,17 @@ def map_exit_code(launcher_rc: int, *, terminated: bool, do_not_restart: Sequenc
     return ExitCode.LAUNCHER_BUDGET_EXHAUSTED
 
 
+def reported_permanent_fault(docs: Iterable[Mapping[str, Any]]) -> Fault | None:
+    """A Permanent fault some rank reported in its rank file, else None (pure; unit-tested)."""
+    for doc in docs:
+        raw = doc.get("fault")
+        if not isinstance(raw, dict) or raw.get("severity") != FaultSeverity.PERMANENT.value:
+            continue
+        with contextlib.suppress(ValidationError):
+            return Fault.model_validate(raw)
+    return None
+
+
 def _prepare_status_dir(pod: PodIdentity) -> str:
     status_dir = os.environ.get(ENV_STATUS_DIR) or os.path.join(
         tempfile.gettempdir(), f"rtj-status-{pod.name}"
@@ -275,6 +288,7 @@ def launch(grace_seconds: float) -> int:
         _await_promotion(agent, proc, terminate)
 
     kill_deadline: float | None = None
+    permanent: Fault | None = None
     exit_watch = ExitWatch(float(os.environ.get(ENV_LAUNCHER_EXIT_TIMEOUT, DEFAULT_LAUNCHER_EXIT_TIMEOUT)))
     while True:
         try:
@@ -286,6 +300,17 @@ def launch(grace_seconds: float) -> int:
             kill_deadline = kill_deadline or time.monotonic() + grace_seconds
             if time.monotonic() >= kill_deadline:
                 log.warning("graceful stop took longer than %.0f s: killing the launcher", grace_seconds)
+                _kill_group(proc)
+        if permanent is None and not terminate.is_set():
+            # Read each poll, not at the heartbeat interval: ft_launcher restarts the workers within
+            # a second or two, and every restart would meet the same error.
+            permanent = reported_permanent_fault(read_rank_files(status_dir))
+            if permanent is not None:
+                log.error(
+                    "a rank reported a permanent error (%s: %s): stopping ft_launcher, no restart can fix it",
+                    permanent.reason,
+                    permanent.message,
+                )
                 _kill_group(proc)
         if exit_watch.launcher_stuck(agent.last):
             log.warning(
@@ -302,7 +327,9 @@ def launch(grace_seconds: float) -> int:
     code = map_exit_code(rc, terminated=terminate.is_set(), do_not_restart=cfg.do_not_restart_exit_codes)
     fault = None
     now = datetime.now(UTC)
-    if code == ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
+    if permanent is not None and not terminate.is_set():
+        code, fault = ExitCode.DO_NOT_RESTART, permanent
+    elif code == ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
         fault = Fault(
             severity=FaultSeverity.HARD,
             reason="LauncherBudgetExhausted",
