@@ -251,6 +251,33 @@ def test_when_every_launcher_is_out_of_budget_replacement_pods_still_form_a_roun
     assert job.max_step() == 60
 
 
+def test_lost_rendezvous_is_rejoined_inside_the_same_pods(make_job) -> None:
+    """issue 13, case 1: the rendezvous pod dies. Every launcher fails at once (its store is gone);
+    before, every pod then exited 70 and the operator replaced them all. Now each pod's entrypoint
+    waits for the recreated rendezvous and starts ft_launcher again inside the same pod (its node,
+    its GPUs, its /dev/shm snapshots kept), and the job trains to the end."""
+    job = make_job(env={"TOY_STEPS": "80"})
+    job.start()
+    job.wait_step(20, 180)
+    launchers = set(job.launcher_pids().values())
+    old_pids = {e["pid"] for e in job.events()}
+    t_kill = job.kill_rendezvous()
+    time.sleep(2)  # the operator notices and recreates the rendezvous pod
+    job.start_rendezvous()
+    for name in job.pods:
+        assert job.wait_exit(name, 300) == ExitCode.SUCCEEDED, job.dump_logs()
+    events = job.events()
+    assert max(e["step"] for e in events) == 80
+    after = [e for e in events if e["pid"] not in old_pids]
+    assert after and not {e["ppid"] for e in after} & launchers, "the new ranks ran under new launchers"
+    for name, pod in job.pods.items():
+        assert "rendezvous lost: starting ft_launcher again" in pod.log_text(), name
+    back = first_step_after(events, t_kill, exclude_pids=old_pids)
+    assert back is not None
+    print(f"\nRECOVERY lost rendezvous (relaunch in the pods): {back['t'] - t_kill:.2f} s from SIGKILL "
+          "to the first step (rendezvous restarted 2 s after the kill)")  # fmt: skip
+
+
 def test_sigterm_stops_gracefully_with_143(make_job) -> None:
     job = make_job()
     job.start()
