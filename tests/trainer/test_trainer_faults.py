@@ -272,6 +272,7 @@ def test_lost_rendezvous_is_rejoined_inside_the_same_pods(make_job) -> None:
     assert after and not {e["ppid"] for e in after} & launchers, "the new ranks ran under new launchers"
     for name, pod in job.pods.items():
         assert "rendezvous lost: starting ft_launcher again" in pod.log_text(), name
+        assert pod.last_heartbeat()["fault"]["reason"] == "RendezvousLost", name  # the operator's lastFault
     back = first_step_after(events, t_kill, exclude_pids=old_pids)
     assert back is not None
     print(f"\nRECOVERY lost rendezvous (relaunch in the pods): {back['t'] - t_kill:.2f} s from SIGKILL "

@@ -298,6 +298,7 @@ def launch(grace_seconds: float) -> int:
         if cfg.standby and relaunches == 0:
             _await_promotion(agent, proc, terminate)
         rc, permanent = _supervise(proc, agent, exit_watch, terminate, status_dir, grace_seconds)
+        ended = datetime.now(UTC)
         # Workers the launcher left behind (e.g. it was SIGKILLed) must not outlive it.
         _kill_group(proc)
         log_filter.join(timeout=5)
@@ -311,6 +312,17 @@ def launch(grace_seconds: float) -> int:
             log.warning("the rendezvous did not come back within %.0f s", RENDEZVOUS_WAIT_SECONDS)
             break
         relaunches += 1
+        # Soft: the pod is healthy. The operator counts the relaunched workers as an in-job restart
+        # and times its recovery from here.
+        agent.record_fault(
+            Fault(
+                severity=FaultSeverity.SOFT,
+                reason="RendezvousLost",
+                message=f"ft_launcher lost the job's rendezvous; started again in this pod ({relaunches}/"
+                f"{relaunch_budget})",
+                time=ended,
+            )
+        )
         log.warning(
             "rendezvous lost: starting ft_launcher again in this pod (%d/%d)", relaunches, relaunch_budget
         )
