@@ -13,7 +13,9 @@ import signal
 
 import pytest
 from e2e_helpers import NAMESPACE, JobRun, all_training, failed, succeeded
+from kubernetes.client.rest import ApiException
 from rtj.contract import LABEL_JOB, QUARANTINE_TAINT_KEY
+from rtj_local.rawapi import MERGE
 from rtj_local.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -156,10 +158,13 @@ def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(ru
 def test_rendezvous_pod_killed_is_recovered_at_job_level(run_job, e2e_stack) -> None:
     """issue 13, case 1: the rendezvous pod dies and every worker's launcher fails. Before: each
     worker a pod reschedule with its healthy node quarantined; Failed/PodRescheduleBudgetExhausted
-    (here maxPodReschedules 2: the rendezvous pod and two workers would be 3)."""
+    (here maxPodReschedules 2: the rendezvous pod and two workers would be 3). Now the rendezvous
+    pod is recreated and each worker pod starts its launcher again inside itself: the worker pods
+    are untouched."""
     job = run_job("rdzvkill", steps=60, interval=10)
     snap = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 10, START, "a checkpoint")
     checkpoint_before = snap.checkpoint_step
+    pods = job.worker_pods(snap)
     procs = e2e_stack.agent.pod_processes(NAMESPACE, "rdzvkill-rdzv")
     assert procs, "the rendezvous pod runs"
     for proc in procs:
@@ -168,9 +173,94 @@ def test_rendezvous_pod_killed_is_recovered_at_job_level(run_job, e2e_stack) -> 
     assert_succeeded(job)
     last = job.history[-1]
     assert last.restarts["podReschedules"] <= 1, last.restarts  # the rendezvous pod itself
+    assert job.worker_pods(last) == pods, "worker pods must be untouched (same names and UIDs)"
     assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
     print(f"restarts {last.restarts}; events {sorted(job.event_reasons())}")
     assert (last.checkpoint_step or 0) > (checkpoint_before or 0)
+    job.assert_checkpoints_never_lost_or_backwards()
+
+
+def test_worker_exiting_0_early_ends_the_job_no_progress_not_a_silent_hang(run_job) -> None:
+    """issue 13, case 2: one worker's command returns 0 while the other still trains. Before: 7+
+    minutes `Running AllPodsRunning` with the step frozen, no Event. Now the progress watchdog says
+    Stalled (condition + Event) after progressTimeoutSeconds and fails the job NoProgress after
+    twice that; nothing is rescheduled and no node quarantined (the pods are not at fault)."""
+    job = run_job(
+        "early0",
+        env={"RTJ_FAULT_INJECT": "finish:1:15"},
+        steps=400,
+        interval=5,
+        fault_tolerance={"progressTimeoutSeconds": 20},
+    )
+    job.wait(all_training, START, "both pods training")
+    last = job.wait(finished, FINISH, "job to finish")
+    assert job.fault_fired("finish-1-15")
+    assert failed(last), "a job that cannot finish must end, not hang"
+    assert (last.condition("Failed") or {}).get("reason") == "NoProgress", last.condition("Failed")
+    assert ("Stalled", "Stalled") in job.condition_reasons(), sorted(job.condition_reasons())
+    assert job.events_about("Stalled"), sorted(job.event_reasons())
+    assert last.restarts["podReschedules"] == 0, last.restarts
+    assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
+    assert (last.condition("Degraded") or {}).get("status") != "True", "no stale Degraded on a failed job"
+
+
+def test_deleted_heartbeat_lease_is_recreated_and_nothing_is_replaced(run_job) -> None:
+    """issue 13, case 3: a user deletes a healthy pod's heartbeat Lease. Before: the pod was replaced
+    and its node quarantined in the same second (StartupTimeout counted from pod start). Now the
+    trainer recreates the Lease within its renew period and the operator counts silence from the
+    last heartbeat it saw: nothing happens."""
+    job = run_job("leasedel", steps=80, interval=10)
+    snap = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 10, START, "a checkpoint")
+    pods = job.worker_pods(snap)
+    victim = sorted(pods)[0]
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{victim}"
+    old_uid = job.raw.request("GET", lease_path)["metadata"]["uid"]
+    job.raw.request("DELETE", lease_path)
+
+    def recreated(_snap) -> bool:
+        lease = job.raw.get(lease_path)
+        return lease is not None and lease["metadata"]["uid"] != old_uid
+
+    job.wait(recreated, 60, "the trainer to recreate its Lease")
+    assert_succeeded(job)
+    last = job.history[-1]
+    assert job.worker_pods(last) == pods, "pods must be untouched (same names and UIDs)"
+    assert last.restarts["podReschedules"] == 0, last.restarts
+    assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
+    assert not job.event_reasons() & {"HeartbeatTimeout", "StartupTimeout", "NodeQuarantined"}
+    job.assert_checkpoints_never_lost_or_backwards()
+
+
+#: Edits of a running job that would change its world or storage under it, and a word the API
+#: server's refusal must contain (the field's name).
+WORLD_EDITS = [
+    ({"procsPerNode": 2}, "procsPerNode"),
+    ({"checkpoint": {"mountPath": "/elsewhere"}}, "checkpoint.mountPath"),
+    ({"checkpoint": {"pvc": {"claimName": "other-ckpt"}}}, "checkpoint.pvc"),
+    ({"args": ["--steps", "999"]}, "suspend"),
+]
+
+
+def test_editing_what_defines_a_running_job_is_refused_and_training_is_untouched(run_job) -> None:
+    """issue 13, case 4: procsPerNode, the checkpoint volume and path were accepted silently and the
+    next replacement pod joined with another world size (66 in-process restarts, a healthy node
+    quarantined). Now the API server refuses each edit naming the field (CEL transition rules; the
+    command, args and env change only with suspend: a whole-job restart), and the job trains on."""
+    job = run_job("edit", steps=60, interval=10)
+    snap = job.wait(all_training, START, "both pods training")
+    pods = job.worker_pods(snap)
+    path = f"/apis/training.resilient.dev/v1alpha1/namespaces/{NAMESPACE}/resilienttrainingjobs/edit"
+    generation = job.raw.request("GET", path)["metadata"]["generation"]
+    for patch, field_name in WORLD_EDITS:
+        with pytest.raises(ApiException) as refused:
+            job.raw.request("PATCH", path, {"spec": patch}, MERGE)
+        assert refused.value.status == 422, (patch, refused.value.status)
+        assert field_name in (refused.value.body or ""), (patch, refused.value.body)
+    assert job.raw.request("GET", path)["metadata"]["generation"] == generation
+    assert_succeeded(job)
+    last = job.history[-1]
+    assert job.worker_pods(last) == pods, "pods must be untouched (same names and UIDs)"
+    assert last.restarts == {**last.restarts, "podReschedules": 0, "inJob": 0}, last.restarts
     job.assert_checkpoints_never_lost_or_backwards()
 
 

@@ -158,6 +158,33 @@ def test_no_progress_stops_with_do_not_restart(make_job) -> None:
         assert 2 <= hb["inJobRestarts"] < 10
 
 
+def test_permanent_error_stops_every_pod_with_93_and_no_restart(make_job) -> None:
+    """issue 13, case 4: a deterministic error (here rank 1 raises PermanentError at step 10 after
+    every (re)start, as a checkpoint of another world size does) is final on its first occurrence:
+    the pod of the raising rank stops its launcher before any in-job restart and exits 93 (do not
+    restart), its heartbeat carrying a Permanent fault that names the error (the operator then fails
+    the job PermanentFault and deletes the other pods, whose launchers wait for a round that cannot
+    form)."""
+    job = make_job(
+        config={"maxInJobRestarts": 5, "maxNoProgressCycles": 5},
+        env={"TOY_STEPS": "200", "RTJ_FAULT_INJECT": "permanent:1:10:always"},
+    )
+    job.start()
+    ended = wait_for(
+        lambda: next((n for n, pod in job.pods.items() if pod.proc.poll() is not None), None),
+        240,
+        message="the pod of the raising rank to exit",
+    )
+    assert job.pods[ended].proc.returncode == ExitCode.DO_NOT_RESTART, job.dump_logs()
+    fault = job.pods[ended].last_heartbeat().get("fault") or {}
+    assert fault.get("severity") == "Permanent", fault
+    assert "injected permanent error at step 10" in fault.get("message", ""), fault
+    events = job.events()
+    assert {e["ijr"] for e in events} == {0}, "no in-job restart after a permanent error"
+    assert {e["ipr"] for e in events} == {0}, "no in-process restart after a permanent error"
+    assert max(e["step"] for e in events) < 10
+
+
 @pytest.mark.parametrize("victim", ["pod hosting rank 0", "pod without rank 0"])
 def test_lost_pod_is_replaced_and_training_continues(make_job, victim: str) -> None:
     job = make_job(config={"rankHeartbeatTimeoutSeconds": 10})
@@ -222,6 +249,34 @@ def test_when_every_launcher_is_out_of_budget_replacement_pods_still_form_a_roun
     for name in replacements:
         assert job.wait_exit(name, 300) == ExitCode.SUCCEEDED, job.dump_logs()
     assert job.max_step() == 60
+
+
+def test_lost_rendezvous_is_rejoined_inside_the_same_pods(make_job) -> None:
+    """issue 13, case 1: the rendezvous pod dies. Every launcher fails at once (its store is gone);
+    before, every pod then exited 70 and the operator replaced them all. Now each pod's entrypoint
+    waits for the recreated rendezvous and starts ft_launcher again inside the same pod (its node,
+    its GPUs, its /dev/shm snapshots kept), and the job trains to the end."""
+    job = make_job(env={"TOY_STEPS": "80"})
+    job.start()
+    job.wait_step(20, 180)
+    launchers = set(job.launcher_pids().values())
+    old_pids = {e["pid"] for e in job.events()}
+    t_kill = job.kill_rendezvous()
+    time.sleep(2)  # the operator notices and recreates the rendezvous pod
+    job.start_rendezvous()
+    for name in job.pods:
+        assert job.wait_exit(name, 300) == ExitCode.SUCCEEDED, job.dump_logs()
+    events = job.events()
+    assert max(e["step"] for e in events) == 80
+    after = [e for e in events if e["pid"] not in old_pids]
+    assert after and not {e["ppid"] for e in after} & launchers, "the new ranks ran under new launchers"
+    for name, pod in job.pods.items():
+        assert "rendezvous lost: starting ft_launcher again" in pod.log_text(), name
+        assert pod.last_heartbeat()["fault"]["reason"] == "RendezvousLost", name  # the operator's lastFault
+    back = first_step_after(events, t_kill, exclude_pids=old_pids)
+    assert back is not None
+    print(f"\nRECOVERY lost rendezvous (relaunch in the pods): {back['t'] - t_kill:.2f} s from SIGKILL "
+          "to the first step (rendezvous restarted 2 s after the kill)")  # fmt: skip
 
 
 def test_sigterm_stops_gracefully_with_143(make_job) -> None:

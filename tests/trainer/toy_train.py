@@ -13,7 +13,8 @@ Test hooks (environment):
 - RTJ_FAULT_INJECT="<kind>:<rank>:<step>[:always]" (rank `*`: every rank that sees the variable,
   e.g. all ranks of one pod) with kind one of
   exception (raise: in-process restart), sigkill (SIGKILL itself: in-job restart),
-  hang (block in a C call: NVRx heartbeat timeout), exit (os._exit(1)).
+  hang (block in a C call: NVRx heartbeat timeout), exit (os._exit(1)),
+  permanent (raise rtj_trainer.permanent.PermanentError: no restart can fix it).
   Without ":always" the fault fires once per job (a marker file in the checkpoint dir);
   with it, every time the rank reaches that step after a (re)start, relative to the resumed step
   when the step is given as "+N".
@@ -31,6 +32,7 @@ import torch
 import torch.distributed as dist
 from rtj.contract import PodState
 from rtj_trainer.inprocess import run_with_inprocess_restart
+from rtj_trainer.permanent import PermanentError
 from rtj_trainer.report import RankReporter
 from rtj_trainer.runtime_env import RankEnv
 from torch.nn.parallel import DistributedDataParallel
@@ -75,6 +77,8 @@ class FaultInjector:
         print(f"[toy] injecting {self.kind} at step {step} (pid {os.getpid()})", flush=True)
         if self.kind == "exception":
             raise RuntimeError(f"injected exception at step {step}")
+        if self.kind == "permanent":
+            raise PermanentError(f"injected permanent error at step {step}")
         if self.kind == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
         if self.kind == "exit":

@@ -192,6 +192,18 @@ class ToyJob:
         psutil.wait_procs(procs, timeout=10)
         return t
 
+    def kill_rendezvous(self) -> float:
+        """SIGKILL the rendezvous "pod" (entrypoint and nvrx-control); returns the time of the kill."""
+        assert self.rdzv is not None
+        root = psutil.Process(self.rdzv.pid)
+        procs = [root, *root.children(recursive=True)]
+        t = time.time()
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(procs, timeout=10)
+        return t
+
     def stop(self) -> None:
         """Tear everything down (test cleanup): every process tree we started."""
         roots = [p.proc for p in self.pods.values()] + ([self.rdzv] if self.rdzv else [])

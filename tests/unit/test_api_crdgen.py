@@ -169,6 +169,7 @@ def test_printer_columns() -> None:
     wide = {c["name"]: c["jsonPath"] for c in VERSION["additionalPrinterColumns"] if c.get("priority") == 1}
     assert wide == {
         "Step": ".status.step",
+        "Steps/s": ".status.stepsPerSecond",
         "Last-Fault": ".status.lastFault.reason",
         "Fault-Node": ".status.lastFault.node",
         "Fault-Age": ".status.lastFault.time",

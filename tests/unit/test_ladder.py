@@ -993,3 +993,33 @@ def test_failed_job_keeps_no_stale_degraded() -> None:
     ).obj()
     conds = {c.type: c.status for c in decide(job, observe().obj(), NOW).status.conditions}
     assert conds["Degraded"] == "False" and conds["Failed"] == "True"
+
+
+@pytest.mark.parametrize(
+    ("old_step", "new_steps", "rate"),
+    [
+        pytest.param(100, (160, 158), 1.0, id="60-steps-in-60s"),
+        pytest.param(100, (100, 99), 0.0, id="frozen-step-reads-0"),
+        pytest.param(100, (40, 38), None, id="resumed-from-an-older-checkpoint-unknown"),
+        pytest.param(None, (160, 158), None, id="first-step-seen-unknown"),
+    ],
+)
+def test_wide_column_steps_per_second(
+    old_step: int | None, new_steps: tuple[int, int], rate: float | None
+) -> None:
+    """kubectl get rtj -o wide: steps/s between two refreshes of status.step (60 s apart here)."""
+    slots = slot_status(2, {s: {"lastHeartbeatTime": ago(61).isoformat()} for s in range(2)})
+    job = running_job(step=old_step, nodeSlots=slots, stepsPerSecond=3.0).obj()
+    obs = observe().running(2)
+    for s, step in enumerate(new_steps):
+        obs = obs.lease(f"train-n{s}-a0", 1, hb(step=step))
+    status = decide(job, obs.obj(), NOW).status
+    assert status.step == max(new_steps)
+    assert status.steps_per_second == rate
+
+
+def test_ended_job_shows_no_steps_per_second() -> None:
+    job = running_job(stepsPerSecond=3.0, step=100).obj()
+    obs = observe().running(2).worker(0, phase="Failed", exit_code=93).obj()
+    status = decide(job, obs, NOW).status
+    assert status.state == "Failed" and status.steps_per_second is None

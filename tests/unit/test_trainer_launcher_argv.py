@@ -1,4 +1,5 @@
-"""build_launcher_argv, map_exit_code and load_config: the entrypoint's pure parts."""
+"""build_launcher_argv, map_exit_code, reported_permanent_fault and load_config: the entrypoint's pure
+parts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rtj_trainer.entrypoint import (
     launcher_command,
     load_config,
     map_exit_code,
+    reported_permanent_fault,
 )
 from rtj_trainer.runtime_env import RankEnv, rank_env_vars
 
@@ -182,3 +184,27 @@ def test_the_launcher_is_told_apart_from_the_entrypoint_and_the_ranks() -> None:
 
 def test_the_rendezvous_port_comes_from_the_validated_endpoint() -> None:
     assert TrainerConfig.model_validate(CFG).rdzv_port == 29400
+
+
+def _fault(severity: str, reason: str = "WorldSizeMismatch") -> dict:
+    return {"severity": severity, "reason": reason, "message": "m", "time": "2026-01-01T00:00:00Z"}
+
+
+def test_a_rank_file_with_a_permanent_fault_stops_the_pod() -> None:
+    docs = [{"state": "Training", "fault": _fault("Soft", "PeerFailure")}, {"fault": _fault("Permanent")}]
+    fault = reported_permanent_fault(docs)
+    assert fault is not None and fault.reason == "WorldSizeMismatch"
+
+
+@pytest.mark.parametrize(
+    "docs",
+    [
+        [],
+        [{"state": "Training"}],
+        [{"fault": _fault("Hard")}, {"fault": _fault("Soft")}],
+        [{"fault": {"severity": "Permanent"}}],  # malformed: no reason/time, not acted on
+        [{"fault": "Permanent"}],
+    ],
+)
+def test_no_permanent_fault_in_rank_files(docs: list) -> None:
+    assert reported_permanent_fault(docs) is None

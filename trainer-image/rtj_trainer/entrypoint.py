@@ -12,9 +12,10 @@ operator's ASSIGNED_SLOT_ANNOTATION appears on its Lease: until then it is no re
 participant, so the job's nnodes never changes.
 
 `launch` exit codes (read by the operator's ladder, see `rtj.contract.ExitCode`):
-0 training finished; 93 NVRx decided the job must not restart (no progress across restart cycles);
-70 the launcher's in-job restart budget is spent (replace the pod); 78 invalid config;
-143 stopped by SIGTERM after a graceful stop.
+0 training finished; 93 NVRx decided the job must not restart (no progress across restart cycles),
+or a rank reported a permanent error (`rtj_trainer.permanent`: the launcher is stopped before it
+restarts the workers into the same error); 70 the launcher's in-job restart budget is spent
+(replace the pod); 78 invalid config; 143 stopped by SIGTERM after a graceful stop.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
 from pydantic import ValidationError
@@ -55,9 +57,11 @@ from rtj.contract import (
     TrainerConfig,
 )
 
-from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client
+from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client, read_rank_files
 from .log_filter import NoiseFilter
 from .rendezvous_host import serve_rendezvous
+from .rendezvous_loss import WAIT_SECONDS as RENDEZVOUS_WAIT_SECONDS
+from .rendezvous_loss import LostStoreWatch, max_relaunches, wait_for_rendezvous
 from .report import RANK_FILE_PREFIX
 from .runtime_env import GRACEFUL_STOP_FILE, rank_env_vars
 from .warm_launcher import ENV_PREWARM_MODULE, GO, prewarm_module
@@ -202,6 +206,17 @@ def map_exit_code(launcher_rc: int, *, terminated: bool, do_not_restart: Sequenc
     return ExitCode.LAUNCHER_BUDGET_EXHAUSTED
 
 
+def reported_permanent_fault(docs: Iterable[Mapping[str, Any]]) -> Fault | None:
+    """A Permanent fault some rank reported in its rank file, else None (pure; unit-tested)."""
+    for doc in docs:
+        raw = doc.get("fault")
+        if not isinstance(raw, dict) or raw.get("severity") != FaultSeverity.PERMANENT.value:
+            continue
+        with contextlib.suppress(ValidationError):
+            return Fault.model_validate(raw)
+    return None
+
+
 def _prepare_status_dir(pod: PodIdentity) -> str:
     status_dir = os.environ.get(ENV_STATUS_DIR) or os.path.join(
         tempfile.gettempdir(), f"rtj-status-{pod.name}"
@@ -231,13 +246,16 @@ def launch(grace_seconds: float) -> int:
     agent = HeartbeatAgent(status_dir, pod, cfg.heartbeat_interval_seconds, api_client, standby=cfg.standby)
     agent.start()
 
-    argv = build_launcher_argv(
-        cfg,
-        launcher=launcher_command(cfg.standby),
-        local_addr=pod.pod_ip,
-        progress_file=progress_file,
-        term_timeout_seconds=max(1.0, grace_seconds - 5),
-    )
+    def argv_for(standby: bool) -> list[str]:
+        return build_launcher_argv(
+            cfg,
+            launcher=launcher_command(standby),
+            local_addr=pod.pod_ip,
+            progress_file=progress_file,
+            term_timeout_seconds=max(1.0, grace_seconds - 5),
+        )
+
+    argv = argv_for(cfg.standby)
     env = {**os.environ, **rank_env_vars(cfg, status_dir=status_dir, progress_file=progress_file)}
     if cfg.standby:
         env[ENV_PREWARM_MODULE] = prewarm_module(cfg.command) or ""
@@ -248,18 +266,8 @@ def launch(grace_seconds: float) -> int:
         " ".join(argv),
     )
     _become_subreaper()
-    proc = subprocess.Popen(
-        argv,
-        env=env,
-        start_new_session=True,
-        stdin=subprocess.PIPE if cfg.standby else None,
-        # The launcher's and every rank's stderr, minus the store-poll noise (see log_filter).
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stderr is not None
-    log_filter = NoiseFilter(proc.stderr, sys.stderr.buffer).start()
-
     terminate = threading.Event()
+    proc: subprocess.Popen[bytes] | None = None  # the launcher running now (a relaunch replaces it)
 
     def _on_signal(signum: int, _frame: object) -> None:
         if not terminate.is_set():
@@ -267,42 +275,67 @@ def launch(grace_seconds: float) -> int:
             terminate.set()
             with contextlib.suppress(OSError):  # the ranks save before they exit (rtj_trainer.graceful)
                 Path(status_dir, GRACEFUL_STOP_FILE).touch()
-            _signal_launcher(proc, signal.SIGTERM)
+            if proc is not None:
+                _signal_launcher(proc, signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    if cfg.standby:
-        _await_promotion(agent, proc, terminate)
 
-    kill_deadline: float | None = None
     exit_watch = ExitWatch(float(os.environ.get(ENV_LAUNCHER_EXIT_TIMEOUT, DEFAULT_LAUNCHER_EXIT_TIMEOUT)))
+    relaunches, relaunch_budget = 0, max_relaunches()
     while True:
-        try:
-            rc = proc.wait(timeout=0.5)
+        lost_store = LostStoreWatch()
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            start_new_session=True,
+            stdin=subprocess.PIPE if cfg.standby and relaunches == 0 else None,
+            # The launcher's and every rank's stderr, minus the store-poll noise (see log_filter).
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stderr is not None
+        log_filter = NoiseFilter(proc.stderr, sys.stderr.buffer, observe=lost_store).start()
+        if cfg.standby and relaunches == 0:
+            _await_promotion(agent, proc, terminate)
+        rc, permanent = _supervise(proc, agent, exit_watch, terminate, status_dir, grace_seconds)
+        ended = datetime.now(UTC)
+        # Workers the launcher left behind (e.g. it was SIGKILLed) must not outlive it.
+        _kill_group(proc)
+        log_filter.join(timeout=5)
+        if rc == 0 or terminate.is_set() or permanent is not None or not lost_store.lost:
             break
-        except subprocess.TimeoutExpired:
-            pass
-        if terminate.is_set():
-            kill_deadline = kill_deadline or time.monotonic() + grace_seconds
-            if time.monotonic() >= kill_deadline:
-                log.warning("graceful stop took longer than %.0f s: killing the launcher", grace_seconds)
-                _kill_group(proc)
-        if exit_watch.launcher_stuck(agent.last):
-            log.warning(
-                "every rank finished %.0f s ago but ft_launcher has not exited: killing it",
-                exit_watch.timeout,
+        if relaunches >= relaunch_budget:
+            log.warning("rendezvous lost again: %d relaunches in this pod already, giving up", relaunches)
+            break
+        log.warning("rendezvous lost (the job's store went away): waiting for it to come back")
+        if not wait_for_rendezvous(cfg.rdzv_endpoint, terminate):
+            log.warning("the rendezvous did not come back within %.0f s", RENDEZVOUS_WAIT_SECONDS)
+            break
+        relaunches += 1
+        # Soft: the pod is healthy. The operator counts the relaunched workers as an in-job restart
+        # and times its recovery from here.
+        agent.record_fault(
+            Fault(
+                severity=FaultSeverity.SOFT,
+                reason="RendezvousLost",
+                message=f"ft_launcher lost the job's rendezvous; started again in this pod ({relaunches}/"
+                f"{relaunch_budget})",
+                time=ended,
             )
-            _kill_group(proc)
-    # Workers the launcher left behind (e.g. it was SIGKILLed) must not outlive the pod's main process.
-    _kill_group(proc)
-    log_filter.join(timeout=5)
+        )
+        log.warning(
+            "rendezvous lost: starting ft_launcher again in this pod (%d/%d)", relaunches, relaunch_budget
+        )
+        argv = argv_for(False)  # a promoted spare relaunches as the worker it has become
     if exit_watch.fired:
         rc = 0  # the training itself completed on every rank
 
     code = map_exit_code(rc, terminated=terminate.is_set(), do_not_restart=cfg.do_not_restart_exit_codes)
     fault = None
     now = datetime.now(UTC)
-    if code == ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
+    if permanent is not None and not terminate.is_set():
+        code, fault = ExitCode.DO_NOT_RESTART, permanent
+    elif code == ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
         fault = Fault(
             severity=FaultSeverity.HARD,
             reason="LauncherBudgetExhausted",
@@ -328,6 +361,47 @@ def launch(grace_seconds: float) -> int:
         "ft_launcher exited with %s; pod exit code %s; last heartbeat %s", rc, code, final.to_annotation()
     )
     return code
+
+
+def _supervise(
+    proc: subprocess.Popen[bytes],
+    agent: HeartbeatAgent,
+    exit_watch: ExitWatch,
+    terminate: threading.Event,
+    status_dir: str,
+    grace_seconds: float,
+) -> tuple[int, Fault | None]:
+    """Wait for the launcher to exit; kill it on an overdue graceful stop, a rank's permanent error
+    (returned) or a launcher that lingers after every rank finished."""
+    kill_deadline: float | None = None
+    permanent: Fault | None = None
+    while True:
+        try:
+            return proc.wait(timeout=0.5), permanent
+        except subprocess.TimeoutExpired:
+            pass
+        if terminate.is_set():
+            kill_deadline = kill_deadline or time.monotonic() + grace_seconds
+            if time.monotonic() >= kill_deadline:
+                log.warning("graceful stop took longer than %.0f s: killing the launcher", grace_seconds)
+                _kill_group(proc)
+        if permanent is None and not terminate.is_set():
+            # Read each poll, not at the heartbeat interval: ft_launcher restarts the workers within
+            # a second or two, and every restart would meet the same error.
+            permanent = reported_permanent_fault(read_rank_files(status_dir))
+            if permanent is not None:
+                log.error(
+                    "a rank reported a permanent error (%s: %s): stopping ft_launcher, no restart can fix it",
+                    permanent.reason,
+                    permanent.message,
+                )
+                _kill_group(proc)
+        if exit_watch.launcher_stuck(agent.last):
+            log.warning(
+                "every rank finished %.0f s ago but ft_launcher has not exited: killing it",
+                exit_watch.timeout,
+            )
+            _kill_group(proc)
 
 
 def _read_progress(progress_file: str) -> str:

@@ -365,6 +365,12 @@ class HeartbeatAgent:
             self._publish(hb)
             return hb
 
+    def record_fault(self, fault: Fault) -> None:
+        """A fault the entrypoint classified itself while the pod lives on (a lost rendezvous):
+        published with the next tick."""
+        with self._lock:
+            self.aggregator.record_fault(fault)
+
     def _publish(self, hb: Heartbeat) -> None:
         if self._writer is None:
             return

@@ -35,8 +35,11 @@ class NoiseFilter:
         noise: re.Pattern[bytes] = STORE_POLL_TIMEOUT,
         summary_interval: float = SUMMARY_INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        observe: Callable[[bytes], None] | None = None,
     ) -> None:
         self._source, self._sink, self._noise = source, sink, noise
+        #: Sees every line passed on (e.g. rendezvous_loss.LostStoreWatch).
+        self._observe = observe
         self._interval, self._clock = summary_interval, clock
         self.passed = 0
         self.dropped = 0
@@ -60,6 +63,8 @@ class NoiseFilter:
             else:
                 self.passed += 1
                 self._write(line)
+                if self._observe is not None:
+                    self._observe(line)
             if self._unreported and self._clock() - self._last_summary >= self._interval:
                 self._summarize()
         if self._unreported:

@@ -935,6 +935,11 @@ class JobStatus(ApiModel):
         None,
         description="Newest training step the pods reported (refreshed with the slots' lastHeartbeatTime).",
     )
+    steps_per_second: float | None = Field(
+        None,
+        description="Training steps per second between the last two refreshes of step (unset when the "
+        "step went back, e.g. a resume from an older checkpoint, or the job ended).",
+    )
     last_event_seq: int = Field(0, description="Sequence number of the job's last Event.")
     unposted_events: list[EventRecord] = Field(
         default_factory=list,

@@ -187,6 +187,8 @@ class _Pass:
             self.apply_heartbeat_times()
             if self.st.state not in ("Failed", "Succeeded"):
                 self.create_refusal()
+        if self.st.state in ("Failed", "Succeeded", "Suspended"):
+            self.st.steps_per_second = None  # no pod trains: a last rate would read as training
         self.st.node_slots = self.slots
         event_outbox.record(self.st, self.d.events, self.obs.events_posted, self.now)
         self.d.status = self.st
@@ -543,10 +545,14 @@ class _Pass:
             return last is None or (renew - last).total_seconds() >= resolution
 
         if any(due(slot, renew) for slot, renew in self.renewals):
+            seen_before = [s.last_heartbeat_time for s, _ in self.renewals if s.last_heartbeat_time]
+            before = max(seen_before, default=None)
             for slot, renew in self.renewals:
                 slot.last_heartbeat_time = renew
             if self.steps:
-                self.st.step = max(self.steps)
+                step, seen = max(self.steps), max(renew for _, renew in self.renewals)
+                self.st.steps_per_second = p.steps_per_second(self.st.step, before, step, seen)
+                self.st.step = step
 
     # --- job level: one recovery for the job's fault (rtj.ladder.job_level) -----------------------------
     def job_fault(

@@ -114,3 +114,13 @@ def budget_exhausted(reschedules_after: int, ft: FaultTolerance) -> bool:
 
 def ttl_expired(completion: datetime | None, ttl: int | None, now: datetime) -> bool:
     return completion is not None and ttl is not None and seconds_since(completion, now) >= ttl
+
+
+def steps_per_second(
+    old_step: int | None, old_time: datetime | None, step: int, time: datetime
+) -> float | None:
+    """Training rate between two readings of the newest step; None when unknown (no earlier reading)
+    or meaningless (the step went back: a resume from an older checkpoint)."""
+    if old_step is None or old_time is None or step < old_step or time <= old_time:
+        return None
+    return round((step - old_step) / (time - old_time).total_seconds(), 3)

@@ -25,6 +25,7 @@ launcher; one code path for CPU (gloo, fp32) and GPU (NCCL, bf16 compute, fp32 m
       exception:1:20            raise before step 20 on rank 1 (in-process restart)
       sigkill:1:20              SIGKILL rank 1 (ft_launcher restarts the workers)
       exit:1:20                 os._exit(1)
+      finish:1:20               os._exit(0): the rank's command returns early, the others train on
       hang:1:20                 block in a C call (NVRx heartbeat timeout / hard timeout)
       kill-during-save:0:20:delay=0.05   SIGKILL 0.05 s after the save of step 20 started
       corrupt:0:20              write NaN into a weight, then raise (the kept state is bad)
@@ -61,7 +62,7 @@ from rtj_trainer.report import RankReporter
 from rtj_trainer.runtime_env import RankEnv
 
 ENV_FAULT_INJECT = "RTJ_FAULT_INJECT"
-FAULT_KINDS = ("exception", "sigkill", "hang", "exit", "kill-during-save", "corrupt")
+FAULT_KINDS = ("exception", "sigkill", "hang", "exit", "finish", "kill-during-save", "corrupt")
 
 
 # --- model ----------------------------------------------------------------------------------------
@@ -272,6 +273,8 @@ class FaultInjector:
                 os.kill(os.getpid(), signal.SIGKILL)
             if f.kind == "exit":
                 os._exit(1)
+            if f.kind == "finish":
+                os._exit(0)
             if f.kind == "hang":
                 # Block inside a C call (like a stuck collective): only NVRx's heartbeat timeout
                 # or the in-process hard timeout gets the job out of it.
