@@ -169,6 +169,8 @@ def test_printer_columns() -> None:
     wide = {c["name"]: c["jsonPath"] for c in VERSION["additionalPrinterColumns"] if c.get("priority") == 1}
     assert wide == {
         "Step": ".status.step",
+        # issue 14: the newest step a restart resumes from in memory (Ckpt-Step: the newest persisted).
+        "Mem-Step": ".status.memorySnapshotStep",
         "Last-Fault": ".status.lastFault.reason",
         "Fault-Node": ".status.lastFault.node",
         "Fault-Age": ".status.lastFault.time",

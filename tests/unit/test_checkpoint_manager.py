@@ -54,6 +54,10 @@ def test_commit_and_resume_restore_model_and_optimizer_exactly(tmp_path: Path) -
         mgr.maybe_save(step, model, optim, extra={"data_step": step})
         assert mgr.wait(timeout=30)
     assert [e.step for e in events if e.kind == "committed"] == [2, 4, 6]
+    # Each rank measures how long writing its shard took (the operator sizes grace periods with it).
+    persisted = [e for e in events if e.kind == "persisted"]
+    assert [e.step for e in persisted] == [2, 4, 6]
+    assert all(e.seconds is not None and 0 < e.seconds < 30 for e in persisted)
     assert committed_steps(str(tmp_path)) == [6, 4]  # keep-last-2
     assert latest_committed(str(tmp_path)) == 6
 

@@ -126,16 +126,19 @@ class Reporter(Protocol):
     def checkpoint_committed(self, step: int, when: datetime | None = None) -> None: ...
     def checkpoint_skipped(self) -> None: ...
     def memory_snapshot(self, step: int) -> None: ...
+    def persisted(self, seconds: float) -> None: ...
     def fault(self, severity: Any, reason: str, message: str = "") -> None: ...
 
 
 @dataclass(frozen=True)
 class CheckpointEvent:
-    kind: str  # "committed" | "skipped" | "fault" | "snapshot" (a local memory snapshot)
+    kind: str  # "committed" | "skipped" | "fault" | "snapshot" (a local memory snapshot) | "persisted"
     step: int
     time: datetime
     reason: str = ""
     message: str = ""
+    #: "persisted": seconds this rank took to write its shard to the volume (before the commit).
+    seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -718,6 +721,8 @@ class CheckpointManager:
             r.checkpoint_skipped()
         elif ev.kind == "snapshot":
             r.memory_snapshot(ev.step)
+        elif ev.kind == "persisted" and ev.seconds is not None:
+            r.persisted(ev.seconds)
         elif ev.kind == "fault":
             from rtj.contract import FaultSeverity
 
@@ -745,10 +750,13 @@ class CheckpointManager:
         done, and (rank 0) commit; every failure is reported and leaves no partial of this rank."""
         partial = os.path.join(self.root, partial_name(step, nonce))
         mine = [os.path.join(partial, n) for n in (shard_bin(self.rank), shard_idx(self.rank))]
+        t0 = time.monotonic()
         try:
             os.makedirs(partial, exist_ok=True)
             files = produce(partial)
             write_done_marker(partial, self.rank, files)
+            seconds = time.monotonic() - t0
+            self._events.put(CheckpointEvent("persisted", step, datetime.now(UTC), seconds=seconds))
             if self.rank == 0:
                 self._commit(step, nonce, extra, partial)
             else:
