@@ -76,7 +76,7 @@ def test_apply_example_and_get_shows_the_printer_columns(rtj_chart, kubectl, rtj
     assert re.fullmatch(r"3m(\d+s)?|2m5\ds", cells[9]), cells[9]  # a date column: age of the checkpoint
 
 
-def test_wide_output_adds_step_and_the_newest_fault(rtj_chart, kubectl, rtj_api, namespace: str) -> None:
+def test_wide_output_adds_steps_and_the_newest_fault(rtj_chart, kubectl, rtj_api, namespace: str) -> None:
     kubectl("apply", "--server-side", "--validate=strict", "-n", namespace, "-f", str(EXAMPLE))
     now = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     rtj_api.patch_status(
@@ -87,6 +87,7 @@ def test_wide_output_adds_step_and_the_newest_fault(rtj_chart, kubectl, rtj_api,
                 "state": "Recovering",
                 "reason": "HeartbeatTimeout",
                 "step": 1234,
+                "memorySnapshotStep": 1230,
                 "lastFault": {"reason": "HeartbeatTimeout", "slot": 2, "node": "ip-10-0-1-7", "time": now},
             }
         },
@@ -94,8 +95,8 @@ def test_wide_output_adds_step_and_the_newest_fault(rtj_chart, kubectl, rtj_api,
     out = kubectl("get", "rtj", "-n", namespace, "-o", "wide").stdout
     print(out)
     header, row = out.strip().splitlines()
-    assert header.split()[-4:] == ["STEP", "LAST-FAULT", "FAULT-NODE", "FAULT-AGE"]
-    assert row.split()[-4:-1] == ["1234", "HeartbeatTimeout", "ip-10-0-1-7"]
+    assert header.split()[-5:] == ["STEP", "MEM-STEP", "LAST-FAULT", "FAULT-NODE", "FAULT-AGE"]
+    assert row.split()[-5:-1] == ["1234", "1230", "HeartbeatTimeout", "ip-10-0-1-7"]
 
 
 def test_apply_with_a_typo_names_the_field(rtj_chart, kubectl, namespace: str, tmp_path: Path) -> None:
