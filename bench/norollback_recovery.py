@@ -77,6 +77,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--throughput-steps", type=int, default=100)
     p.add_argument("--memory-interval", type=int, default=10)
     p.add_argument("--persist-interval", type=int, default=40)
+    p.add_argument(
+        "--snapshot-write-threads",
+        type=int,
+        default=0,
+        help="throughput: also a run with memory snapshots written by this many threads (0: no such run)",
+    )
     p.add_argument("--min-step-time", type=float, default=0.0, help="pad steps (CPU: slow the loop down)")
     p.add_argument("--timeout", type=float, default=420, help="seconds per job")
     # Anything else is passed to fsdp_train (model arguments; default: by --cpu).
@@ -299,10 +305,11 @@ def run_sigterm(a: argparse.Namespace) -> dict[str, Any]:
 
 def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, memory, extra in (
-        ("no-checkpoints", 0, ["--no-checkpoint"]),
-        ("memory-snapshots", a.memory_interval, []),
-    ):
+    runs = [("no-checkpoints", 0, ["--no-checkpoint"]), ("memory-snapshots", a.memory_interval, [])]
+    if a.snapshot_write_threads:
+        threads = ["--snapshot-write-threads", str(a.snapshot_write_threads)]
+        runs.append((f"memory-snapshots-{a.snapshot_write_threads}-threads", a.memory_interval, threads))
+    for name, memory, extra in runs:
         job = Job(a, f"throughput-{name}")
         rc = job.run(job.env(a.throughput_steps, memory=memory, persist=a.persist_interval, extra=extra))
         recs = job.records()[0]
@@ -316,6 +323,9 @@ def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
         }
     base, snap = out["no-checkpoints"]["steps_per_s"], out["memory-snapshots"]["steps_per_s"]
     out["relative_throughput"] = round(snap / base, 4) if base else None
+    if a.snapshot_write_threads:
+        threaded = out[f"memory-snapshots-{a.snapshot_write_threads}-threads"]["steps_per_s"]
+        out["relative_throughput_threads"] = round(threaded / base, 4) if base else None
     out["persist_interval"] = a.persist_interval
     return out
 
@@ -345,13 +355,17 @@ def table(res: dict[str, Any]) -> str:
         rows.append("")
         rows.append("| run | steps/s | median step s | persisted recency (steps) | snapshots | skipped |")
         rows.append("|---|---|---|---|---|---|")
-        for name in ("no-checkpoints", "memory-snapshots"):
+        for name in [n for n in t if n.startswith(("no-checkpoints", "memory-snapshots"))]:
             r = t[name]
             rows.append(
                 f"| {name} | {r['steps_per_s']} | {r['median_step_s']} | {r['persisted_recency_steps']} | "
                 f"{r['snapshots']} | {r['skipped']} |"
             )
         rows.append(f"relative throughput with memory snapshots: {t['relative_throughput']}")
+        if "relative_throughput_threads" in t:
+            rows.append(
+                f"relative throughput, snapshots written by threads: {t['relative_throughput_threads']}"
+            )
     return "\n".join(rows)
 
 
