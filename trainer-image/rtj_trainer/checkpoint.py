@@ -118,8 +118,8 @@ REASON_WRITE_FAILED = "CheckpointWriteFailed"
 REASON_COMMIT_ABANDONED = "CheckpointCommitAbandoned"
 REASON_SNAPSHOT_FAILED = "MemorySnapshotFailed"
 #: Threads copying a memory snapshot from the pinned buffer into the memory tier. 1 until
-#: bench/snapshot_write_threads.py shows a gain on a GPU node (on the 2-core CPU machine, under
-#: load, 2 and 4 threads were slower: 0.77x and 0.63x).
+#: bench/snapshot_write_threads.py shows a gain on a GPU node (on the 2-core CPU machine under
+#: load, 4 threads measured 0.63x in one run and 1.48x in the next: inconclusive).
 DEFAULT_LOCAL_WRITE_THREADS = 1
 SOURCE_LOCAL = "local"
 SOURCE_PERSISTENT = "persistent"
