@@ -118,3 +118,21 @@ def test_more_write_threads_than_chunks_and_empty_tensors_are_fine(tmp_path: Pat
     fresh.register_buffer("empty", torch.zeros(0))
     resumed = _manager(tmp_path).load_latest(fresh)
     assert resumed is not None and resumed.step == 5 and content_hash(fresh) == content_hash(state)
+
+
+def test_a_write_slower_than_the_interval_widens_it(tmp_path: Path) -> None:
+    """256 MB per snapshot, ~1 ms steps, interval 5: a write spans many intervals. Once one was
+    measured, the ranks agree on a wider interval, a multiple of the configured one that the write
+    fits in (rtj_trainer.checkpoint.snapshot_every), so a due snapshot need not wait for the last."""
+    mgr = _manager(tmp_path, adapt_local_interval=True)
+    state = State()
+    state.register_buffer("big", torch.zeros(64 << 20))  # 256 MB: a write >= 50 ms here
+    assert mgr.local_every == MEMORY_INTERVAL
+    for step in range(1, 20_001):
+        mgr.maybe_save(step, state)
+        time.sleep(0.001)
+        if mgr.saves_started >= 3:  # a later save than the first write's end: agreed on its seconds
+            break
+    assert mgr.wait(timeout=60)
+    print(f"local_every {mgr.local_every}, write {mgr._last_write_s:.4f} s, step {mgr._step_s:.5f} s")
+    assert mgr.local_every > MEMORY_INTERVAL and mgr.local_every % MEMORY_INTERVAL == 0, mgr.local_every

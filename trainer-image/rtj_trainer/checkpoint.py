@@ -46,6 +46,9 @@ background thread (the persister), so a slow store never holds up the memory tie
 on every `local_interval_steps` while a persist is draining, and a persist due while the previous
 one drains is skipped and coalesced as before. An in-job restart (same pod, same /dev/shm)
 resumes from the newest step that every rank can load, local or persistent (`load_latest`).
+A memory snapshot due while the previous one is still being written is taken at the first step
+after it; with `adapt_local_interval` the interval widens to a multiple of the configured one that
+the measured write fits in (`snapshot_every`), so snapshots are on schedule rather than late.
 NVRx 0.7's `checkpointing.local.LocalCheckpointManager` was read and not used: its
 BasicTensorAwareStateDict requires CUDA tensors (our CPU path and tests), it allocates new CPU
 copies per save instead of reusing pinned buffers, stores each shard with `torch.save` and loads it
@@ -61,6 +64,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import os
 import queue
 import random
@@ -133,6 +137,22 @@ class Reporter(Protocol):
     def memory_snapshot(self, step: int) -> None: ...
     def persisted(self, seconds: float) -> None: ...
     def fault(self, severity: Any, reason: str, message: str = "") -> None: ...
+
+
+#: A memory snapshot's interval leaves this margin over the measured write time (writes vary).
+SNAPSHOT_WRITE_MARGIN = 1.5
+#: The memory tier's interval grows to at most this many times the configured one.
+MAX_SNAPSHOT_WIDENING = 64
+
+
+def snapshot_every(configured: int, write_s: float, step_s: float) -> int:
+    """The memory tier's interval in steps: the configured one, or the smallest multiple of it that
+    a snapshot write (with SNAPSHOT_WRITE_MARGIN) fits in, so a due snapshot does not wait for the
+    previous one to be written (taken late) and the steps a restart loses stay within one interval."""
+    if write_s <= 0 or step_s <= 0:
+        return configured
+    factor = math.ceil(SNAPSHOT_WRITE_MARGIN * write_s / step_s / configured)
+    return configured * min(MAX_SNAPSHOT_WIDENING, max(1, factor))
 
 
 @dataclass(frozen=True)
@@ -275,6 +295,7 @@ class CheckpointManager:
         local_interval_steps: int | None = None,
         local_keep: int = 2,
         local_write_threads: int = DEFAULT_LOCAL_WRITE_THREADS,
+        adapt_local_interval: bool = False,
     ) -> None:
         if interval_steps < 1 or keep < 1 or local_keep < 1 or local_write_threads < 1:
             raise ValueError("interval_steps, keep, local_keep and local_write_threads must be >= 1")
@@ -308,6 +329,13 @@ class CheckpointManager:
         self.local_interval_steps = local_interval_steps or 0
         self.local_keep = local_keep
         self.local_write_threads = local_write_threads
+        #: The memory tier's interval in effect: local_interval_steps, or with adapt_local_interval
+        #: the one the measured write fits in (snapshot_every), agreed by the ranks at each save.
+        self.adapt_local_interval = adapt_local_interval
+        self.local_every = self.local_interval_steps
+        self._last_write_s = 0.0  # this rank's last memory-tier write
+        self._step_s = 0.0  # this rank's step time (moving average of the maybe_save cadence)
+        self._last_call: float | None = None
         self._pending_local = False
         self._persister: threading.Thread | None = None
         self._persist_source: str | None = None
@@ -345,7 +373,7 @@ class CheckpointManager:
     def is_due(self, step: int) -> bool:
         if self._pending or step % self.interval_steps == 0:
             return True
-        return self.local_root is not None and (self._pending_local or step % self.local_interval_steps == 0)
+        return self.local_root is not None and (self._pending_local or step % self.local_every == 0)
 
     def maybe_save(
         self,
@@ -360,8 +388,14 @@ class CheckpointManager:
         Every rank must call it at the same steps (it holds the agreement collective when due).
         """
         self.poll()
+        now = time.monotonic()
+        if self._last_call is not None:  # a step without a save in it (its stall is not a step)
+            dt = now - self._last_call
+            self._step_s = dt if self._step_s == 0 else 0.9 * self._step_s + 0.1 * dt
+        self._last_call = now
         if not self.is_due(step):
             return ""
+        self._last_call = None
         if not self.save(step, model, optimizer, extra):
             return "skipped"
         return "saved" if self.last_save_persists else "snapshot"
@@ -379,10 +413,12 @@ class CheckpointManager:
         persist_due = (
             force_persist or self.local_root is None or self._pending or step % self.interval_steps == 0
         )
-        local_due = self.local_root is not None and (
-            self._pending_local or step % self.local_interval_steps == 0
+        local_due = self.local_root is not None and (self._pending_local or step % self.local_every == 0)
+        any_busy, any_persisting, nonce, write_s, step_s = self._agree(
+            busy=self.busy, persisting=self.persisting, write_s=self._last_write_s, step_s=self._step_s
         )
-        any_busy, any_persisting, nonce = self._agree(busy=self.busy, persisting=self.persisting)
+        if self.local_root is not None and self.adapt_local_interval:  # the same agreed figures on every rank
+            self.local_every = snapshot_every(self.local_interval_steps, write_s, step_s)
         persist = persist_due and not any_persisting and not any_busy
         if persist_due and not persist:
             if not self._pending or step % self.interval_steps == 0:
@@ -657,16 +693,21 @@ class CheckpointManager:
 
         return self.world_size > 1 and dist.is_available() and dist.is_initialized()
 
-    def _agree(self, *, busy: bool, persisting: bool) -> tuple[bool, bool, int]:
-        """(any rank busy, any rank persisting, rank 0's nonce): one tiny MAX all-reduce."""
+    def _agree(
+        self, *, busy: bool, persisting: bool, write_s: float = 0.0, step_s: float = 0.0
+    ) -> tuple[bool, bool, int, float, float]:
+        """(any rank busy, any rank persisting, rank 0's nonce, the slowest memory-tier write, the
+        fastest step time; 0 = unknown on some rank): one tiny MAX all-reduce."""
         nonce = random.getrandbits(31) | 1 if self.rank == 0 else 0
+        write_us, step_us = int(write_s * 1e6), int(step_s * 1e6)
         if self.world_size > 1 and (self._group is not None or self._dist_ready()):
             import torch.distributed as dist
 
-            t = torch.tensor([int(busy), int(persisting), nonce], dtype=torch.int64)
+            # MAX of -step: the fastest step; a rank that has none yet (0) makes it unknown (0).
+            t = torch.tensor([int(busy), int(persisting), nonce, write_us, -step_us], dtype=torch.int64)
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._group)
-            return bool(t[0]), bool(t[1]), int(t[2])
-        return busy, persisting, nonce or 1
+            return bool(t[0]), bool(t[1]), int(t[2]), int(t[3]) / 1e6, -int(t[4]) / 1e6
+        return busy, persisting, nonce or 1, write_us / 1e6, step_us / 1e6
 
     def _host_buffer(self, i: int, src: torch.Tensor) -> torch.Tensor:
         if i < len(self._host):
@@ -804,6 +845,7 @@ class CheckpointManager:
                 partial, snap, throttle=False, checksum=False, threads=self.local_write_threads
             )
             seconds = time.monotonic() - t0
+            self._last_write_s = seconds  # read by the training thread at the next save (a float)
             meta = {
                 "step": snap.step,
                 "nonce": snap.nonce,

@@ -355,6 +355,7 @@ def main(argv: list[str] | None = None) -> None:
             write_bytes_per_s=args.write_bytes_per_s,
             local_root=local_root,
             local_interval_steps=mem_interval or None,
+            adapt_local_interval=True,  # a snapshot write longer than the interval widens it
             **({"local_write_threads": args.snapshot_write_threads} if args.snapshot_write_threads else {}),
         )
     )
