@@ -99,13 +99,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     tr = terminalreporter
     tr.section("steps lost per fault")
     tr.write_line(
-        f"{'job':<12} {'fault':<18} {'handled at':<11} {'steps lost':>10}  last done -> resumed at (from)"
+        f"{'job':<12} {'fault':<18} {'handled at':<12} {'steps lost':>10}  last done -> resumed at (from)"
     )
     for job, fault, level, cost in STEPS_LOST_ROWS:
         if cost is None:
-            tr.write_line(f"{job:<12} {fault:<18} {level:<11} {'-':>10}  no resume seen after the fault")
+            tr.write_line(f"{job:<12} {fault:<18} {level:<12} {'-':>10}  no resume seen after the fault")
             continue
         tr.write_line(
-            f"{job:<12} {fault:<18} {level:<11} {cost.lost:>10}  "
+            f"{job:<12} {fault:<18} {level:<12} {cost.lost:>10}  "
             f"{cost.last_step} -> {cost.resumed_at} ({'/'.join(cost.sources)})"
         )
