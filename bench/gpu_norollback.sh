@@ -8,6 +8,15 @@ set -u
 source bench/gpu_env.sh
 { df -h /dev/shm /tmp; free -g; } 2>&1 | tee "$OUT/norollback_env.txt"
 RUNS=${RUNS:-faults,faults-persist-only,sigterm,throughput}
+# THREADS=n: the throughput run also writes memory snapshots with n threads (a third row);
+# RUNS=write-threads: the memory-tier write time for 1..16 threads (bench/snapshot_write_threads.py).
+THREADS=${THREADS:-0}
+if [[ ",$RUNS," == *",write-threads,"* ]]; then
+  timeout 300 python3 bench/snapshot_write_threads.py --device cuda --gb 6.85 --threads 1,2,4,8,16 \
+      --out "$OUT/snapshot_write_threads.json" 2>&1 | tail -12 | tee "$OUT/snapshot_write_threads.txt"
+  RUNS=$(echo ",$RUNS," | sed 's/,write-threads,/,/; s/^,//; s/,$//')
+fi
+[[ -z "$RUNS" ]] && exit 0
 # The memory tier needs up to 3 snapshots x 6.85 GB x 2 ranks of tmpfs: /dev/shm, or our own tmpfs
 # when a container's /dev/shm is smaller than that.
 MEMDIR=/dev/shm/rtj-norollback-bench
@@ -17,7 +26,7 @@ if (( $(df --output=avail -k /dev/shm | tail -1) < 48 * 1024 * 1024 )); then
 fi
 timeout 580 python3 bench/norollback_recovery.py --nproc 2 --only "$RUNS" --memory-interval 10 --memory-dir "$MEMDIR" \
     --persist-interval 40 --steps 150 --exception-step 50 --sigkill-step 100 --sigterm-step 60 \
-    --throughput-steps 100 --timeout 240 --out "$OUT/norollback.json" $MODEL > "$OUT/norollback.log" 2>&1
+    --throughput-steps 100 --snapshot-write-threads "$THREADS" --timeout 240 --out "$OUT/norollback.json" $MODEL > "$OUT/norollback.log" 2>&1
 echo "norollback rc $?"
 grep -v "^\[rank\|^W1\|^I1\|socket.cpp" "$OUT/norollback.log" | grep "^|\|relative\|RESULT\|Error" | tail -20
 for d in /tmp/rtj-norollback-bench/*/; do  # launcher logs (tails) and the ranks' step logs

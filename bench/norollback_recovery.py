@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rtj_local.train_log import steps_lost
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHONPATH = os.pathsep.join(
     [str(ROOT / "trainer-image"), str(ROOT / "operator"), os.environ.get("PYTHONPATH", "")]
@@ -77,6 +79,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--throughput-steps", type=int, default=100)
     p.add_argument("--memory-interval", type=int, default=10)
     p.add_argument("--persist-interval", type=int, default=40)
+    p.add_argument(
+        "--snapshot-write-threads",
+        type=int,
+        default=0,
+        help="throughput: also a run with memory snapshots written by this many threads (0: no such run)",
+    )
     p.add_argument("--min-step-time", type=float, default=0.0, help="pad steps (CPU: slow the loop down)")
     p.add_argument("--timeout", type=float, default=420, help="seconds per job")
     # Anything else is passed to fsdp_train (model arguments; default: by --cpu).
@@ -207,24 +215,24 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 # --- measurements from the step logs ---------------------------------------------------------------
-def recovery(per_rank: list[list[dict[str, Any]]], fault_t: float, last_done: int) -> dict[str, Any]:
-    """Seconds from `fault_t` to the first step every rank completed afterwards, and steps lost."""
-    firsts, resumes = [], []
+def recovery(per_rank: list[list[dict[str, Any]]], fault_t: float) -> dict[str, Any]:
+    """Seconds from `fault_t` to the first step every rank completed afterwards, and steps lost
+    (rtj_local.train_log, as the demo and the e2e fault matrix count them)."""
+    firsts = []
     for recs in per_rank:
         after = [x for x in recs if x["t"] > fault_t]
         step = next((x for x in after if "loss" in x), None)
-        resume = next((x for x in after if x.get("event") == "resume"), None)
-        if step is None or resume is None:
+        if step is None or not any(x.get("event") == "resume" for x in after):
             return {"recovered": False}
         firsts.append(step["t"])
-        resumes.append(resume)
-    resumed_at = min(r["step"] for r in resumes)
+    cost = steps_lost({f"rank-{r}.jsonl": recs for r, recs in enumerate(per_rank)}, fault_t)
+    assert cost is not None  # every rank resumed after the fault
     return {
         "recovered": True,
         "seconds_to_first_step": round(max(firsts) - fault_t, 2),
-        "resumed_from_step": resumed_at,
-        "resumed_from": sorted({r.get("source", "?") for r in resumes}),
-        "steps_lost": last_done - resumed_at,
+        "resumed_from_step": cost.resumed_at,
+        "resumed_from": list(cost.sources),
+        "steps_lost": cost.lost,
     }
 
 
@@ -257,7 +265,7 @@ def run_faults(a: argparse.Namespace, name: str, memory: int) -> dict[str, Any]:
     out: dict[str, Any] = {"rc": rc, "memory_interval": memory, "persist_interval": a.persist_interval}
     for kind in ("exception", "sigkill"):
         fault = next((x for x in per_rank[1] if x.get("event") == "fault" and x["kind"] == kind), None)
-        out[kind] = recovery(per_rank, fault["t"], fault["step"] - 1) if fault else {"recovered": False}
+        out[kind] = recovery(per_rank, fault["t"]) if fault else {"recovered": False}
     out["step_time_s"] = round(step_time(per_rank[0]), 4)
     return out
 
@@ -285,7 +293,7 @@ def run_sigterm(a: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(job.mem, ignore_errors=True)
     t_start = time.time()
     rc2 = job.run(job.env(last_done + 10, memory=a.memory_interval, persist=10 * a.persist_interval), "-2")
-    rec = recovery(job.records(), t_start, last_done)
+    rec = recovery(job.records(), t_start)
     return {
         "rc_stop": rc,
         "rc_resume": rc2,
@@ -299,10 +307,11 @@ def run_sigterm(a: argparse.Namespace) -> dict[str, Any]:
 
 def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, memory, extra in (
-        ("no-checkpoints", 0, ["--no-checkpoint"]),
-        ("memory-snapshots", a.memory_interval, []),
-    ):
+    runs = [("no-checkpoints", 0, ["--no-checkpoint"]), ("memory-snapshots", a.memory_interval, [])]
+    if a.snapshot_write_threads:
+        threads = ["--snapshot-write-threads", str(a.snapshot_write_threads)]
+        runs.append((f"memory-snapshots-{a.snapshot_write_threads}-threads", a.memory_interval, threads))
+    for name, memory, extra in runs:
         job = Job(a, f"throughput-{name}")
         rc = job.run(job.env(a.throughput_steps, memory=memory, persist=a.persist_interval, extra=extra))
         recs = job.records()[0]
@@ -316,6 +325,9 @@ def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
         }
     base, snap = out["no-checkpoints"]["steps_per_s"], out["memory-snapshots"]["steps_per_s"]
     out["relative_throughput"] = round(snap / base, 4) if base else None
+    if a.snapshot_write_threads:
+        threaded = out[f"memory-snapshots-{a.snapshot_write_threads}-threads"]["steps_per_s"]
+        out["relative_throughput_threads"] = round(threaded / base, 4) if base else None
     out["persist_interval"] = a.persist_interval
     return out
 
@@ -345,13 +357,17 @@ def table(res: dict[str, Any]) -> str:
         rows.append("")
         rows.append("| run | steps/s | median step s | persisted recency (steps) | snapshots | skipped |")
         rows.append("|---|---|---|---|---|---|")
-        for name in ("no-checkpoints", "memory-snapshots"):
+        for name in [n for n in t if n.startswith(("no-checkpoints", "memory-snapshots"))]:
             r = t[name]
             rows.append(
                 f"| {name} | {r['steps_per_s']} | {r['median_step_s']} | {r['persisted_recency_steps']} | "
                 f"{r['snapshots']} | {r['skipped']} |"
             )
         rows.append(f"relative throughput with memory snapshots: {t['relative_throughput']}")
+        if "relative_throughput_threads" in t:
+            rows.append(
+                f"relative throughput, snapshots written by threads: {t['relative_throughput_threads']}"
+            )
     return "\n".join(rows)
 
 

@@ -41,6 +41,7 @@ from rtj_local.nodes import schedulable
 from rtj_local.rawapi import RawApi
 from rtj_local.stack import OperatorProcess, install_chart
 from rtj_local.timeline import Snapshot, Timeline
+from rtj_local.train_log import TRAIN_LOG_DIR, StepsLost, pod_train_logs, steps_lost
 from rtj_local.versions import REPO_ROOT, bin_path
 from rtj_local.wait import wait_for
 
@@ -54,8 +55,6 @@ EXCEPTION_STEP = 30
 MIN_STEP_TIME = 0.25
 #: Four ranks importing torch on 2 shared cores can take a minute or more to reach their first step.
 STARTUP_TIMEOUT = 240
-#: Inside each pod (its private /tmp): one JSON line per step per rank, and "resume" lines.
-TRAIN_LOG_DIR = "/tmp/train-logs"
 #: How long the job may take from creation to Succeeded (about 4 minutes on an idle 2-core machine).
 JOB_TIMEOUT = 540.0
 
@@ -267,20 +266,11 @@ class Demo:
         return ckpt > (prev.checkpoint_at_injection or 0) and min_step(snap) >= ckpt + 5
 
     # --- summary --------------------------------------------------------------------------------------
-    def _resumes(self) -> list[str]:
-        """Per pod, the checkpoint steps its ranks resumed from (the trainer's "resume" log lines)."""
+    def _steps_lost(self, tl: Timeline, faults: list[FaultRecord]) -> list[StepsLost | None]:
+        """Per fault, the steps it cost, from the ranks' step logs (rtj_local.train_log)."""
         assert self.agent is not None
-        steps: dict[str, set[int]] = {}
-        for path in self.agent.run_dir.glob(f"pods/*/tmp{TRAIN_LOG_DIR.removeprefix('/tmp')}/rank-*.jsonl"):
-            pod = path.parents[2].name.split("_")[1]
-            for line in path.read_text().splitlines():
-                rec = json.loads(line)
-                if rec.get("event") == "resume" and rec.get("step"):
-                    steps.setdefault(pod, set()).add(int(rec["step"]))
-        return [
-            f"{pod}: resumed from committed checkpoint step(s) {sorted(s)}"
-            for pod, s in sorted(steps.items())
-        ]
+        logs = pod_train_logs(self.agent.run_dir, NAMESPACE, tl.job)
+        return [steps_lost(logs, tl.wall0 + f.injected_at) if f.injected_at else None for f in faults]
 
     def summary(self, tl: Timeline, faults: list[FaultRecord]) -> None:
         last = tl.history[-1]
@@ -293,12 +283,22 @@ class Demo:
         self.out("")
         self.out("== summary")
         self.out(f"job {tl.namespace}/{tl.job}: Succeeded ({done.get('reason', '')}) after {last.t:.0f} s")
-        self.out(f"{'fault':<24} {'handled at':<11} {'detected':>9} {'recovered':>10}  reasons  / what")
-        for f in faults:
+        self.out(
+            f"{'fault':<24} {'handled at':<11} {'detected':>9} {'recovered':>10} {'steps lost':>10}"
+            "  reasons  / what"
+        )
+        for f, cost in zip(faults, self._steps_lost(tl, faults), strict=True):
             det = f"{f.detected_at - f.injected_at:.1f} s" if f.detected_at is not None else "-"
             rec = f"{f.recovered_at - f.injected_at:.1f} s" if f.recovered_at is not None else "-"
-            self.out(f"{f.name:<24} {f.expected_level:<11} {det:>9} {rec:>10}  {','.join(f.reasons) or '-'}")
+            lost = str(cost.lost) if cost else "-"
+            why = ",".join(f.reasons) or "-"
+            self.out(f"{f.name:<24} {f.expected_level:<11} {det:>9} {rec:>10} {lost:>10}  {why}")
             self.out(f"{'':24} {f.detail}")
+            if cost:
+                self.out(
+                    f"{'':24} step {cost.last_step} done, resumed at step {cost.resumed_at}"
+                    f" from {'/'.join(cost.sources)}"
+                )
         r = last.restarts
         self.out(f"restarts: in-process {r['inProcess']}, in-job {r['inJob']}, pods {r['podReschedules']}")
         self.out(f"quarantined nodes: {', '.join(last.status.get('quarantinedNodes') or []) or '-'}")
@@ -306,8 +306,6 @@ class Demo:
         self.out(
             f"committed checkpoints seen: {ckpts} ({'never backwards' if monotonic else 'WENT BACKWARDS'})"
         )
-        for line in self._resumes():
-            self.out(f"  {line}")
         self.out(f"logs: node agent {self.run_dir / 'node-agent.log'},")
         self.out(
             f"      pods {self.agent.run_dir / 'pods' if self.agent else '-'}/<ns>_<pod>_<uid>/container.log,"

@@ -7,6 +7,7 @@ twice is harmless (AlreadyExists = success).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,6 +200,26 @@ def pod_security_context(job: ResilientTrainingJob) -> dict[str, Any]:
     return {"runAsNonRoot": True, **spec}
 
 
+#: terminationGracePeriodSeconds = PERSIST_FACTOR x persist time + EMERGENCY_SAVE_MARGIN_SECONDS: an
+#: emergency save abandons the save in flight and writes the newest step once (the factor covers
+#: persist times varying between saves); the margin covers the ranks agreeing on a step, the
+#: device-to-host copy, the memory-tier write and the entrypoint's own margin (graceful_stop_seconds).
+PERSIST_FACTOR = 1.5
+EMERGENCY_SAVE_MARGIN_SECONDS = 30
+MAX_TERMINATION_GRACE_SECONDS = 3600
+
+
+def termination_grace_seconds(job: ResilientTrainingJob, default: int) -> int:
+    """The grace period of the job's new pods: from the longer of the declared persist time
+    (spec.checkpoint.persistSeconds) and the longest the pods measured (status.persistSeconds);
+    `default` (the operator's setting) while neither is known."""
+    known = [s for s in (job.spec.checkpoint.persist_seconds, job.status.persist_seconds) if s is not None]
+    if not known:
+        return default
+    grace = math.ceil(PERSIST_FACTOR * max(known)) + EMERGENCY_SAVE_MARGIN_SECONDS
+    return min(MAX_TERMINATION_GRACE_SECONDS, grace)
+
+
 def graceful_stop_seconds(termination_grace_seconds: int) -> int:
     """The entrypoint's SIGTERM->SIGKILL budget: a margin under the pod's grace period, so the
     entrypoint's own kill (and its last checkpoint) happens before the kubelet's."""
@@ -233,10 +254,11 @@ def _training_pod(
 ) -> dict[str, Any]:
     spec, tpl = job.spec, job.spec.pod_template
     mount = {"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path}
+    grace = termination_grace_seconds(job, settings.termination_grace_seconds)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "serviceAccountName": tpl.service_account_name or settings.trainer_service_account,
-        "terminationGracePeriodSeconds": settings.termination_grace_seconds,
+        "terminationGracePeriodSeconds": grace,
         "nodeSelector": {INSTANCE_TYPE_LABEL: spec.placement.instance_type, **spec.placement.node_selector},
         "tolerations": _tolerations(job),
         "affinity": _affinity(job, avoid_nodes),
@@ -249,7 +271,7 @@ def _training_pod(
                 "env": _env(
                     job,
                     trainer_config(job, standby=standby),
-                    graceful_stop_seconds(settings.termination_grace_seconds),
+                    graceful_stop_seconds(grace),
                 ),
                 "resources": _resources(job),
                 "securityContext": container_security_context(),

@@ -92,6 +92,8 @@ LEASE_LABELS = (LABEL_JOB,)
 ASSIGNED_SLOT_ANNOTATION = f"{API_GROUP}/assigned-slot"
 #: Upper bound on counters and steps accepted from a Lease; larger values are malformed.
 MAX_COUNTER = 2**53
+#: Upper bound on a persist time accepted from a Lease (a day); larger values are malformed.
+MAX_PERSIST_SECONDS = 86400.0
 
 
 # --- Exit codes (writer: trainer entrypoint; reader: operator ladder) ------------------------------
@@ -170,6 +172,12 @@ class Heartbeat(_Model):
     in_job_restarts: Counter = Field(0, alias="inJobRestarts")
     step: Counter = 0
     checkpoint: CheckpointRef | None = None
+    #: The newest node-local memory snapshot (TrainerConfig.memorySnapshotDir) every rank of the pod
+    #: holds; an in-job restart resumes from it. Reader: the operator (status.memorySnapshotStep).
+    memory_snapshot_step: Counter | None = Field(None, alias="memorySnapshotStep")
+    #: The longest a rank of the pod took to write its shard of a checkpoint to the volume
+    #: (seconds). Reader: the operator, which sizes new pods' terminationGracePeriodSeconds with it.
+    persist_seconds: float | None = Field(None, alias="persistSeconds", ge=0, le=MAX_PERSIST_SECONDS)
     #: Checkpoints skipped or coalesced because the previous save was still draining.
     checkpoints_skipped: Counter = Field(0, alias="checkpointsSkipped")
     fault: Fault | None = None

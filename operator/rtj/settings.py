@@ -47,7 +47,10 @@ class Settings(BaseModel):
         5, ge=0, description="Grace when deleting a faulted pod (node lost: 0, forced)."
     )
     termination_grace_seconds: int = Field(
-        300, ge=0, description="Pods' terminationGracePeriodSeconds (time for a last checkpoint)."
+        300,
+        ge=0,
+        description="Pods' terminationGracePeriodSeconds (time for a last checkpoint) while the job's "
+        "persist time is neither declared nor measured (rtj.builders.termination_grace_seconds).",
     )
     heartbeat_status_resolution_seconds: float = Field(
         60.0, ge=0, description="How stale status lastHeartbeatTime may get."

@@ -14,6 +14,7 @@ from e2e_helpers import (
     NAMESPACE,
     OPERATOR_NAMESPACE,
     RELEASE,
+    STEPS_LOST_ROWS,
     E2EStack,
     JobRun,
     Jobs,
@@ -88,3 +89,23 @@ def module_jobs(e2e_stack: E2EStack) -> Iterator[Jobs]:
     jobs = Jobs(e2e_stack)
     yield jobs
     jobs.cleanup()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Steps lost per fault, as the ranks' step logs tell (JobRun.steps_lost), for every fault a
+    test measured in this session."""
+    if not STEPS_LOST_ROWS:
+        return
+    tr = terminalreporter
+    tr.section("steps lost per fault")
+    tr.write_line(
+        f"{'job':<12} {'fault':<18} {'handled at':<12} {'steps lost':>10}  last done -> resumed at (from)"
+    )
+    for job, fault, level, cost in STEPS_LOST_ROWS:
+        if cost is None:
+            tr.write_line(f"{job:<12} {fault:<18} {level:<12} {'-':>10}  no resume seen after the fault")
+            continue
+        tr.write_line(
+            f"{job:<12} {fault:<18} {level:<12} {cost.lost:>10}  "
+            f"{cost.last_step} -> {cost.resumed_at} ({'/'.join(cost.sources)})"
+        )

@@ -30,6 +30,7 @@ from rtj_local.nodes import schedulable
 from rtj_local.rawapi import MERGE, RawApi
 from rtj_local.stack import OperatorProcess
 from rtj_local.timeline import Snapshot, Timeline
+from rtj_local.train_log import TRAIN_LOG_DIR, StepsLost, fault_times, pod_train_logs, steps_lost
 from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint_format import committed_steps
 
@@ -39,6 +40,8 @@ RELEASE = "rtj-e2e"
 OPERATOR_NAMESPACE = "rtj-e2e-system"
 AGENT_NODES = [f"e2e-p5-{i}" for i in range(4)]
 JOBS_PATH = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NAMESPACE}/{PLURAL}"
+#: (job, fault, level, steps lost or None) of every fault a test measured; conftest prints them.
+STEPS_LOST_ROWS: list[tuple[str, str, str, StepsLost | None]] = []
 
 
 @dataclass
@@ -91,7 +94,11 @@ def job_manifest(
             "resources": {"efaPerNode": 0, "cpu": "1", "memory": "2Gi", "sharedMemorySize": "256Mi"},
             "command": ["python", "-m", "rtj_trainer.examples.fsdp_train"],
             "args": ["--steps", str(steps), "--dim", "64", "--min-step-time", "0.2"],
-            "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+            # The ranks' step logs (pod-private /tmp): steps lost per fault (rtj_local.train_log).
+            "env": [
+                {"name": k, "value": v}
+                for k, v in {"RTJ_TRAIN_LOG_DIR": TRAIN_LOG_DIR, **(env or {})}.items()
+            ],
             "placement": {"nodeSelector": {AGENT_LABEL: "true"}},
             "checkpoint": {"pvc": {"claimName": claim}, "intervalSteps": interval, "keep": 2},
             "faultTolerance": ft,
@@ -207,6 +214,16 @@ class JobRun:
         first_event = self.events_at[max(start - 1, 0)]
         reasons = {ev.get("reason", "") for ev in self.timeline.events[first_event : self.events_at[end]]}
         return delta, reasons
+
+    def steps_lost(self, fault: str, level: str, at: float | None = None) -> StepsLost | None:
+        """What a fault cost, from the ranks' step logs: an injected fault by its key
+        (`<kind>-<rank>-<step>`, timed by its rank's log line), an outside one named `fault` and
+        timed by `at` (wall time). Recorded for the session's summary of steps lost per fault."""
+        logs = pod_train_logs(self.stack.agent.run_dir, NAMESPACE, self.name)
+        when = fault_times(logs).get(fault) if at is None else at
+        cost = steps_lost(logs, when) if when is not None else None
+        STEPS_LOST_ROWS.append((self.name, fault, level, cost))
+        return cost
 
     def fault_fired(self, key: str) -> bool:
         """The trainer's fault hook leaves a marker `.fault-<kind>-<rank>-<step>` per fault (once per

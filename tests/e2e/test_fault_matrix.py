@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 
 import pytest
 from e2e_helpers import NAMESPACE, JobRun, all_training, failed, succeeded
@@ -62,6 +63,8 @@ def test_exception_in_a_rank_is_restarted_in_process_pods_untouched(soft_faults)
     assert delta["inProcess"] >= 1 and delta["inJob"] == 0 and delta["podReschedules"] == 0, delta
     assert "InProcessRestart" in reasons
     assert_soft_run_ok(job, pods)
+    cost = job.steps_lost("exception-1-8", "InProcess")
+    assert cost is not None and cost.lost == 0, f"the state kept in memory loses nothing: {cost}"
 
 
 def test_sigkill_of_a_rank_is_an_in_job_restart_pods_untouched(soft_faults) -> None:
@@ -71,6 +74,10 @@ def test_sigkill_of_a_rank_is_an_in_job_restart_pods_untouched(soft_faults) -> N
     assert delta["inJob"] >= 1 and delta["podReschedules"] == 0, delta
     assert "InJobRestart" in reasons
     assert_soft_run_ok(job, pods)
+    cost = job.steps_lost("sigkill-1-20", "InJob")
+    # Resumed from the newest persisted checkpoint (interval 5; one save may be skipped while the
+    # writer drains): fewer than two intervals lost.
+    assert cost is not None and cost.lost < 10, cost
 
 
 def test_hang_of_a_rank_is_restarted_below_the_pod_level_pods_untouched(soft_faults) -> None:
@@ -80,6 +87,7 @@ def test_hang_of_a_rank_is_restarted_below_the_pod_level_pods_untouched(soft_fau
     assert delta["inProcess"] + delta["inJob"] >= 1 and delta["podReschedules"] == 0, delta
     assert reasons & {"InProcessRestart", "InJobRestart"}
     assert_soft_run_ok(job, pods)
+    assert job.steps_lost("hang-1-32", "InProc/InJob") is not None, "no resume seen after the hang"
 
 
 def slot_pod(snap, slot: int) -> dict:
@@ -126,6 +134,7 @@ def test_launcher_budget_exhausted_replaces_that_pod_and_the_job_continues(run_j
     assert 70 in exit_codes or quoted, f"the exhausted pod exits 70, saw {exit_codes}"
     job.assert_checkpoints_never_lost_or_backwards()
     print(f"slot {1 - slot}: {other['pod']} -> {slot_pod(last, 1 - slot)['pod']} (the other slot)")
+    assert job.steps_lost("sigkill-1-14", "Pod") is not None, "no resume seen after the pod's replacement"
 
 
 def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(run_job, e2e_stack) -> None:
@@ -134,6 +143,7 @@ def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(ru
     rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
     victim = next(s for s in snap.status["nodeSlots"] if s["node"] != rdzv_node)
     checkpoint_before = snap.checkpoint_step
+    killed_at = time.time()
     killed = e2e_stack.agent.kill_node(victim["node"])
     assert f"{NAMESPACE}/{victim['pod']}" in killed
 
@@ -153,6 +163,7 @@ def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(ru
     assert any(t["key"] == QUARANTINE_TAINT_KEY for t in node["spec"].get("taints") or [])
     assert (last.checkpoint_step or 0) > (checkpoint_before or 0)
     job.assert_checkpoints_never_lost_or_backwards()
+    assert job.steps_lost("node death", "Pod", at=killed_at) is not None, "no resume seen after it"
 
 
 def test_rendezvous_pod_killed_is_recovered_at_job_level(run_job, e2e_stack) -> None:
@@ -167,6 +178,7 @@ def test_rendezvous_pod_killed_is_recovered_at_job_level(run_job, e2e_stack) -> 
     pods = job.worker_pods(snap)
     procs = e2e_stack.agent.pod_processes(NAMESPACE, "rdzvkill-rdzv")
     assert procs, "the rendezvous pod runs"
+    killed_at = time.time()
     for proc in procs:
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGKILL)
@@ -178,6 +190,7 @@ def test_rendezvous_pod_killed_is_recovered_at_job_level(run_job, e2e_stack) -> 
     print(f"restarts {last.restarts}; events {sorted(job.event_reasons())}")
     assert (last.checkpoint_step or 0) > (checkpoint_before or 0)
     job.assert_checkpoints_never_lost_or_backwards()
+    assert job.steps_lost("rendezvous pod", "Job", at=killed_at) is not None, "no resume seen after it"
 
 
 def test_worker_exiting_0_early_ends_the_job_no_progress_not_a_silent_hang(run_job) -> None:

@@ -88,6 +88,7 @@ def test_wide_output_adds_step_rate_and_the_newest_fault(rtj_chart, kubectl, rtj
                 "reason": "HeartbeatTimeout",
                 "step": 1234,
                 "stepsPerSecond": 4.25,
+                "memorySnapshotStep": 1230,
                 "lastFault": {"reason": "HeartbeatTimeout", "slot": 2, "node": "ip-10-0-1-7", "time": now},
             }
         },
@@ -95,8 +96,8 @@ def test_wide_output_adds_step_rate_and_the_newest_fault(rtj_chart, kubectl, rtj
     out = kubectl("get", "rtj", "-n", namespace, "-o", "wide").stdout
     print(out)
     header, row = out.strip().splitlines()
-    assert header.split()[-5:] == ["STEP", "STEPS/S", "LAST-FAULT", "FAULT-NODE", "FAULT-AGE"]
-    assert row.split()[-5:-1] == ["1234", "4.25", "HeartbeatTimeout", "ip-10-0-1-7"]
+    assert header.split()[-6:] == ["STEP", "STEPS/S", "MEM-STEP", "LAST-FAULT", "FAULT-NODE", "FAULT-AGE"]
+    assert row.split()[-6:-1] == ["1234", "4.25", "1230", "HeartbeatTimeout", "ip-10-0-1-7"]
 
 
 def test_apply_with_a_typo_names_the_field(rtj_chart, kubectl, namespace: str, tmp_path: Path) -> None:

@@ -64,6 +64,8 @@ def _rank(rank: int, n: int, local_root: str, persist_root: str, work: str) -> N
         local_root=local_root,
         local_interval_steps=1,
         local_keep=2,
+        # The threaded memory-tier writer (pwrite at offsets: a kill leaves holes, not a shorter file).
+        local_write_threads=int(os.environ.get("RTJ_SNAPSHOT_WRITE_THREADS", "1")),
     )
     resumed = mgr.load_latest(state)
     step = resumed.step if resumed else 0

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 from ckpt_saver import State, content_hash, expected_hash
 from rtj_trainer.checkpoint import CheckpointManager, latest_committed
 from rtj_trainer.checkpoint_format import local_rank_dir, local_snapshots
@@ -72,3 +73,66 @@ def test_resume_takes_the_newest_tier_every_rank_can_read(tmp_path: Path) -> Non
     resumed = _manager(tmp_path).load_latest(fresh)
     assert resumed is not None and (resumed.step, resumed.source) == (20, "persistent")
     assert content_hash(fresh) == expected_hash(20)
+
+
+def _snapshot_bytes(tmp_path: Path, step: int) -> bytes:
+    rank_dir = Path(local_rank_dir(str(tmp_path / "shm"), 0))
+    (snap,) = [p for p in rank_dir.iterdir() if p.name.startswith(f"step-{step:010d}.")]
+    return (snap / "rank-00000.bin").read_bytes()
+
+
+def test_threaded_snapshot_writes_the_same_bytes_and_reports_its_seconds(tmp_path: Path) -> None:
+    """The memory tier's write from the pinned buffer, split over threads: the same file, byte for
+    byte, as one writer, also when it recycles an older snapshot's file in place; each snapshot
+    event carries the seconds its write took."""
+    written: dict[int, bytes] = {}
+    for threads in (1, 4):
+        events = []
+        work = tmp_path / f"t{threads}"
+        mgr = _manager(work, local_write_threads=threads, local_keep=1, on_event=events.append)
+        state = State()
+        for step in range(1, 16):  # memory snapshots at 5, 10 (recycling 5's file), 15
+            state.fill(step)
+            mgr.maybe_save(step, state)
+            assert mgr.wait_local(timeout=30)
+        snaps = [e for e in events if e.kind == "snapshot"]
+        assert [e.step for e in snaps] == [5, 10, 15]
+        assert all(e.seconds is not None and e.seconds > 0 for e in snaps)
+        assert mgr.wait(timeout=30)
+        written[threads] = _snapshot_bytes(work, 15)
+        fresh = State()
+        resumed = _manager(work).load_latest(fresh)
+        assert resumed is not None and (resumed.step, resumed.source) == (15, "local")
+        assert content_hash(fresh) == expected_hash(15)
+    assert written[4] == written[1]
+
+
+def test_more_write_threads_than_chunks_and_empty_tensors_are_fine(tmp_path: Path) -> None:
+    mgr = _manager(tmp_path, local_write_threads=64)
+    state = State()
+    state.register_buffer("empty", torch.zeros(0))
+    state.fill(5)
+    assert mgr.maybe_save(5, state) == "snapshot"
+    assert mgr.wait(timeout=30)
+    fresh = State()
+    fresh.register_buffer("empty", torch.zeros(0))
+    resumed = _manager(tmp_path).load_latest(fresh)
+    assert resumed is not None and resumed.step == 5 and content_hash(fresh) == content_hash(state)
+
+
+def test_a_write_slower_than_the_interval_widens_it(tmp_path: Path) -> None:
+    """256 MB per snapshot, ~1 ms steps, interval 5: a write spans many intervals. Once one was
+    measured, the ranks agree on a wider interval, a multiple of the configured one that the write
+    fits in (rtj_trainer.checkpoint.snapshot_every), so a due snapshot need not wait for the last."""
+    mgr = _manager(tmp_path, adapt_local_interval=True)
+    state = State()
+    state.register_buffer("big", torch.zeros(64 << 20))  # 256 MB: a write >= 50 ms here
+    assert mgr.local_every == MEMORY_INTERVAL
+    for step in range(1, 20_001):
+        mgr.maybe_save(step, state)
+        time.sleep(0.001)
+        if mgr.saves_started >= 3:  # a later save than the first write's end: agreed on its seconds
+            break
+    assert mgr.wait(timeout=60)
+    print(f"local_every {mgr.local_every}, write {mgr._last_write_s:.4f} s, step {mgr._step_s:.5f} s")
+    assert mgr.local_every > MEMORY_INTERVAL and mgr.local_every % MEMORY_INTERVAL == 0, mgr.local_every

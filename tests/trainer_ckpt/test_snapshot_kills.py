@@ -39,14 +39,14 @@ PEER_LOST = 6
 
 
 class Zygote:
-    def __init__(self, local_root: Path, persist_root: Path, work: Path) -> None:
+    def __init__(self, local_root: Path, persist_root: Path, work: Path, write_threads: int) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("snapshot_saver.py")), "zygote",
              str(local_root), str(persist_root), str(work)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            env={**os.environ, "OMP_NUM_THREADS": "1", "RTJ_SNAPSHOT_WRITE_THREADS": str(write_threads)},
         )  # fmt: skip
 
     def ask(self, cmd: str, timeout: float = 60.0) -> list[int]:
@@ -96,10 +96,13 @@ def _resumes(work: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(ram_fs: Path) -> None:
+@pytest.mark.parametrize("write_threads", [1, 3], ids=["one-writer", "three-writer-threads"])
+def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(
+    ram_fs: Path, write_threads: int
+) -> None:
     local_root, persist_root, work = ram_fs / "shm", ram_fs / "persist", ram_fs / "work"
     work.mkdir()
-    zygote = Zygote(local_root, persist_root, work)
+    zygote = Zygote(local_root, persist_root, work, write_threads)
     rng = random.Random(20261130)
     outcomes: Counter[str] = Counter()
     expected: list[int] = []

@@ -82,8 +82,14 @@ def hb(
     step: int = 0,
     ckpt: int | None = None,
     fault: dict[str, Any] | None = None,
+    mem: int | None = None,
+    persist: float | None = None,
 ) -> contract.Heartbeat:
     data: dict[str, Any] = {"state": state, "inProcessRestarts": ip, "inJobRestarts": ij, "step": step}
+    if mem is not None:
+        data["memorySnapshotStep"] = mem
+    if persist is not None:
+        data["persistSeconds"] = persist
     if ckpt is not None:
         data["checkpoint"] = {"step": ckpt, "time": ago(10).isoformat()}
     if fault is not None:

@@ -170,6 +170,8 @@ def test_printer_columns() -> None:
     assert wide == {
         "Step": ".status.step",
         "Steps/s": ".status.stepsPerSecond",
+        # issue 14: the newest step a restart resumes from in memory (Ckpt-Step: the newest persisted).
+        "Mem-Step": ".status.memorySnapshotStep",
         "Last-Fault": ".status.lastFault.reason",
         "Fault-Node": ".status.lastFault.node",
         "Fault-Age": ".status.lastFault.time",

@@ -346,3 +346,27 @@ def test_shared_memory_size_comes_from_the_spec() -> None:
     volumes = builders.worker_pod(job, 0, 0, "Initial")["spec"]["volumes"]
     shm = next(v for v in volumes if v["name"] == builders.SHM_VOLUME)
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+
+
+@pytest.mark.parametrize(
+    ("declared", "measured", "grace"),
+    [
+        pytest.param(None, None, 300, id="nothing known: the operator's setting"),
+        pytest.param(10, None, 45, id="declared: 1.5 x 10 + 30"),
+        pytest.param(10, 40.2, 91, id="the longer of declared and measured: ceil(1.5 x 40.2) + 30"),
+        pytest.param(None, 2.0, 33, id="measured only: shorter than the setting"),
+        pytest.param(5000, None, 3600, id="capped"),
+    ],
+)
+def test_grace_period_is_sized_from_the_persist_time(
+    declared: int | None, measured: float | None, grace: int
+) -> None:
+    ckpt = {"pvc": {"claimName": "ckpt"}} | ({"persistSeconds": declared} if declared else {})
+    job = make_job().spec(checkpoint=ckpt).status(persistSeconds=measured).obj()
+    assert builders.termination_grace_seconds(job, 300) == grace
+    pod = builders.worker_pod(
+        job, 0, 0, "Initial", settings=builders.BuildSettings(termination_grace_seconds=300)
+    )
+    assert pod["spec"]["terminationGracePeriodSeconds"] == grace
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert int(env[contract.ENV_TERMINATION_GRACE_SECONDS]) == builders.graceful_stop_seconds(grace)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from rtj_trainer.checkpoint import CheckpointEvent, CheckpointManager, latest_committed
+from rtj_trainer.checkpoint import CheckpointEvent, CheckpointManager, latest_committed, snapshot_every
 from rtj_trainer.checkpoint_format import (
     MANIFEST,
     CheckpointError,
@@ -54,6 +54,10 @@ def test_commit_and_resume_restore_model_and_optimizer_exactly(tmp_path: Path) -
         mgr.maybe_save(step, model, optim, extra={"data_step": step})
         assert mgr.wait(timeout=30)
     assert [e.step for e in events if e.kind == "committed"] == [2, 4, 6]
+    # Each rank measures how long writing its shard took (the operator sizes grace periods with it).
+    persisted = [e for e in events if e.kind == "persisted"]
+    assert [e.step for e in persisted] == [2, 4, 6]
+    assert all(e.seconds is not None and 0 < e.seconds < 30 for e in persisted)
     assert committed_steps(str(tmp_path)) == [6, 4]  # keep-last-2
     assert latest_committed(str(tmp_path)) == 6
 
@@ -174,3 +178,20 @@ def test_files_are_written_through_a_tmp_name_then_renamed(tmp_path: Path) -> No
     assert mgr.wait(timeout=30)
     names = os.listdir(tmp_path / committed_name(2))
     assert not [n for n in names if n.endswith(".tmp")]
+
+
+@pytest.mark.parametrize(
+    ("write_s", "step_s", "every"),
+    [
+        pytest.param(0.0, 0.2, 10, id="no write measured yet: the configured interval"),
+        pytest.param(1.0, 0.2, 10, id="fits: 1.5 x 1.0 s = 7.5 steps <= 10"),
+        pytest.param(2.0, 0.2, 20, id="6.85 GB at ~3.4 GB/s: 15 steps -> 20"),
+        pytest.param(5.0, 0.2, 40, id="37.5 steps -> 40"),
+        pytest.param(1000.0, 0.001, 640, id="capped at 64 x the configured interval"),
+        pytest.param(1.0, 0.0, 10, id="no step time yet"),
+    ],
+)
+def test_snapshot_every_is_the_smallest_multiple_the_write_fits_in(
+    write_s: float, step_s: float, every: int
+) -> None:
+    assert snapshot_every(10, write_s, step_s) == every

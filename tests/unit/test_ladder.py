@@ -867,6 +867,33 @@ def test_checkpoint_never_goes_backwards() -> None:
     assert d.status.last_checkpoint is not None and d.status.last_checkpoint.step == 600
 
 
+def test_memory_snapshot_step_is_the_newest_every_pod_holds_refreshed_with_heartbeat_times() -> None:
+    job = running_job().obj()
+    both = observe().running(2).lease("train-n0-a0", -100, hb(mem=30)).lease("train-n1-a0", -100, hb(mem=20))
+    assert decide(job, both.obj(), NOW).status.memory_snapshot_step == 20
+    one = observe().running(2).lease("train-n0-a0", -100, hb(mem=30)).lease("train-n1-a0", -100, hb())
+    assert decide(job, one.obj(), NOW).status.memory_snapshot_step is None  # no step every pod holds
+    # Between two heartbeat-time refreshes (resolution), status keeps its value: no write per snapshot.
+    later = running_job(memorySnapshotStep=10).obj()
+    soon = observe().running(2).lease("train-n0-a0", 1, hb(mem=30)).lease("train-n1-a0", 1, hb(mem=30))
+    assert decide(later, soon.obj(), NOW).status.memory_snapshot_step == 10
+
+
+def test_persist_seconds_is_the_longest_any_pod_measured_and_never_shrinks() -> None:
+    job = running_job(persistSeconds=12.5).obj()
+    obs = (
+        observe()
+        .running(2)
+        .lease("train-n0-a0", 1, hb(persist=20.0))
+        .lease("train-n1-a0", 1, hb(persist=3.0))
+    )
+    assert decide(job, obs.obj(), NOW).status.persist_seconds == 20.0
+    assert (
+        decide(job, observe().running(2, heartbeat=hb(persist=4.0)).obj(), NOW).status.persist_seconds == 12.5
+    )
+    assert decide(running_job().obj(), observe().running(2).obj(), NOW).status.persist_seconds is None
+
+
 def test_heartbeat_time_in_status_is_coarse() -> None:
     """A heartbeat alone does not change status (no write) until the resolution has passed."""
     job = running_job().obj()

@@ -31,6 +31,8 @@ def doc(local_rank: int, pid: int, state: str = "Training", step: int | None = 1
         "checkpoint": kw.get("checkpoint"),
         "checkpointsSkipped": kw.get("skipped", 0),
         "fault": kw.get("fault"),
+        "memorySnapshotStep": kw.get("mem"),
+        "persistSeconds": kw.get("persist"),
     }
 
 
@@ -97,6 +99,33 @@ def test_newest_checkpoint_and_hard_fault_wins() -> None:
     assert hb.checkpoint.step == 40
     assert hb.fault.severity == FaultSeverity.HARD and hb.fault.reason == "GpuXid"
     assert hb.checkpoints_skipped == 2
+
+
+def test_memory_snapshot_step_is_the_newest_every_rank_holds() -> None:
+    agg = Aggregator()
+    assert agg.update([doc(0, 100), doc(1, 101)], alive).memory_snapshot_step is None
+    assert agg.update([doc(0, 100, mem=20), doc(1, 101, mem=10)], alive).memory_snapshot_step == 10
+    # A restarted rank has not reported yet: the pod still holds what it held.
+    assert agg.update([doc(0, 100, mem=30), doc(1, 201)], alive).memory_snapshot_step == 10
+    assert agg.update([doc(0, 100, mem=30), doc(1, 201, mem=30)], alive).memory_snapshot_step == 30
+    hb = parse_heartbeat(
+        {HEARTBEAT_ANNOTATION: agg.update([doc(0, 100, mem=40), doc(1, 201, mem=40)], alive).to_annotation()}
+    )
+    assert hb is not None and hb.memory_snapshot_step == 40
+
+
+def test_persist_seconds_is_the_longest_any_rank_measured() -> None:
+    agg = Aggregator()
+    assert agg.update([doc(0, 100), doc(1, 101)], alive).persist_seconds is None
+    assert agg.update([doc(0, 100, persist=4.0), doc(1, 101, persist=9.5)], alive).persist_seconds == 9.5
+    assert agg.update([doc(0, 100, persist=2.0), doc(1, 201)], alive).persist_seconds == 9.5  # kept
+
+
+def test_reporter_writes_the_persist_seconds(tmp_path) -> None:
+    r = RankReporter(str(tmp_path))
+    r.persisted(7.25)
+    hb = Aggregator().update(read_rank_files(str(tmp_path)), lambda _pid: True)
+    assert hb.persist_seconds == 7.25
 
 
 def test_malformed_rank_content_is_ignored_not_fatal() -> None:

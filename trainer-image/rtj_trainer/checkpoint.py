@@ -46,6 +46,9 @@ background thread (the persister), so a slow store never holds up the memory tie
 on every `local_interval_steps` while a persist is draining, and a persist due while the previous
 one drains is skipped and coalesced as before. An in-job restart (same pod, same /dev/shm)
 resumes from the newest step that every rank can load, local or persistent (`load_latest`).
+A memory snapshot due while the previous one is still being written is taken at the first step
+after it; with `adapt_local_interval` the interval widens to a multiple of the configured one that
+the measured write fits in (`snapshot_every`), so snapshots are on schedule rather than late.
 NVRx 0.7's `checkpointing.local.LocalCheckpointManager` was read and not used: its
 BasicTensorAwareStateDict requires CUDA tensors (our CPU path and tests), it allocates new CPU
 copies per save instead of reusing pinned buffers, stores each shard with `torch.save` and loads it
@@ -61,6 +64,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import os
 import queue
 import random
@@ -69,6 +73,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -116,6 +121,10 @@ REASON_STORAGE_FULL = "CheckpointStorageFull"
 REASON_WRITE_FAILED = "CheckpointWriteFailed"
 REASON_COMMIT_ABANDONED = "CheckpointCommitAbandoned"
 REASON_SNAPSHOT_FAILED = "MemorySnapshotFailed"
+#: Threads copying a memory snapshot from the pinned buffer into the memory tier. 1 until
+#: bench/snapshot_write_threads.py shows a gain on a GPU node (on the 2-core CPU machine under
+#: load, 4 threads measured 0.63x in one run and 1.48x in the next: inconclusive).
+DEFAULT_LOCAL_WRITE_THREADS = 1
 SOURCE_LOCAL = "local"
 SOURCE_PERSISTENT = "persistent"
 
@@ -126,16 +135,36 @@ class Reporter(Protocol):
     def checkpoint_committed(self, step: int, when: datetime | None = None) -> None: ...
     def checkpoint_skipped(self) -> None: ...
     def memory_snapshot(self, step: int) -> None: ...
+    def persisted(self, seconds: float) -> None: ...
     def fault(self, severity: Any, reason: str, message: str = "") -> None: ...
+
+
+#: A memory snapshot's interval leaves this margin over the measured write time (writes vary).
+SNAPSHOT_WRITE_MARGIN = 1.5
+#: The memory tier's interval grows to at most this many times the configured one.
+MAX_SNAPSHOT_WIDENING = 64
+
+
+def snapshot_every(configured: int, write_s: float, step_s: float) -> int:
+    """The memory tier's interval in steps: the configured one, or the smallest multiple of it that
+    a snapshot write (with SNAPSHOT_WRITE_MARGIN) fits in, so a due snapshot does not wait for the
+    previous one to be written (taken late) and the steps a restart loses stay within one interval."""
+    if write_s <= 0 or step_s <= 0:
+        return configured
+    factor = math.ceil(SNAPSHOT_WRITE_MARGIN * write_s / step_s / configured)
+    return configured * min(MAX_SNAPSHOT_WIDENING, max(1, factor))
 
 
 @dataclass(frozen=True)
 class CheckpointEvent:
-    kind: str  # "committed" | "skipped" | "fault" | "snapshot" (a local memory snapshot)
+    kind: str  # "committed" | "skipped" | "fault" | "snapshot" (a local memory snapshot) | "persisted"
     step: int
     time: datetime
     reason: str = ""
     message: str = ""
+    #: "persisted": seconds this rank took to write its shard to the volume (before the commit);
+    #: "snapshot" (a new one, not a resume): seconds its write into the memory tier took.
+    seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -265,9 +294,11 @@ class CheckpointManager:
         local_root: str | None = None,
         local_interval_steps: int | None = None,
         local_keep: int = 2,
+        local_write_threads: int = DEFAULT_LOCAL_WRITE_THREADS,
+        adapt_local_interval: bool = False,
     ) -> None:
-        if interval_steps < 1 or keep < 1 or local_keep < 1:
-            raise ValueError("interval_steps, keep and local_keep must be >= 1")
+        if interval_steps < 1 or keep < 1 or local_keep < 1 or local_write_threads < 1:
+            raise ValueError("interval_steps, keep, local_keep and local_write_threads must be >= 1")
         if local_root is not None and (local_interval_steps or 0) < 1:
             raise ValueError("local_interval_steps must be >= 1 with a local_root")
         self.root = os.path.abspath(root)
@@ -297,6 +328,14 @@ class CheckpointManager:
         self.local_root = os.path.abspath(local_root) if local_root else None
         self.local_interval_steps = local_interval_steps or 0
         self.local_keep = local_keep
+        self.local_write_threads = local_write_threads
+        #: The memory tier's interval in effect: local_interval_steps, or with adapt_local_interval
+        #: the one the measured write fits in (snapshot_every), agreed by the ranks at each save.
+        self.adapt_local_interval = adapt_local_interval
+        self.local_every = self.local_interval_steps
+        self._last_write_s = 0.0  # this rank's last memory-tier write
+        self._step_s = 0.0  # this rank's step time (moving average of the maybe_save cadence)
+        self._last_call: float | None = None
         self._pending_local = False
         self._persister: threading.Thread | None = None
         self._persist_source: str | None = None
@@ -334,7 +373,7 @@ class CheckpointManager:
     def is_due(self, step: int) -> bool:
         if self._pending or step % self.interval_steps == 0:
             return True
-        return self.local_root is not None and (self._pending_local or step % self.local_interval_steps == 0)
+        return self.local_root is not None and (self._pending_local or step % self.local_every == 0)
 
     def maybe_save(
         self,
@@ -349,8 +388,14 @@ class CheckpointManager:
         Every rank must call it at the same steps (it holds the agreement collective when due).
         """
         self.poll()
+        now = time.monotonic()
+        if self._last_call is not None:  # a step without a save in it (its stall is not a step)
+            dt = now - self._last_call
+            self._step_s = dt if self._step_s == 0 else 0.9 * self._step_s + 0.1 * dt
+        self._last_call = now
         if not self.is_due(step):
             return ""
+        self._last_call = None
         if not self.save(step, model, optimizer, extra):
             return "skipped"
         return "saved" if self.last_save_persists else "snapshot"
@@ -368,10 +413,12 @@ class CheckpointManager:
         persist_due = (
             force_persist or self.local_root is None or self._pending or step % self.interval_steps == 0
         )
-        local_due = self.local_root is not None and (
-            self._pending_local or step % self.local_interval_steps == 0
+        local_due = self.local_root is not None and (self._pending_local or step % self.local_every == 0)
+        any_busy, any_persisting, nonce, write_s, step_s = self._agree(
+            busy=self.busy, persisting=self.persisting, write_s=self._last_write_s, step_s=self._step_s
         )
-        any_busy, any_persisting, nonce = self._agree(busy=self.busy, persisting=self.persisting)
+        if self.local_root is not None and self.adapt_local_interval:  # the same agreed figures on every rank
+            self.local_every = snapshot_every(self.local_interval_steps, write_s, step_s)
         persist = persist_due and not any_persisting and not any_busy
         if persist_due and not persist:
             if not self._pending or step % self.interval_steps == 0:
@@ -646,16 +693,21 @@ class CheckpointManager:
 
         return self.world_size > 1 and dist.is_available() and dist.is_initialized()
 
-    def _agree(self, *, busy: bool, persisting: bool) -> tuple[bool, bool, int]:
-        """(any rank busy, any rank persisting, rank 0's nonce): one tiny MAX all-reduce."""
+    def _agree(
+        self, *, busy: bool, persisting: bool, write_s: float = 0.0, step_s: float = 0.0
+    ) -> tuple[bool, bool, int, float, float]:
+        """(any rank busy, any rank persisting, rank 0's nonce, the slowest memory-tier write, the
+        fastest step time; 0 = unknown on some rank): one tiny MAX all-reduce."""
         nonce = random.getrandbits(31) | 1 if self.rank == 0 else 0
+        write_us, step_us = int(write_s * 1e6), int(step_s * 1e6)
         if self.world_size > 1 and (self._group is not None or self._dist_ready()):
             import torch.distributed as dist
 
-            t = torch.tensor([int(busy), int(persisting), nonce], dtype=torch.int64)
+            # MAX of -step: the fastest step; a rank that has none yet (0) makes it unknown (0).
+            t = torch.tensor([int(busy), int(persisting), nonce, write_us, -step_us], dtype=torch.int64)
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._group)
-            return bool(t[0]), bool(t[1]), int(t[2])
-        return busy, persisting, nonce or 1
+            return bool(t[0]), bool(t[1]), int(t[2]), int(t[3]) / 1e6, -int(t[4]) / 1e6
+        return busy, persisting, nonce or 1, write_us / 1e6, step_us / 1e6
 
     def _host_buffer(self, i: int, src: torch.Tensor) -> torch.Tensor:
         if i < len(self._host):
@@ -718,6 +770,8 @@ class CheckpointManager:
             r.checkpoint_skipped()
         elif ev.kind == "snapshot":
             r.memory_snapshot(ev.step)
+        elif ev.kind == "persisted" and ev.seconds is not None:
+            r.persisted(ev.seconds)
         elif ev.kind == "fault":
             from rtj.contract import FaultSeverity
 
@@ -745,10 +799,13 @@ class CheckpointManager:
         done, and (rank 0) commit; every failure is reported and leaves no partial of this rank."""
         partial = os.path.join(self.root, partial_name(step, nonce))
         mine = [os.path.join(partial, n) for n in (shard_bin(self.rank), shard_idx(self.rank))]
+        t0 = time.monotonic()
         try:
             os.makedirs(partial, exist_ok=True)
             files = produce(partial)
             write_done_marker(partial, self.rank, files)
+            seconds = time.monotonic() - t0
+            self._events.put(CheckpointEvent("persisted", step, datetime.now(UTC), seconds=seconds))
             if self.rank == 0:
                 self._commit(step, nonce, extra, partial)
             else:
@@ -783,7 +840,12 @@ class CheckpointManager:
             self._recycle_local(partial)
             if snap.ready is not None:
                 snap.ready.synchronize()
-            files = self._write_shard(partial, snap, throttle=False, checksum=False)
+            t0 = time.monotonic()
+            files = self._write_shard(
+                partial, snap, throttle=False, checksum=False, threads=self.local_write_threads
+            )
+            seconds = time.monotonic() - t0
+            self._last_write_s = seconds  # read by the training thread at the next save (a float)
             meta = {
                 "step": snap.step,
                 "nonce": snap.nonce,
@@ -804,7 +866,7 @@ class CheckpointManager:
             if persist:
                 self._write(snap)
             return
-        self._events.put(CheckpointEvent("snapshot", snap.step, datetime.now(UTC)))
+        self._events.put(CheckpointEvent("snapshot", snap.step, datetime.now(UTC), seconds=seconds))
         if persist:
             self._persist_source = final
             self._persister = threading.Thread(
@@ -892,33 +954,37 @@ class CheckpointManager:
             remove_tree(partial)
 
     def _write_shard(
-        self, partial: str, snap: _Snapshot, throttle: bool = True, checksum: bool = True
+        self, partial: str, snap: _Snapshot, throttle: bool = True, checksum: bool = True, threads: int = 1
     ) -> dict[str, dict[str, int | None]]:
         """This rank's .bin and .idx in `partial`; their sizes and CRC32s (None: `checksum` off,
-        the memory tier: a CRC32 of 6.85 GB takes seconds, a memory copy a fraction of that)."""
+        the memory tier: a CRC32 of 6.85 GB takes seconds, a memory copy a fraction of that).
+        `threads` > 1 (the memory tier: no checksum, no throttle) splits the copy over threads."""
         entries: list[TensorEntry] = []
         bin_path = os.path.join(partial, shard_bin(self.rank))
         tmp = f"{bin_path}.tmp"
         crc, offset = 0, 0
         t_start = time.monotonic()
         with open(tmp, "r+b" if os.path.exists(tmp) else "wb", buffering=0) as f:
-            for t in snap.host:
-                view = _as_bytes(t)
-                entries.append(
-                    TensorEntry(str(t.dtype).removeprefix("torch."), tuple(t.shape), offset, len(view))
-                )
-                for start in range(0, len(view), CHUNK_BYTES):
-                    if self._abort.is_set():
-                        raise _Aborted
-                    chunk = view[start : start + CHUNK_BYTES]
-                    written = 0
-                    while written < len(chunk):
-                        written += f.write(chunk[written:])
-                    if checksum:
-                        crc = crc32_of(chunk, crc)
-                    offset += len(chunk)
-                    if throttle:
-                        self._throttle(offset, t_start)
+            if threads > 1 and not checksum and not throttle:
+                offset = self._write_parallel(f.fileno(), snap.host, entries, threads)
+            else:
+                for t in snap.host:
+                    view = _as_bytes(t)
+                    entries.append(
+                        TensorEntry(str(t.dtype).removeprefix("torch."), tuple(t.shape), offset, len(view))
+                    )
+                    for start in range(0, len(view), CHUNK_BYTES):
+                        if self._abort.is_set():
+                            raise _Aborted
+                        chunk = view[start : start + CHUNK_BYTES]
+                        written = 0
+                        while written < len(chunk):
+                            written += f.write(chunk[written:])
+                        if checksum:
+                            crc = crc32_of(chunk, crc)
+                        offset += len(chunk)
+                        if throttle:
+                            self._throttle(offset, t_start)
             f.truncate(offset)  # a recycled file may have been longer
             os.fsync(f.fileno())
         os.replace(tmp, bin_path)
@@ -928,6 +994,36 @@ class CheckpointManager:
             shard_bin(self.rank): {"size": offset, "crc32": crc if checksum else None},
             shard_idx(self.rank): {"size": len(idx), "crc32": crc32_of(idx) if checksum else None},
         }
+
+    def _write_parallel(
+        self, fd: int, host: list[torch.Tensor], entries: list[TensorEntry], threads: int
+    ) -> int:
+        """Write `host` into `fd` as the one-writer loop lays it out (appending to `entries`), in
+        CHUNK_BYTES pieces spread over `threads` threads: one thread copies a few GB/s into tmpfs,
+        well below what the memory bus gives several. The syscalls release the GIL."""
+        pieces: list[tuple[memoryview, int]] = []
+        offset = 0
+        for t in host:
+            view = _as_bytes(t)
+            entries.append(
+                TensorEntry(str(t.dtype).removeprefix("torch."), tuple(t.shape), offset, len(view))
+            )
+            pieces.extend((view[i : i + CHUNK_BYTES], offset + i) for i in range(0, len(view), CHUNK_BYTES))
+            offset += len(view)
+        os.ftruncate(fd, offset)  # the final size at once (a recycled file may have been longer)
+
+        def write(piece: tuple[memoryview, int]) -> None:
+            chunk, at = piece
+            if self._abort.is_set():
+                raise _Aborted
+            done = 0
+            while done < len(chunk):
+                done += os.pwrite(fd, chunk[done:], at + done)
+
+        with ThreadPoolExecutor(max_workers=min(threads, max(1, len(pieces)))) as pool:
+            for _ in pool.map(write, pieces):  # re-raises the first failure (or _Aborted)
+                pass
+        return offset
 
     def _throttle(self, written: int, t_start: float) -> None:
         if not self.write_bytes_per_s:

@@ -31,6 +31,7 @@ from rtj.contract import (
     HEARTBEAT_ANNOTATION,
     LABEL_JOB,
     MAX_COUNTER,
+    MAX_PERSIST_SECONDS,
     CheckpointRef,
     Fault,
     Heartbeat,
@@ -94,6 +95,12 @@ def _counter(value: Any) -> int | None:
     return value
 
 
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value) if 0 <= value <= MAX_PERSIST_SECONDS else None
+
+
 @dataclass
 class Aggregator:
     """Folds rank reports into the pod's Heartbeat; keeps what must survive rank restarts.
@@ -107,6 +114,9 @@ class Aggregator:
       TORCHELASTIC_RESTART_COUNT unchanged but is a restart here too); never less than that count.
     - in-process restarts: counted per worker generation (a restarted worker starts from 0
       again) and summed, so the reported total never goes down and never double-counts.
+    - memory snapshot: the newest step every rank holds in the pod's memory tier (the minimum over
+      ranks); while some rank has not reported one (a restarted worker), the last known.
+    - persist seconds: the longest any rank took to write its shard to the volume (never shrinks).
     - checkpoint: newest committed; faults: hard over soft, a root cause over a collateral
       `PeerFailure`, then the newest.
     """
@@ -117,6 +127,8 @@ class Aggregator:
     #: local rank -> worker PIDs seen, in order; a PID's index is its generation.
     pids_by_local_rank: dict[int, list[int]] = field(default_factory=dict)
     checkpoint: CheckpointRef | None = None
+    memory_snapshot_step: int | None = None
+    persist_seconds: float | None = None
     checkpoints_skipped: int = 0
     fault: Fault | None = None
 
@@ -126,6 +138,7 @@ class Aggregator:
         severity = -1
         state = PodState.STARTING
         steps: list[int] = []
+        memory_steps: list[int | None] = []
         any_doc = False
         for doc in docs:
             any_doc = True
@@ -155,6 +168,11 @@ class Aggregator:
             )
             self._take_checkpoint(doc.get("checkpoint"))
             self._take_fault(doc.get("fault"))
+            memory_steps.append(_counter(doc.get("memorySnapshotStep")))
+            if (seconds := _seconds(doc.get("persistSeconds"))) is not None:
+                self.persist_seconds = max(self.persist_seconds or 0.0, seconds)
+        if memory_steps and None not in memory_steps:
+            self.memory_snapshot_step = min(s for s in memory_steps if s is not None)
         if not any_doc:
             state = PodState.STARTING
         if steps:
@@ -176,6 +194,8 @@ class Aggregator:
             in_job_restarts=self.in_job_restarts,
             step=self.last_step,
             checkpoint=self.checkpoint,
+            memory_snapshot_step=self.memory_snapshot_step,
+            persist_seconds=self.persist_seconds,
             checkpoints_skipped=self.checkpoints_skipped,
             fault=self.fault,
         )

@@ -99,6 +99,7 @@ class RankReporter:
             "inJobRestarts": in_job_restarts,
             "checkpoint": None,
             "memorySnapshotStep": None,
+            "persistSeconds": None,
             "checkpointsSkipped": 0,
             "fault": None,
             "updated": None,
@@ -172,6 +173,12 @@ class RankReporter:
             with open(tmp, "w") as f:
                 f.write(f"{int(step)}\n")
             os.replace(tmp, self._progress_file)
+
+    def persisted(self, seconds: float) -> None:
+        """This rank wrote its shard of a checkpoint to the volume in `seconds` (the operator sizes
+        the pods' grace period for an emergency save from the longest)."""
+        self._doc["persistSeconds"] = round(float(seconds), 3)
+        self._write()
 
     def checkpoint_skipped(self) -> None:
         self._doc["checkpointsSkipped"] += 1

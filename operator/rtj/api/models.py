@@ -361,6 +361,16 @@ class Checkpoint(ApiModel):
         ge=0,
         le=10_000_000,
     )
+    persist_seconds: int | None = Field(
+        None,
+        description="How long writing one checkpoint to the volume takes, as you measured it. The pods' "
+        "terminationGracePeriodSeconds (time for the emergency save on SIGTERM) is 1.5 x the longer of "
+        "this and the longest the pods measured (status.persistSeconds) + 30 s, at most 3600; with "
+        "neither, the operator's default (RTJ_TERMINATION_GRACE_SECONDS). Applies to pods created "
+        "after the change.",
+        ge=1,
+        le=86400,
+    )
 
 
 class InProcessRestart(ApiModel):
@@ -900,6 +910,18 @@ class JobStatus(ApiModel):
     restarts: RestartCounts = Field(default_factory=RestartCounts, description="Restarts per ladder level.")
     last_checkpoint: CheckpointStatus | None = Field(
         None, description="Last committed checkpoint of the job."
+    )
+    persist_seconds: float | None = Field(
+        None,
+        description="The longest any pod took to write its shard of a checkpoint to the volume "
+        "(seconds; from the heartbeats; never shrinks). Sizes new pods' terminationGracePeriodSeconds "
+        "(see checkpoint.persistSeconds).",
+    )
+    memory_snapshot_step: int | None = Field(
+        None,
+        description="Newest step every worker pod holds in its memory snapshot tier (an in-job restart "
+        "resumes from it; checkpoint.memorySnapshotIntervalSteps). Refreshed with the slots' "
+        "lastHeartbeatTime; lastCheckpoint is the newest persisted step.",
     )
     node_slots: list[NodeSlotStatus] = Field(default_factory=list, description="Per-node details.")
     quarantined_nodes: list[str] = Field(default_factory=list, description="Nodes this job quarantined.")

@@ -143,6 +143,8 @@ class _Pass:
         self.renewals: list[tuple[NodeSlotStatus, datetime]] = []
         #: Training steps the slots' heartbeats report (status.step, refreshed with heartbeat times).
         self.steps: list[int] = []
+        #: Per slot with a heartbeat, its pod's newest memory snapshot step (status.memorySnapshotStep).
+        self.memory_steps: list[int | None] = []
 
     # --- helpers ---------------------------------------------------------------------------------
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -533,6 +535,7 @@ class _Pass:
             self.renewals.append((slot, renew))
         if lease is not None and lease.heartbeat is not None:
             self.steps.append(lease.heartbeat.step)
+            self.memory_steps.append(lease.heartbeat.memory_snapshot_step)
 
     def apply_heartbeat_times(self) -> None:
         """Heartbeat times reach status at `heartbeat_status_resolution_seconds`, for all slots at
@@ -553,6 +556,9 @@ class _Pass:
                 step, seen = max(self.steps), max(renew for _, renew in self.renewals)
                 self.st.steps_per_second = p.steps_per_second(self.st.step, before, step, seen)
                 self.st.step = step
+            held = self.memory_steps
+            complete = len(held) == self.spec.nodes and None not in held
+            self.st.memory_snapshot_step = min(s for s in held if s is not None) if complete else None
 
     # --- job level: one recovery for the job's fault (rtj.ladder.job_level) -----------------------------
     def job_fault(
@@ -779,6 +785,13 @@ class _Pass:
             if ref is not None and (best is None or ref.step > best.step):
                 best = CheckpointStatus(step=ref.step, time=ref.time)
         self.st.last_checkpoint = best
+        measured = [
+            lease.heartbeat.persist_seconds
+            for lease in self.obs.leases.values()
+            if lease.heartbeat is not None and lease.heartbeat.persist_seconds is not None
+        ]
+        if measured:
+            self.st.persist_seconds = max(self.st.persist_seconds or 0.0, *measured)
 
     def close_degraded(self) -> None:
         if self.st.degraded_since is not None:

@@ -311,6 +311,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--memory-snapshot-interval", type=int, default=None, help="steps; 0 = off; default: RankEnv"
     )
     p.add_argument("--memory-snapshot-dir", default=None, help="default: RankEnv (RTJ_MEMORY_SNAPSHOT_DIR)")
+    p.add_argument(
+        "--snapshot-write-threads", type=int, default=None, help="threads writing a memory snapshot"
+    )
     p.add_argument("--write-bytes-per-s", type=float, default=None, help="throttle the writer (slow storage)")
     return p.parse_args(argv)
 
@@ -355,6 +358,8 @@ def main(argv: list[str] | None = None) -> None:
             write_bytes_per_s=args.write_bytes_per_s,
             local_root=local_root,
             local_interval_steps=mem_interval or None,
+            adapt_local_interval=True,  # a snapshot write longer than the interval widens it
+            **({"local_write_threads": args.snapshot_write_threads} if args.snapshot_write_threads else {}),
         )
     )
     log = StepLog(args.log_dir, env.rank)

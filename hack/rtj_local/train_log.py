@@ -1,0 +1,91 @@
+"""Steps lost per fault, read from the ranks' own step logs (the demo, the e2e fault matrix, benches).
+
+`rtj_trainer.examples.fsdp_train --log-dir` writes one JSON line per step per rank (`step`, `loss`,
+`t`), a `resume` line each time the training function (re)starts (`step` it resumed at, `source`:
+init, memory, local, persistent...) and a `fault` line before an injected fault fires (`kind`,
+`step`, `t`). Under the local node agent each pod's /tmp is private: its logs lie in
+`<agent run dir>/pods/<ns>_<pod>_<uid>/tmp/train-logs/rank-<global rank>.jsonl`.
+
+Steps lost to a fault = the newest step any rank completed before the recovery's first resume,
+minus the step that resume started from (the oldest, when ranks disagree). A fault handled on the
+state kept in memory loses 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: The trainer's log dir inside each pod (env RTJ_TRAIN_LOG_DIR), in its private /tmp.
+TRAIN_LOG_DIR = "/tmp/train-logs"
+
+#: File key ("<pod>/rank-<r>.jsonl") -> that file's records, in order.
+TrainLogs = Mapping[str, list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class StepsLost:
+    last_step: int  # newest step completed before the recovery resumed
+    resumed_at: int  # the step the recovery resumed from
+    sources: tuple[str, ...]  # where the resumed state came from, as the ranks said
+
+    @property
+    def lost(self) -> int:
+        return max(0, self.last_step - self.resumed_at)
+
+
+def _worker_pod_pattern(job: str) -> re.Pattern[str]:
+    # Worker and promoted-spare pods of `job` (rtj.builders' names), not another job's "<job>-x".
+    return re.compile(rf"^{re.escape(job)}-(n\d+|spare-\d+)-a\d+$")
+
+
+def pod_train_logs(agent_run_dir: Path, namespace: str, job: str) -> dict[str, list[dict[str, Any]]]:
+    """Every step log of `job`'s pods under a local node agent's run dir. A torn last line (a rank
+    killed while writing it) is skipped."""
+    pattern = _worker_pod_pattern(job)
+    out: dict[str, list[dict[str, Any]]] = {}
+    rel = TRAIN_LOG_DIR.removeprefix("/tmp/")
+    for path in sorted(Path(agent_run_dir).glob(f"pods/{namespace}_*/tmp/{rel}/rank-*.jsonl")):
+        pod = path.parents[2].name.split("_")[1]
+        if not pattern.match(pod):
+            continue
+        recs = []
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                recs.append(json.loads(line))
+        out[f"{pod}/{path.name}"] = recs
+    return out
+
+
+def fault_times(logs: TrainLogs) -> dict[str, float]:
+    """When each injected fault fired, keyed like its marker: `<kind>-<rank>-<step>`."""
+    out = {}
+    for key, recs in logs.items():
+        rank = key.rsplit("rank-", 1)[-1].removesuffix(".jsonl")
+        for rec in recs:
+            if rec.get("event") == "fault":
+                out.setdefault(f"{rec['kind']}-{rank}-{rec['step']}", rec["t"])
+    return out
+
+
+def steps_lost(logs: TrainLogs, fault_t: float) -> StepsLost | None:
+    """What the fault at wall time `fault_t` cost, or None while no rank has resumed after it."""
+    resumes = []
+    for recs in logs.values():
+        first = next((r for r in recs if r.get("event") == "resume" and r.get("t", 0) > fault_t), None)
+        if first is not None:
+            resumes.append(first)
+    if not resumes:
+        return None
+    recovered_t = min(r["t"] for r in resumes)
+    done = [r["step"] for recs in logs.values() for r in recs if "loss" in r and r["t"] < recovered_t]
+    return StepsLost(
+        last_step=max(done, default=0),
+        resumed_at=min(r["step"] for r in resumes),
+        sources=tuple(sorted({str(r.get("source", "?")) for r in resumes})),
+    )

@@ -1,0 +1,98 @@
+"""rtj_local.train_log: steps lost per fault, read from the ranks' step logs (pure; no processes)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rtj_local.train_log import TRAIN_LOG_DIR, StepsLost, fault_times, pod_train_logs, steps_lost
+
+pytestmark = pytest.mark.unit
+
+
+def step(n: int, t: float) -> dict:
+    return {"step": n, "loss": 1.0, "t": t}
+
+
+def resume(n: int, t: float, source: str = "memory") -> dict:
+    return {"event": "resume", "step": n, "source": source, "t": t}
+
+
+def test_in_process_restart_on_kept_state_loses_nothing() -> None:
+    # Rank 1 raised before step 8; both ranks re-entered at step 7 (the kept state).
+    logs = {
+        "p0/rank-0.jsonl": [
+            resume(0, 0.0, "init"),
+            step(6, 6.0),
+            step(7, 7.0),
+            resume(7, 9.0),
+            step(8, 10.0),
+        ],
+        "p1/rank-1.jsonl": [
+            resume(0, 0.0, "init"),
+            step(7, 7.0),
+            {"event": "fault", "kind": "exception", "step": 8, "t": 7.5},
+            resume(7, 9.1),
+        ],
+    }
+    assert steps_lost(logs, 7.5) == StepsLost(last_step=7, resumed_at=7, sources=("memory",))
+    assert steps_lost(logs, 7.5).lost == 0
+
+
+def test_restart_from_an_older_checkpoint_counts_the_steps_redone() -> None:
+    logs = {
+        "a/rank-0.jsonl": [step(19, 19.0), resume(15, 30.0, "persistent"), step(16, 31.0)],
+        "b/rank-1.jsonl": [step(19, 19.0), resume(15, 30.2, "persistent")],
+    }
+    got = steps_lost(logs, 19.5)
+    assert (got.last_step, got.resumed_at, got.lost, got.sources) == (19, 15, 4, ("persistent",))
+
+
+def test_steps_completed_after_the_fault_but_before_the_resume_are_lost_too() -> None:
+    # An outside SIGKILL lands while a step is in flight: the step finishes, then the group restarts.
+    logs = {"a/rank-0.jsonl": [step(10, 10.0), step(11, 11.2), resume(10, 20.0)]}
+    assert steps_lost(logs, 11.0).lost == 1
+
+
+def test_the_oldest_resume_step_counts_when_ranks_disagree() -> None:
+    logs = {
+        "a/rank-0.jsonl": [step(12, 12.0), resume(10, 20.0)],
+        "b/rank-1.jsonl": [step(12, 12.0), resume(8, 20.1, "persistent")],
+    }
+    got = steps_lost(logs, 12.5)
+    assert (got.resumed_at, got.lost, got.sources) == (8, 4, ("memory", "persistent"))
+
+
+def test_no_resume_after_the_fault_is_unknown() -> None:
+    logs = {"a/rank-0.jsonl": [resume(0, 0.0, "init"), step(5, 5.0)]}
+    assert steps_lost(logs, 6.0) is None
+
+
+def test_resumes_before_the_fault_are_not_taken_for_its_recovery() -> None:
+    logs = {"a/rank-0.jsonl": [resume(0, 0.0, "init"), step(5, 5.0), step(6, 6.0), resume(4, 9.0)]}
+    got = steps_lost(logs, 6.5)
+    assert (got.last_step, got.resumed_at) == (6, 4)
+    assert steps_lost({"a/rank-0.jsonl": logs["a/rank-0.jsonl"][:3]}, 6.5) is None
+
+
+def test_fault_times_key_like_the_fault_markers() -> None:
+    logs = {
+        "p/rank-1.jsonl": [{"event": "fault", "kind": "sigkill", "step": 20, "t": 42.0}, step(20, 43.0)],
+        "q/rank-1.jsonl": [{"event": "fault", "kind": "hang", "step": 32, "t": 80.0}],
+    }
+    assert fault_times(logs) == {"sigkill-1-20": 42.0, "hang-1-32": 80.0}
+
+
+def test_pod_train_logs_reads_the_pods_private_tmp_of_one_job(tmp_path) -> None:
+    def write(pod_dir: str, rank: int, recs: list[dict]) -> None:
+        d = tmp_path / "pods" / pod_dir / "tmp" / TRAIN_LOG_DIR.removeprefix("/tmp/")
+        d.mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps(r) for r in recs] + ['{"torn']  # a rank killed mid-line
+        (d / f"rank-{rank}.jsonl").write_text("\n".join(lines))
+
+    write("default_soft-n0-a0_1234abcd", 0, [step(1, 1.0)])
+    write("default_soft-n1-a0_5678abcd", 1, [step(1, 1.1)])
+    write("default_other-n0-a0_9999abcd", 0, [step(9, 9.0)])
+    write("other_soft-n0-a0_aaaaaaaa", 0, [step(9, 9.0)])
+    logs = pod_train_logs(tmp_path, "default", "soft")
+    assert logs == {"soft-n0-a0/rank-0.jsonl": [step(1, 1.0)], "soft-n1-a0/rank-1.jsonl": [step(1, 1.1)]}
