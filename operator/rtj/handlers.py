@@ -5,11 +5,12 @@
 - One loop per job (an asyncio task that `track_job` starts, feeds and stops from the job's watch
   events; not a kopf daemon, which would put a finalizer on every job) runs a pass: observe
   (indexes) -> decide (pure) -> ONE status write (resourceVersion precondition) -> act -> Events
-  (from the status's outbox) -> metrics. It runs every
-  RTJ_RECONCILE_INTERVAL_SECONDS (default 1 s), and also right when a heartbeat deadline passes and
-  when the job or one of its pods changes (a deleted pod's replacement need not wait an interval):
-  measured by bench/operator_scale.py, a fixed-interval timer put 1-2 intervals between a missed
-  heartbeat deadline and the replacement pod.
+  (from the status's outbox) -> metrics. It runs on change, not on a clock (rtj.ladder.wakeups,
+  issue 18): when the job or one of its pods changes, when a Lease's content (not its renewal)
+  changes, when a stale slot renews, at the job's next heartbeat deadline, and at the slow resync
+  RTJ_RECONCILE_INTERVAL_SECONDS (default 30 s). Measured by bench/operator_scale.py: a 1 s timer
+  per job was most of the operator's CPU at 300 jobs, and a timer alone put 1-2 intervals between
+  a missed heartbeat deadline and the replacement pod.
   Status first: a pass computed from a stale copy conflicts and has no side effect at all; a pass
   whose actions fail half-way is completed by the next pass (every action is level-based).
 - create/resume: validate the spec (PermanentError + Failed/InvalidSpec) and ensure the checkpoint
@@ -61,6 +62,7 @@ from rtj.ladder import (
     lease_from_dict,
     node_from_dict,
     pod_from_dict,
+    wakeups,
 )
 from rtj.ladder.conditions import set_condition
 from rtj.ladder.observe import CreateRefusal
@@ -72,8 +74,6 @@ CREATES = create_refusals.CREATES
 GROUP, VERSION, PLURAL = contract.API_GROUP, contract.API_VERSION, contract.PLURAL
 OURS = {contract.LABEL_JOB: kopf.PRESENT}
 PARALLEL_CALLS = 16
-#: A pass runs this long after a heartbeat deadline (the ladder's test is "older than", strictly).
-DEADLINE_SLACK_SECONDS = 0.02
 #: Events of a job's pods arriving within this window wake its pass once.
 WAKE_DEBOUNCE_SECONDS = 0.02
 logger = logging.getLogger("rtj.operator")
@@ -139,13 +139,28 @@ def rtj_pods(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> 
 def rtj_leases(
     namespace: str, labels: kopf.Labels, meta: kopf.Meta, spec: kopf.Spec, **_: Any
 ) -> dict[Any, Any]:
+    key, name = (namespace, labels[contract.LABEL_JOB]), str(meta.get("name"))
+    annotations = dict(meta.get("annotations") or {})
     lease = {
-        "metadata": {"name": meta.get("name"), "annotations": dict(meta.get("annotations") or {})},
+        "metadata": {"name": name, "annotations": annotations},
         "spec": {"renewTime": spec.get("renewTime")},
         # When this version arrived: bounds a future renewTime (see ladder.lease_from_dict).
         OBSERVED_AT: datetime.now(UTC),
     }
-    return {(namespace, labels[contract.LABEL_JOB]): lease}
+    _wake_on_lease(key, name, annotations)  # here, not in a second handler: one call per Lease event
+    return {key: lease}
+
+
+def _wake_on_lease(key: tuple[str, str], name: str, annotations: dict[str, Any]) -> None:
+    """Wake the job's pass when the Lease's content changed or a slot it found stale renewed;
+    an ordinary renewal only moves a deadline later (rtj.ladder.wakeups)."""
+    job_loop = _LOOPS.get(key)
+    if job_loop is None:
+        return
+    digest = wakeups.heartbeat_digest(annotations)
+    if job_loop.lease_digests.get(name) != digest or name in getattr(job_loop.memo, "watched_leases", ()):
+        job_loop.lease_digests[name] = digest
+        job_loop.wake.set()
 
 
 @kopf.index(
@@ -277,6 +292,8 @@ class _JobLoop:
     #: kopf's memo of this object: per-job state kept across passes (last write, refusals, Events).
     memo: kopf.Memo
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Lease name -> rtj.ladder.wakeups.heartbeat_digest of its last version seen.
+    lease_digests: dict[str, str] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
 
 
@@ -317,7 +334,20 @@ async def track_job(
         indexes = (rtj_pods, rtj_leases, rtj_services, rtj_nodes)  # live: kopf updates them in place
         current.task = asyncio.create_task(job_passes(current, namespace, name, *indexes))
     else:
-        current.body = body  # the next pass reads it (most events are this loop's own status writes)
+        # The next pass reads it. Most events are this loop's own status writes: only a change of
+        # spec or metadata (generation, deletion, labels) wakes the pass.
+        woken = _job_changed(current.body, body)
+        current.body = body
+        if woken:
+            current.wake.set()
+
+
+def _job_changed(old: kopf.Body, new: kopf.Body) -> bool:
+    def meta(b: kopf.Body) -> tuple[Any, ...]:
+        m = b.metadata
+        return m.get("generation"), m.get("deletionTimestamp"), m.get("uid")
+
+    return meta(old) != meta(new)
 
 
 def _stop_loop(key: tuple[str, str]) -> None:
@@ -335,7 +365,7 @@ async def job_passes(
     rtj_services: kopf.Index,
     rtj_nodes: kopf.Index,
 ) -> None:
-    """The job's passes: every interval, at the next heartbeat deadline, on a pod or job change."""
+    """The job's passes: on a change, at the next heartbeat deadline, at the slow resync."""
     wake = job_loop.wake
     loop = asyncio.get_running_loop()
     while True:
@@ -431,9 +461,9 @@ async def run_pass(
     )
     metrics.set_heartbeat_ages(namespace, name, decision.heartbeat_ages)
     metrics.set_goodput(namespace, name, goodput(status, now))
-    timeout = job.spec.fault_tolerance.heartbeat_timeout_seconds
-    ahead = [timeout - age for age in decision.heartbeat_ages.values() if age <= timeout]
-    return min(ahead) + DEADLINE_SLACK_SECONDS if ahead else None
+    ft = job.spec.fault_tolerance
+    memo.watched_leases = wakeups.watched_leases(status, decision.heartbeat_ages, ft)
+    return wakeups.next_deadline(decision.heartbeat_ages, ft)
 
 
 async def post_events(k: kube.Kube, memo: kopf.Memo, body: kopf.Body, status: JobStatus) -> None:
