@@ -402,7 +402,7 @@ async def run_pass(
     """One pass; returns the seconds until the job's next heartbeat deadline (None: no heartbeats)."""
     if body.metadata.get("deletionTimestamp"):
         return None
-    job, _message = parse_job(body)
+    job = _parsed(memo, body)
     if job is None:
         return None  # admit() marked it Failed/InvalidSpec
     k: kube.Kube = memo.kube
@@ -413,13 +413,15 @@ async def run_pass(
         rv = last[1]
         job = job.model_copy(update={"status": last[2]})
     now = datetime.now(UTC)
+    job_pods = {p.name: p for p in pods.get((namespace, name), [])}
     observed = Observed(
-        pods={p.name: p for p in pods.get((namespace, name), [])},
+        pods=job_pods,
         leases={
             lease["metadata"]["name"]: lease_from_dict(lease, now)
             for lease in leases.get((namespace, name), [])
         },
-        nodes={n.name: n for store in nodes.values() for n in store},
+        # Only the nodes of the job's pods, all the ladder reads: not a copy of the cluster's nodes.
+        nodes={p.node: n for p in job_pods.values() if p.node for n in nodes.get(p.node, [])},
         service_exists=bool(list(services.get((namespace, name), []))),
         refused=getattr(memo, "refused", {}).get(body.metadata.get("uid"), ""),
         create_refusal=getattr(memo, "create_refusal", None),
@@ -464,6 +466,15 @@ async def run_pass(
     ft = job.spec.fault_tolerance
     memo.watched_leases = wakeups.watched_leases(status, decision.heartbeat_ages, ft)
     return wakeups.next_deadline(decision.heartbeat_ages, ft)
+
+
+def _parsed(memo: kopf.Memo, body: kopf.Body) -> ResilientTrainingJob | None:
+    """parse_job, once per version of the job (most passes see an unchanged job)."""
+    rv = body.metadata.get("resourceVersion")
+    cached = getattr(memo, "parsed", None)
+    if cached is None or cached[0] != rv or rv is None:
+        memo.parsed = cached = (rv, parse_job(body)[0])
+    return cached[1]
 
 
 async def post_events(k: kube.Kube, memo: kopf.Memo, body: kopf.Body, status: JobStatus) -> None:
