@@ -76,6 +76,8 @@ OURS = {contract.LABEL_JOB: kopf.PRESENT}
 PARALLEL_CALLS = 16
 #: Events of a job's pods arriving within this window wake its pass once.
 WAKE_DEBOUNCE_SECONDS = 0.02
+#: A pass that did not finish (a conflict, a failed call) runs again this soon, not at the resync.
+RETRY_SECONDS = 1.0
 logger = logging.getLogger("rtj.operator")
 
 
@@ -132,7 +134,10 @@ def api_client_ready(memo: kopf.Memo, **_: Any) -> bool:
 # --- indexes (label-selected watches; values are small immutable observations) ----------------------
 @kopf.index("pods", labels=OURS)
 def rtj_pods(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return {(namespace, labels[contract.LABEL_JOB]): pod_from_dict(_plain(body))}
+    key, pod = (namespace, labels[contract.LABEL_JOB]), pod_from_dict(_plain(body))
+    if pod.node:
+        _JOBS_ON_NODE.setdefault(pod.node, set()).add(key)
+    return {key: pod}
 
 
 @kopf.index("coordination.k8s.io", "v1", "leases", labels=OURS)
@@ -172,7 +177,21 @@ def rtj_services(namespace: str, labels: kopf.Labels, name: str, **_: Any) -> di
 
 @kopf.index("nodes")
 def rtj_nodes(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return {name: node_from_dict(_plain(body))}
+    node = node_from_dict(_plain(body))
+    # A node's readiness or taints changed: wake the passes of the jobs with pods on it (a node
+    # status report that changes neither wakes nothing).
+    if _NODE_STATE.get(name) != (node.ready, node.taints):
+        _NODE_STATE[name] = (node.ready, node.taints)
+        for key in _JOBS_ON_NODE.get(name, ()):
+            if (job_loop := _LOOPS.get(key)) is not None:
+                job_loop.wake.set()
+    return {name: node}
+
+
+#: Node -> jobs that had a pod bound to it (may name jobs whose pods have left: a spare wake-up).
+_JOBS_ON_NODE: dict[str, set[tuple[str, str]]] = {}
+#: Node -> (Ready status, taints) last seen.
+_NODE_STATE: dict[str, tuple[str, tuple[tuple[str, str, str], ...]]] = {}
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:
@@ -334,8 +353,8 @@ async def track_job(
         indexes = (rtj_pods, rtj_leases, rtj_services, rtj_nodes)  # live: kopf updates them in place
         current.task = asyncio.create_task(job_passes(current, namespace, name, *indexes))
     else:
-        # The next pass reads it. Most events are this loop's own status writes: only a change of
-        # spec or metadata (generation, deletion, labels) wakes the pass.
+        # The next pass reads it. Most events are this loop's own status writes: only a new
+        # generation (spec), a deletion or a namesake wakes the pass.
         woken = _job_changed(current.body, body)
         current.body = body
         if woken:
@@ -380,6 +399,7 @@ async def job_passes(
                 delay = min(delay, max(0.0, deadline_in - (time.perf_counter() - started)))
         except Exception:  # a pass never crashes the operator; the next one retries
             logger.exception("pass for %s/%s failed", namespace, name)
+            delay = RETRY_SECONDS
         finally:
             metrics.RECONCILE.observe(time.perf_counter() - started)
         until = loop.time() + delay
@@ -399,7 +419,8 @@ async def run_pass(
     services: kopf.Index,
     nodes: kopf.Index,
 ) -> float | None:
-    """One pass; returns the seconds until the job's next heartbeat deadline (None: no heartbeats)."""
+    """One pass; returns the seconds until it must run again: the job's next heartbeat deadline,
+    sooner when something is left to retry (None: no deadline, the resync will do)."""
     if body.metadata.get("deletionTimestamp"):
         return None
     job = _parsed(memo, body)
@@ -440,7 +461,7 @@ async def run_pass(
         except kube.KubeError as exc:
             if exc.conflict or exc.not_found:
                 logger.debug("status of %s/%s changed under this pass; next pass recomputes", namespace, name)
-                return None
+                return RETRY_SECONDS
             raise
         memo.last_write = (rv, new_rv, decision.status)
         metrics.committed(namespace, name, decision.restarts, decision.recoveries)
@@ -457,6 +478,8 @@ async def run_pass(
         return 0.0
     if remember_refusal(memo, namespace, name, outcome, now):
         return 0.0  # the next pass shows it on the job (condition + Event)
+    if outcome.failed or getattr(memo, "create_refusal", None) is not None:
+        return RETRY_SECONDS  # level-based: the next pass retries (refused creates wait out a backoff)
     status = decision.status
     metrics.set_conditions(
         namespace, name, frozenset(c.type for c in status.conditions if c.status == "True")
@@ -500,6 +523,8 @@ class ActOutcome:
     refused: tuple[int, str, str] | None = None
     #: Whether any create was accepted (a remembered refusal is then over).
     created: bool = False
+    #: Whether any other call failed (the next pass retries it).
+    failed: bool = False
 
 
 def remember_refusal(memo: kopf.Memo, namespace: str, name: str, outcome: ActOutcome, now: datetime) -> bool:
@@ -576,6 +601,7 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> Ac
                     refusals.append((decision.actions.index(action), exc))
                     return False
                 logger.warning("%s/%s: %s failed: %s", ns, name, type(action).__name__, exc)
+                outcome.failed = True
                 if exc.invalid and isinstance(action, CREATES):
                     outcome.invalid.append(f"the API server refused {exc.message}")
                 return False

@@ -85,3 +85,34 @@ def test_the_lease_index_wakes_the_pass_on_content_changes_not_on_renewals() -> 
 
     # first version seen, a renewal, a state change, a renewal of a slot found stale
     assert asyncio.run(scenario()) == [True, False, True, True]
+
+
+def node_event(ready: str) -> None:
+    body = {"metadata": {"name": "node-1"}, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+    handlers.rtj_nodes(name="node-1", body=kopf.Body(body))
+
+
+def test_a_node_changing_readiness_wakes_the_jobs_with_pods_on_it() -> None:
+    async def scenario() -> list[bool]:
+        job_loop = handlers._JobLoop("uid", kopf.Body({}), kopf.Memo())
+        handlers._LOOPS[("ns", "train")] = job_loop
+        pod = {
+            "metadata": {"name": "train-n0-a0", "labels": {contract.LABEL_JOB: "train"}},
+            "spec": {"nodeName": "node-1"},
+            "status": {"phase": "Running"},
+        }
+        handlers.rtj_pods(namespace="ns", labels={contract.LABEL_JOB: "train"}, body=kopf.Body(pod))
+        woken = []
+        try:
+            for ready in ("True", "True", "Unknown"):
+                job_loop.wake.clear()
+                node_event(ready)
+                woken.append(job_loop.wake.is_set())
+        finally:
+            handlers._LOOPS.clear()
+            handlers._JOBS_ON_NODE.clear()
+            handlers._NODE_STATE.clear()
+        return woken
+
+    # first seen, a status report that changes nothing, NotReady
+    assert asyncio.run(scenario()) == [True, False, True]

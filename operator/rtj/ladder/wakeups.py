@@ -2,13 +2,15 @@
 
 A pass used to run every second for every job; at 300 jobs that alone was ~0.5 of the operator's
 0.75 cores, almost all of it recomputing jobs where nothing had changed. A job's pass now runs
-- when the job or one of its pods changes (watch events; the handlers wake it),
+- when the job's spec or one of its pods changes, or the readiness or taints of a node holding
+  one of its pods (watch events; the handlers wake it),
 - when a heartbeat Lease's content changes, not its renewal: the Heartbeat annotation without its
   `step` (state, restart counters, a reported fault, a committed checkpoint) or the assigned slot
   (`heartbeat_digest`),
 - when a renewal arrives for a slot the last pass found stale or silent (`watched_leases`): that
   renewal can end a stale state or the outage hold,
-- at the job's next heartbeat deadline (`next_deadline`),
+- at the job's next heartbeat deadline (`next_deadline`); after 1 s when the pass did not finish
+  (a status-write conflict, a failed call, a create refusal's backoff),
 - and at the slow resync interval (RTJ_RECONCILE_INTERVAL_SECONDS), which bounds the time-based
   rules that publish no deadline here (startup timeout, create backoff, progress watchdog, TTL,
   the once-a-minute heartbeat times in status).
