@@ -11,7 +11,14 @@ For each size (jobs, ramped in one cluster: 10 -> 100 -> ...) it measures
 - API requests/s made by the operator, counted by the apiserver: the operator runs as a
   ServiceAccount outside kube-system, the only client of APF flow schema `service-accounts`
   (apiserver_flowcontrol_dispatched_requests_total); everything else here is system:masters or a
-  kube-system component.
+  kube-system component;
+- the operator's passes/s (its rtj_reconcile_duration_seconds_count) in the steady window, and
+  the flapping Events posted in it with no fault injected: every Event on a job (there is nothing
+  to report) and every NodeNotReady (KWOK's node Leases missing their grace).
+
+Heartbeat period: `--heartbeat-interval 0` (the default) picks it from the Lease write budget
+(`--lease-budget`, renewals/s this control plane can take next to everything else), as
+docs/benchmarks.md explains: period = max(10 s, pods / budget), timeout = 3 periods.
 
 The load generator is this process: one aiohttp session (keep-alive) renewing every Running worker
 pod's Lease every --heartbeat-interval seconds with the body the trainer's heartbeat agent writes
@@ -23,6 +30,7 @@ jobs share a node: N jobs need N nodes (1,000 jobs x 8 pods = 8,000 pods on 1,00
 
     .venv/bin/python bench/operator_scale.py --jobs 50                 # quick (make bench)
     .venv/bin/python bench/operator_scale.py --sizes 10,100,300,1000   # the big run (manual)
+    flock /tmp/rtj-heavy.lock .venv/bin/python bench/operator_scale.py --jobs 1000 --steady 120
 """
 
 from __future__ import annotations
@@ -608,12 +616,14 @@ class Bench:
             1 for p in self.pods.values() if p.role == contract.ROLE_WORKER and p.phase == "Running"
         )
         await asyncio.sleep(self.a.heartbeat_interval)  # every pod beat at least once
+        await asyncio.sleep(self.a.quiet)  # the creation burst's Events and status writes are over
         create = [self.job_all_pods[j] - self.job_post[j] for j in new if j in self.job_all_pods]
         first = [self.job_first_pod[j] - self.job_post[j] for j in new if j in self.job_first_pod]
 
         # Steady window: every pod heartbeating, nothing failing: the operator's running cost.
         load = os.getloadavg()[0]
         before = api_counts(await self.apiserver_metrics())
+        events0, passes0 = await self.flap_events(), await self.operator_passes()
         renew0, errors0, lag0 = self.renewals, self.renew_errors, len(self.renew_lag)
         win = CpuWindow(pids)
         win.start()
@@ -624,6 +634,8 @@ class Bench:
         cores = win.cores()
         dt = time.monotonic() - t0
         after = api_counts(await self.apiserver_metrics())
+        events1, passes1 = await self.flap_events(), await self.operator_passes()
+        flaps = {k: v - events0.get(k, 0) for k, v in events1.items() if v > events0.get(k, 0)}
         hb_rate = (self.renewals - renew0) / dt
         hb_errors = self.renew_errors - errors0
         lag = self.renew_lag[lag0:]
@@ -665,6 +677,11 @@ class Bench:
             "delete_p99": pct(to_delete, 0.99),
             "del_to_new_p50": pct(del_to_new, 0.5),
             "hb_per_s": hb_rate,
+            "heartbeat_interval_s": self.a.heartbeat_interval,
+            "heartbeat_timeout_s": self.a.heartbeat_timeout,
+            "passes_per_s": (passes1 - passes0) / dt if passes0 is not None and passes1 is not None else None,
+            "flap_events": sum(flaps.values()),
+            "flap_events_by_reason": flaps,
             "hb_errors": hb_errors,
             "hb_lag_p99": pct(lag, 0.99),
             "window_s": dt,
@@ -676,6 +693,29 @@ class Bench:
                 k: round(v, 2) for k, v in sorted(verbs.items(), key=lambda kv: -kv[1]) if v >= 0.05
             },
         }
+
+    async def flap_events(self) -> dict[str, int]:
+        """Events so far by reason: every Event on a job, and NodeNotReady (each posted once here)."""
+        counts: dict[str, int] = {}
+        for path in (
+            f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.kind%3D{contract.KIND}",
+            "/api/v1/events?fieldSelector=reason%3DNodeNotReady",
+        ):
+            _status, out = await self.req("GET", path)
+            for ev in out.get("items", []) if isinstance(out, dict) else []:
+                counts[ev.get("reason", "")] = counts.get(ev.get("reason", ""), 0) + int(ev.get("count") or 1)
+        return counts
+
+    async def operator_passes(self) -> float | None:
+        """The operator's passes so far (its own /metrics), None when it does not answer."""
+        try:
+            # Its own session: the admin token of self.http is the apiserver's business only.
+            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+            async with aiohttp.ClientSession() as session, session.get(url) as r:
+                found = re.search(r"^rtj_reconcile_duration_seconds_count (\S+)$", await r.text(), re.M)
+        except (aiohttp.ClientError, OSError):
+            return None
+        return float(found.group(1)) if found else None
 
     async def apiserver_metrics(self) -> str:
         """The apiserver's /metrics (large, slow under load: long timeout, a few tries; "" if none)."""
@@ -744,8 +784,8 @@ def fmt(v: float | None, nd: int = 2) -> str:
 def table(results: list[dict[str, Any]]) -> str:
     head = (
         "| jobs | pods | nodes | load1 | hb/s | create→pods p50/p99 s | deadline→replacement p50/p99 s (n) "
-        "| op CPU cores | op RSS MB | op req/s | apiserver cores | etcd | kwok | sched | kcm | loadgen "
-        "| op/apiserver CPU |"
+        "| op CPU cores | op RSS MB | op req/s | op passes/s | apiserver cores | etcd | kwok | sched | kcm "
+        "| loadgen | op/apiserver CPU | hb period/timeout s | flap Events |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
@@ -756,9 +796,10 @@ def table(results: list[dict[str, Any]]) -> str:
             f"| {fmt(r['create_p50'])} / {fmt(r['create_p99'])} "
             f"| {fmt(r['repl_p50'])} / {fmt(r['repl_p99'])} ({r['replaced']}/{r['faults']}) "
             f"| {c['operator']:.2f} | {r['rss_mb'].get('operator', 0):.0f} | {r['op_req_per_s']:.1f} "
-            f"| {api:.2f} | {c.get('etcd', 0):.2f} | {c.get('kwok', 0):.2f} "
+            f"| {fmt(r['passes_per_s'], 1)} | {api:.2f} | {c.get('etcd', 0):.2f} | {c.get('kwok', 0):.2f} "
             f"| {c.get('kube-scheduler', 0):.2f} "
-            f"| {c.get('kube-controller-manager', 0):.2f} | {c['loadgen']:.2f} | {c['operator'] / api:.2f} |"
+            f"| {c.get('kube-controller-manager', 0):.2f} | {c['loadgen']:.2f} | {c['operator'] / api:.2f} "
+            f"| {r['heartbeat_interval_s']}/{r['heartbeat_timeout_s']} | {r['flap_events']} |"
         )
     return "\n".join(lines)
 
@@ -768,9 +809,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--jobs", type=int, help="one size (same as --sizes N)")
     ap.add_argument("--sizes", default="10,50", help="comma list of job counts, ramped in one cluster")
     ap.add_argument("--faults", type=int, default=20, help="pods silenced per size (one per job)")
-    ap.add_argument("--heartbeat-interval", type=int, default=10)
-    ap.add_argument("--heartbeat-timeout", type=int, default=30)
+    ap.add_argument("--heartbeat-interval", type=int, default=0, help="0: from --lease-budget")
+    ap.add_argument("--heartbeat-timeout", type=int, default=0, help="0: 3 heartbeat intervals")
+    ap.add_argument(
+        "--lease-budget",
+        type=float,
+        default=120,
+        help="Lease renewals/s this control plane takes next to the rest (docs/benchmarks.md)",
+    )
     ap.add_argument("--steady", type=float, default=30, help="seconds of the steady window (no faults)")
+    ap.add_argument("--quiet", type=float, default=10, help="seconds after settling before the window")
     ap.add_argument("--settle-timeout", type=float, default=300)
     ap.add_argument("--connections", type=int, default=32, help="load generator keep-alive connections")
     ap.add_argument("--create-concurrency", type=int, default=8)
@@ -782,7 +830,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--operator-src", help="directory holding the `rtj` package to run (A/B: baseline)")
     a = ap.parse_args(argv)
     a.sizes = [a.jobs] if a.jobs else [int(s) for s in a.sizes.split(",")]
+    if not a.heartbeat_interval:
+        a.heartbeat_interval = renew_period(max(a.sizes) * WORKERS_PER_JOB, a.lease_budget)
+    a.heartbeat_timeout = a.heartbeat_timeout or 3 * a.heartbeat_interval
     return a
+
+
+def renew_period(pods: int, budget: float, floor: int = 10) -> int:
+    """Seconds between a pod's Lease renewals so that `pods` renew within `budget` writes/s."""
+    return max(floor, math.ceil(pods / budget))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -800,6 +856,12 @@ def main(argv: list[str] | None = None) -> None:
             f"deleted→new pod p50 {fmt(r['del_to_new_p50'])} s; "
             f"heartbeat errors {r['hb_errors']}, renewal lag p99 {fmt(r['hb_lag_p99'], 3)} s; "
             f"RSS MB { ({k: round(v) for k, v in r['rss_mb'].items()}) }; load1 end {r['load1_end']}"
+        )
+        api = r["cores"].get("kube-apiserver") or 0.0
+        per_renewal = 1000 * api / r["hb_per_s"] if r["hb_per_s"] else float("nan")
+        print(
+            f"  flapping Events in the steady window (no faults): {r['flap_events_by_reason']}; "
+            f"apiserver CPU per renewal (upper bound: all its work / renewals) {per_renewal:.1f} ms"
         )
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2))

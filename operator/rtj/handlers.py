@@ -5,11 +5,12 @@
 - One loop per job (an asyncio task that `track_job` starts, feeds and stops from the job's watch
   events; not a kopf daemon, which would put a finalizer on every job) runs a pass: observe
   (indexes) -> decide (pure) -> ONE status write (resourceVersion precondition) -> act -> Events
-  (from the status's outbox) -> metrics. It runs every
-  RTJ_RECONCILE_INTERVAL_SECONDS (default 1 s), and also right when a heartbeat deadline passes and
-  when the job or one of its pods changes (a deleted pod's replacement need not wait an interval):
-  measured by bench/operator_scale.py, a fixed-interval timer put 1-2 intervals between a missed
-  heartbeat deadline and the replacement pod.
+  (from the status's outbox) -> metrics. It runs on change, not on a clock (rtj.ladder.wakeups,
+  issue 18): when the job or one of its pods changes, when a Lease's content (not its renewal)
+  changes, when a stale slot renews, at the job's next heartbeat deadline, and at the slow resync
+  RTJ_RECONCILE_INTERVAL_SECONDS (default 30 s). Measured by bench/operator_scale.py: a 1 s timer
+  per job was most of the operator's CPU at 300 jobs, and a timer alone put 1-2 intervals between
+  a missed heartbeat deadline and the replacement pod.
   Status first: a pass computed from a stale copy conflicts and has no side effect at all; a pass
   whose actions fail half-way is completed by the next pass (every action is level-based).
 - create/resume: validate the spec (PermanentError + Failed/InvalidSpec) and ensure the checkpoint
@@ -61,6 +62,7 @@ from rtj.ladder import (
     lease_from_dict,
     node_from_dict,
     pod_from_dict,
+    wakeups,
 )
 from rtj.ladder.conditions import set_condition
 from rtj.ladder.observe import CreateRefusal
@@ -72,10 +74,10 @@ CREATES = create_refusals.CREATES
 GROUP, VERSION, PLURAL = contract.API_GROUP, contract.API_VERSION, contract.PLURAL
 OURS = {contract.LABEL_JOB: kopf.PRESENT}
 PARALLEL_CALLS = 16
-#: A pass runs this long after a heartbeat deadline (the ladder's test is "older than", strictly).
-DEADLINE_SLACK_SECONDS = 0.02
 #: Events of a job's pods arriving within this window wake its pass once.
 WAKE_DEBOUNCE_SECONDS = 0.02
+#: A pass that did not finish (a conflict, a failed call) runs again this soon, not at the resync.
+RETRY_SECONDS = 1.0
 logger = logging.getLogger("rtj.operator")
 
 
@@ -132,20 +134,38 @@ def api_client_ready(memo: kopf.Memo, **_: Any) -> bool:
 # --- indexes (label-selected watches; values are small immutable observations) ----------------------
 @kopf.index("pods", labels=OURS)
 def rtj_pods(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return {(namespace, labels[contract.LABEL_JOB]): pod_from_dict(_plain(body))}
+    key, pod = (namespace, labels[contract.LABEL_JOB]), pod_from_dict(_plain(body))
+    if pod.node:
+        _JOBS_ON_NODE.setdefault(pod.node, set()).add(key)
+    return {key: pod}
 
 
 @kopf.index("coordination.k8s.io", "v1", "leases", labels=OURS)
 def rtj_leases(
     namespace: str, labels: kopf.Labels, meta: kopf.Meta, spec: kopf.Spec, **_: Any
 ) -> dict[Any, Any]:
+    key, name = (namespace, labels[contract.LABEL_JOB]), str(meta.get("name"))
+    annotations = dict(meta.get("annotations") or {})
     lease = {
-        "metadata": {"name": meta.get("name"), "annotations": dict(meta.get("annotations") or {})},
+        "metadata": {"name": name, "annotations": annotations},
         "spec": {"renewTime": spec.get("renewTime")},
         # When this version arrived: bounds a future renewTime (see ladder.lease_from_dict).
         OBSERVED_AT: datetime.now(UTC),
     }
-    return {(namespace, labels[contract.LABEL_JOB]): lease}
+    _wake_on_lease(key, name, annotations)  # here, not in a second handler: one call per Lease event
+    return {key: lease}
+
+
+def _wake_on_lease(key: tuple[str, str], name: str, annotations: dict[str, Any]) -> None:
+    """Wake the job's pass when the Lease's content changed or a slot it found stale renewed;
+    an ordinary renewal only moves a deadline later (rtj.ladder.wakeups)."""
+    job_loop = _LOOPS.get(key)
+    if job_loop is None:
+        return
+    digest = wakeups.heartbeat_digest(annotations)
+    if job_loop.lease_digests.get(name) != digest or name in getattr(job_loop.memo, "watched_leases", ()):
+        job_loop.lease_digests[name] = digest
+        job_loop.wake.set()
 
 
 @kopf.index(
@@ -157,7 +177,21 @@ def rtj_services(namespace: str, labels: kopf.Labels, name: str, **_: Any) -> di
 
 @kopf.index("nodes")
 def rtj_nodes(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return {name: node_from_dict(_plain(body))}
+    node = node_from_dict(_plain(body))
+    # A node's readiness or taints changed: wake the passes of the jobs with pods on it (a node
+    # status report that changes neither wakes nothing).
+    if _NODE_STATE.get(name) != (node.ready, node.taints):
+        _NODE_STATE[name] = (node.ready, node.taints)
+        for key in _JOBS_ON_NODE.get(name, ()):
+            if (job_loop := _LOOPS.get(key)) is not None:
+                job_loop.wake.set()
+    return {name: node}
+
+
+#: Node -> jobs that had a pod bound to it (may name jobs whose pods have left: a spare wake-up).
+_JOBS_ON_NODE: dict[str, set[tuple[str, str]]] = {}
+#: Node -> (Ready status, taints) last seen.
+_NODE_STATE: dict[str, tuple[str, tuple[tuple[str, str, str], ...]]] = {}
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:
@@ -277,6 +311,8 @@ class _JobLoop:
     #: kopf's memo of this object: per-job state kept across passes (last write, refusals, Events).
     memo: kopf.Memo
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Lease name -> rtj.ladder.wakeups.heartbeat_digest of its last version seen.
+    lease_digests: dict[str, str] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
 
 
@@ -317,7 +353,20 @@ async def track_job(
         indexes = (rtj_pods, rtj_leases, rtj_services, rtj_nodes)  # live: kopf updates them in place
         current.task = asyncio.create_task(job_passes(current, namespace, name, *indexes))
     else:
-        current.body = body  # the next pass reads it (most events are this loop's own status writes)
+        # The next pass reads it. Most events are this loop's own status writes: only a new
+        # generation (spec), a deletion or a namesake wakes the pass.
+        woken = _job_changed(current.body, body)
+        current.body = body
+        if woken:
+            current.wake.set()
+
+
+def _job_changed(old: kopf.Body, new: kopf.Body) -> bool:
+    def meta(b: kopf.Body) -> tuple[Any, ...]:
+        m = b.metadata
+        return m.get("generation"), m.get("deletionTimestamp"), m.get("uid")
+
+    return meta(old) != meta(new)
 
 
 def _stop_loop(key: tuple[str, str]) -> None:
@@ -335,7 +384,7 @@ async def job_passes(
     rtj_services: kopf.Index,
     rtj_nodes: kopf.Index,
 ) -> None:
-    """The job's passes: every interval, at the next heartbeat deadline, on a pod or job change."""
+    """The job's passes: on a change, at the next heartbeat deadline, at the slow resync."""
     wake = job_loop.wake
     loop = asyncio.get_running_loop()
     while True:
@@ -350,6 +399,7 @@ async def job_passes(
                 delay = min(delay, max(0.0, deadline_in - (time.perf_counter() - started)))
         except Exception:  # a pass never crashes the operator; the next one retries
             logger.exception("pass for %s/%s failed", namespace, name)
+            delay = RETRY_SECONDS
         finally:
             metrics.RECONCILE.observe(time.perf_counter() - started)
         until = loop.time() + delay
@@ -369,10 +419,11 @@ async def run_pass(
     services: kopf.Index,
     nodes: kopf.Index,
 ) -> float | None:
-    """One pass; returns the seconds until the job's next heartbeat deadline (None: no heartbeats)."""
+    """One pass; returns the seconds until it must run again: the job's next heartbeat deadline,
+    sooner when something is left to retry (None: no deadline, the resync will do)."""
     if body.metadata.get("deletionTimestamp"):
         return None
-    job, _message = parse_job(body)
+    job = _parsed(memo, body)
     if job is None:
         return None  # admit() marked it Failed/InvalidSpec
     k: kube.Kube = memo.kube
@@ -383,13 +434,15 @@ async def run_pass(
         rv = last[1]
         job = job.model_copy(update={"status": last[2]})
     now = datetime.now(UTC)
+    job_pods = {p.name: p for p in pods.get((namespace, name), [])}
     observed = Observed(
-        pods={p.name: p for p in pods.get((namespace, name), [])},
+        pods=job_pods,
         leases={
             lease["metadata"]["name"]: lease_from_dict(lease, now)
             for lease in leases.get((namespace, name), [])
         },
-        nodes={n.name: n for store in nodes.values() for n in store},
+        # Only the nodes of the job's pods, all the ladder reads: not a copy of the cluster's nodes.
+        nodes={p.node: n for p in job_pods.values() if p.node for n in nodes.get(p.node, [])},
         service_exists=bool(list(services.get((namespace, name), []))),
         refused=getattr(memo, "refused", {}).get(body.metadata.get("uid"), ""),
         create_refusal=getattr(memo, "create_refusal", None),
@@ -408,7 +461,7 @@ async def run_pass(
         except kube.KubeError as exc:
             if exc.conflict or exc.not_found:
                 logger.debug("status of %s/%s changed under this pass; next pass recomputes", namespace, name)
-                return None
+                return RETRY_SECONDS
             raise
         memo.last_write = (rv, new_rv, decision.status)
         metrics.committed(namespace, name, decision.restarts, decision.recoveries)
@@ -425,15 +478,26 @@ async def run_pass(
         return 0.0
     if remember_refusal(memo, namespace, name, outcome, now):
         return 0.0  # the next pass shows it on the job (condition + Event)
+    if outcome.failed or getattr(memo, "create_refusal", None) is not None:
+        return RETRY_SECONDS  # level-based: the next pass retries (refused creates wait out a backoff)
     status = decision.status
     metrics.set_conditions(
         namespace, name, frozenset(c.type for c in status.conditions if c.status == "True")
     )
     metrics.set_heartbeat_ages(namespace, name, decision.heartbeat_ages)
     metrics.set_goodput(namespace, name, goodput(status, now))
-    timeout = job.spec.fault_tolerance.heartbeat_timeout_seconds
-    ahead = [timeout - age for age in decision.heartbeat_ages.values() if age <= timeout]
-    return min(ahead) + DEADLINE_SLACK_SECONDS if ahead else None
+    ft = job.spec.fault_tolerance
+    memo.watched_leases = wakeups.watched_leases(status, decision.heartbeat_ages, ft)
+    return wakeups.next_deadline(decision.heartbeat_ages, ft)
+
+
+def _parsed(memo: kopf.Memo, body: kopf.Body) -> ResilientTrainingJob | None:
+    """parse_job, once per version of the job (most passes see an unchanged job)."""
+    rv = body.metadata.get("resourceVersion")
+    cached = getattr(memo, "parsed", None)
+    if cached is None or cached[0] != rv or rv is None:
+        memo.parsed = cached = (rv, parse_job(body)[0])
+    return cached[1]
 
 
 async def post_events(k: kube.Kube, memo: kopf.Memo, body: kopf.Body, status: JobStatus) -> None:
@@ -459,6 +523,8 @@ class ActOutcome:
     refused: tuple[int, str, str] | None = None
     #: Whether any create was accepted (a remembered refusal is then over).
     created: bool = False
+    #: Whether any other call failed (the next pass retries it).
+    failed: bool = False
 
 
 def remember_refusal(memo: kopf.Memo, namespace: str, name: str, outcome: ActOutcome, now: datetime) -> bool:
@@ -535,6 +601,7 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> Ac
                     refusals.append((decision.actions.index(action), exc))
                     return False
                 logger.warning("%s/%s: %s failed: %s", ns, name, type(action).__name__, exc)
+                outcome.failed = True
                 if exc.invalid and isinstance(action, CREATES):
                     outcome.invalid.append(f"the API server refused {exc.message}")
                 return False

@@ -39,9 +39,12 @@ class Settings(BaseModel):
         "and grants PersistentVolume permissions only when true).",
     )
     reconcile_interval_seconds: float = Field(
-        1.0,
+        30.0,
         gt=0,
-        description="Per-job pass interval (the job's daemon also wakes on deadlines and pod changes).",
+        description="Slow resync of each job's pass. Fault reaction does not wait for it: a pass also "
+        "runs at the job's next heartbeat deadline and on changes of the job, its pods and its "
+        "Leases' content (rtj.ladder.wakeups); it bounds only the time-based rules that publish no "
+        "deadline (startup timeout, create backoff, progress watchdog, TTL).",
     )
     fault_grace_seconds: int = Field(
         5, ge=0, description="Grace when deleting a faulted pod (node lost: 0, forced)."

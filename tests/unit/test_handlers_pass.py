@@ -165,9 +165,17 @@ def test_a_stale_pass_conflicts_on_the_status_write_and_does_nothing_else() -> N
     conflict = kube.KubeError(409, "Conflict", '{"reason": "Conflict"}')
     fake = FakeKube({("PATCH", STATUS): conflict})
     result, memo = run_pass(fake, job_body(make_job().nodes(2).obj()))
-    assert result is None
+    assert result == handlers.RETRY_SECONDS  # soon, not at the slow resync
     assert [(c.method, c.path) for c in fake.calls] == [("PATCH", STATUS)]
     assert not hasattr(memo, "last_write")
+
+
+def test_a_pass_whose_call_failed_runs_again_soon() -> None:
+    fake = FakeKube({("POST", PODS): kube.KubeError(500, "Internal Server Error")})
+    result, _ = run_pass(fake, job_body(make_job().nodes(2).obj()))
+    assert result == handlers.RETRY_SECONDS
+    ok, _ = run_pass(FakeKube(), job_body(make_job().nodes(2).obj()))
+    assert ok is None  # no heartbeats yet: nothing to wake for but a change or the resync
 
 
 def test_a_failed_status_write_raises_before_any_action_or_event() -> None:

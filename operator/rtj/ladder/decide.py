@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from rtj import contract, reasons
 from rtj.api.models import (
     CheckpointStatus,
+    Condition,
     ConditionType,
     FaultStatus,
     JobStatus,
@@ -37,7 +38,14 @@ from rtj.api.models import (
     ResilientTrainingJob,
     SpareStatus,
 )
-from rtj.ladder import create_refusals, event_outbox, job_level, missing_lease, progress_watchdog
+from rtj.ladder import (
+    create_refusals,
+    event_outbox,
+    job_level,
+    missing_lease,
+    outage_hold,
+    progress_watchdog,
+)
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     Action,
@@ -296,24 +304,15 @@ class _Pass:
     def hold_correlated_silence(
         self, faults: list[tuple[NodeSlotStatus, PodObs | None, str, str]]
     ) -> list[tuple[NodeSlotStatus, PodObs | None, str, str]]:
-        """Heartbeats of most slots going stale together point at the heartbeat path (API server
-        outage, trainer RBAC, a network partition), not at the pods: replacing them all would turn a
-        control-plane blip into a job-wide restart. Such silence is held (Degraded/HeartbeatsStale)
-        until heartbeats resume; real deaths still surface as pod exits or node status. A stale
-        slot is one silent past its deadline or older than half of heartbeatTimeoutSeconds."""
+        """rtj.ladder.outage_hold: silence of most slots at once is held, with hysteresis."""
         silent = [f for f in faults if f[2] in (reasons.HEARTBEAT_TIMEOUT, reasons.STARTUP_TIMEOUT)]
-        if not silent:
-            return faults
-        half = self.ft.heartbeat_timeout_seconds / 2
-        stale = len(silent) + sum(1 for age in self.d.heartbeat_ages.values() if age > half)
-        if stale < 2 or stale * 2 <= self.spec.nodes:
+        stale = outage_hold.stale_count(len(silent), self.d.heartbeat_ages, self.ft)
+        was_held = _condition_reason(self.old.conditions, ConditionType.DEGRADED) == reasons.HEARTBEATS_STALE
+        if not outage_hold.holds(was_held, len(silent), stale, self.spec.nodes):
             return faults
         for slot, _pod, _reason, _message in silent:
             slot.state = "Silent"
-        self.stale_heartbeats = (
-            f"{stale} of {self.spec.nodes} slots' heartbeats are stale at once; holding "
-            "replacements until heartbeats resume (pod exits and node failures still act)"
-        )
+        self.stale_heartbeats = outage_hold.message(stale, self.spec.nodes)
         return [f for f in faults if f not in silent]
 
     # --- creates the API server refuses (rtj.ladder.create_refusals) -------------------------------
@@ -844,10 +843,7 @@ class _Pass:
         else:
             self.cond(ConditionType.RECOVERING, False, reasons.NOT_RECOVERING, "")
         if self.stale_heartbeats:
-            if not is_true(self.old.conditions, ConditionType.DEGRADED) or (
-                next((c.reason for c in self.old.conditions if c.type == ConditionType.DEGRADED), "")
-                != reasons.HEARTBEATS_STALE
-            ):
+            if _condition_reason(self.old.conditions, ConditionType.DEGRADED) != reasons.HEARTBEATS_STALE:
                 self.event(WARNING, reasons.HEARTBEATS_STALE, self.stale_heartbeats)
             self.cond(ConditionType.DEGRADED, True, reasons.HEARTBEATS_STALE, self.stale_heartbeats)
         else:
@@ -871,6 +867,12 @@ class _Pass:
             self.st.state, self.st.reason = "Running", reasons.PODS_NOT_HEARTBEATING
         else:
             self.st.state, self.st.reason = "Pending", reasons.PODS_PENDING
+
+
+def _condition_reason(conditions: list[Condition], type_: str) -> str:
+    """The reason of a True condition of this type, else ""."""
+    c = get_condition(conditions, type_)
+    return c.reason if c is not None and c.status == "True" else ""
 
 
 def decide(

@@ -1,0 +1,64 @@
+"""When a job's pass must run: cost proportional to change (issue 18).
+
+A pass used to run every second for every job; at 300 jobs that alone was ~0.5 of the operator's
+0.75 cores, almost all of it recomputing jobs where nothing had changed. A job's pass now runs
+- when the job's spec or one of its pods changes, or the readiness or taints of a node holding
+  one of its pods (watch events; the handlers wake it),
+- when a heartbeat Lease's content changes, not its renewal: the Heartbeat annotation without its
+  `step` (state, restart counters, a reported fault, a committed checkpoint) or the assigned slot
+  (`heartbeat_digest`),
+- when a renewal arrives for a slot the last pass found stale or silent (`watched_leases`): that
+  renewal can end a stale state or the outage hold,
+- at the job's next heartbeat deadline (`next_deadline`); after 1 s when the pass did not finish
+  (a status-write conflict, a failed call, a create refusal's backoff),
+- and at the slow resync interval (RTJ_RECONCILE_INTERVAL_SECONDS), which bounds the time-based
+  rules that publish no deadline here (startup timeout, create backoff, progress watchdog, TTL,
+  the once-a-minute heartbeat times in status).
+An ordinary renewal of a healthy slot only moves a deadline later, so it wakes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from rtj import contract
+from rtj.api.models import FaultTolerance, JobStatus
+
+#: A pass runs this long after a heartbeat deadline (the ladder's test is "older than", strictly).
+DEADLINE_SLACK_SECONDS = 0.02
+
+
+def heartbeat_digest(annotations: Mapping[str, Any] | None) -> str:
+    """What in a Lease the ladder acts on, without the step (which changes with every renewal)."""
+    annotations = annotations or {}
+    raw = annotations.get(contract.HEARTBEAT_ANNOTATION)
+    try:
+        heartbeat = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        heartbeat = raw  # malformed: its text is the digest (the ladder ignores it)
+    if isinstance(heartbeat, dict):
+        heartbeat = {k: v for k, v in heartbeat.items() if k != "step"}
+    assigned = annotations.get(contract.ASSIGNED_SLOT_ANNOTATION)
+    return json.dumps([heartbeat, assigned], sort_keys=True, default=str)
+
+
+def watched_leases(
+    status: JobStatus, heartbeat_ages: Mapping[int, float], ft: FaultTolerance
+) -> frozenset[str]:
+    """Leases whose next renewal must wake the pass: slots held silent, or older than half of the
+    timeout (what the outage hold counts as stale)."""
+    half = ft.heartbeat_timeout_seconds / 2
+    return frozenset(
+        contract.lease_name(s.pod)
+        for s in status.node_slots
+        if s.pod and (s.state == "Silent" or heartbeat_ages.get(s.slot, 0.0) > half)
+    )
+
+
+def next_deadline(heartbeat_ages: Mapping[int, float], ft: FaultTolerance) -> float | None:
+    """Seconds until the first live slot's heartbeat deadline passes (None: no heartbeats)."""
+    timeout = ft.heartbeat_timeout_seconds
+    ahead = [timeout - age for age in heartbeat_ages.values() if age <= timeout]
+    return min(ahead) + DEADLINE_SLACK_SECONDS if ahead else None

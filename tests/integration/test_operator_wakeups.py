@@ -1,0 +1,65 @@
+"""A job's pass runs on change, not on a clock (rtj.ladder.wakeups, issue 18), against the real API
+server: the operator runs with a resync interval of 10 minutes, so everything below that happens
+within seconds was woken by a change (a pod, the job's spec, a Lease's content) or by the job's own
+heartbeat deadline; and heartbeat renewals that change nothing run no pass."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+
+import pytest
+from operator_harness import OperatorEnv, running, until
+from rtj import contract, reasons
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+PASSES = re.compile(r"^rtj_reconcile_duration_seconds_count (\S+)$", re.M)
+
+
+def passes(e: OperatorEnv) -> float:
+    found = PASSES.search(e.operator.metrics())
+    return float(found.group(1)) if found else 0.0
+
+
+def test_passes_wake_on_changes_and_deadlines_not_on_renewals(env: Callable[..., OperatorEnv]) -> None:
+    e = env(nodes=3, RTJ_RECONCILE_INTERVAL_SECONDS="600")
+    e.create_job("train", 2, faultTolerance={"heartbeatTimeoutSeconds": 8})
+    t = e.trainers("train")
+    # Pods created, then Running, then heartbeating: each step is a pod or Lease change.
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+
+    # Renewals whose content changes only by the step: no pass (a 1 s timer would run ~10).
+    pods = ["train-n0-a0", "train-n1-a0"]
+    before, step, t0 = passes(e), 0, time.monotonic()
+
+    def renewed_for_ten_seconds() -> bool:
+        nonlocal step
+        step += 1
+        t.heartbeats = {p: contract.Heartbeat(state=contract.PodState.TRAINING, step=step) for p in pods}
+        return time.monotonic() - t0 >= 10
+
+    until(renewed_for_ten_seconds, t, 30, e.explain("train"))
+    ran = passes(e) - before
+    assert ran <= 3, f"{ran} passes during 10 s of plain renewals"
+
+    # A Lease's content changes (an in-process restart reported): the pass runs at once.
+    t.heartbeats["train-n1-a0"] = contract.Heartbeat(
+        state=contract.PodState.IN_PROCESS_RESTARTING, in_process_restarts=1, step=step
+    )
+    until(lambda: e.status("train").get("reason") == reasons.IN_PROCESS_RESTART, t, 20, e.explain("train"))
+
+    # A pod goes silent: the pass runs at its heartbeat deadline and replaces it.
+    t.heartbeats["train-n1-a0"] = contract.Heartbeat(state=contract.PodState.TRAINING, in_process_restarts=1)
+    t.silent.add("train-n0-a0")
+    until(
+        lambda: "train-n0-a1" in {p.metadata.name for p in e.workers("train").values()},
+        t,
+        30,
+        e.explain("train"),
+    )
+
+    # The job's spec changes (suspend): the pass runs at once.
+    e.rtj.patch(e.namespace, "train", {"spec": {"suspend": True}})
+    until(lambda: not e.workers("train"), t, 30, e.explain("train"))

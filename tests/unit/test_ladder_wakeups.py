@@ -1,0 +1,118 @@
+"""rtj.ladder.wakeups (what wakes a job's pass) and its use by the handlers' Lease index: a renewal
+that changes nothing but renewTime and the step wakes nothing; a changed state, fault or assigned
+slot does, and so does the renewal of a slot the last pass found stale (issue 18)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import kopf
+import pytest
+from ladder_testkit import hb, make_job, running_status
+from rtj import contract, handlers
+from rtj.api.models import JobStatus
+from rtj.ladder import wakeups
+
+pytestmark = pytest.mark.unit
+
+FT = make_job().obj().spec.fault_tolerance  # heartbeatTimeoutSeconds 30
+
+
+def annotations(state: str = "Training", step: int = 5, **extra: str) -> dict[str, str]:
+    heartbeat = json.loads(hb(state, step=step).to_annotation())
+    return {contract.HEARTBEAT_ANNOTATION: json.dumps(heartbeat), **extra}
+
+
+@pytest.mark.parametrize(
+    ("after", "changed"),
+    [
+        (annotations(step=6), False),
+        (annotations(state="InJobRestarting"), True),
+        (annotations(**{contract.ASSIGNED_SLOT_ANNOTATION: "1"}), True),
+        ({contract.HEARTBEAT_ANNOTATION: "{not json"}, True),
+        ({}, True),
+    ],
+    ids=["step only", "state", "assigned slot", "malformed", "annotation gone"],
+)
+def test_heartbeat_digest_ignores_the_step_only(after: dict[str, Any], changed: bool) -> None:
+    assert (wakeups.heartbeat_digest(annotations()) != wakeups.heartbeat_digest(after)) is changed
+
+
+def test_watched_leases_are_the_silent_and_the_half_stale_slots() -> None:
+    status = JobStatus.model_validate(running_status(3))
+    status.node_slots[0].state = "Silent"
+    watched = wakeups.watched_leases(status, {1: 16.0, 2: 14.0}, FT)
+    assert watched == {contract.lease_name("train-n0-a0"), contract.lease_name("train-n1-a0")}
+
+
+@pytest.mark.parametrize(
+    ("ages", "expected"),
+    [({}, None), ({0: 31.0}, None), ({0: 10.0, 1: 25.0}, 5.0 + wakeups.DEADLINE_SLACK_SECONDS)],
+    ids=["no heartbeats", "all past the deadline", "the oldest live one"],
+)
+def test_next_deadline(ages: dict[int, float], expected: float | None) -> None:
+    assert wakeups.next_deadline(ages, FT) == pytest.approx(expected)
+
+
+def lease_event(annotations: dict[str, str], name: str = "train-n0-a0") -> None:
+    handlers.rtj_leases(
+        namespace="ns",
+        labels={contract.LABEL_JOB: "train"},
+        meta={"name": contract.lease_name(name), "annotations": annotations},
+        spec={"renewTime": "2026-01-01T00:00:00.000000Z"},
+    )
+
+
+def test_the_lease_index_wakes_the_pass_on_content_changes_not_on_renewals() -> None:
+    async def scenario() -> list[bool]:
+        job_loop = handlers._JobLoop("uid", kopf.Body({}), kopf.Memo())
+        handlers._LOOPS[("ns", "train")] = job_loop
+        woken = []
+        try:
+            for event in (annotations(step=1), annotations(step=2), annotations("InJobRestarting", 3)):
+                job_loop.wake.clear()
+                lease_event(event)
+                woken.append(job_loop.wake.is_set())
+            job_loop.memo.watched_leases = frozenset({contract.lease_name("train-n0-a0")})
+            job_loop.wake.clear()
+            lease_event(annotations("InJobRestarting", 4))
+            woken.append(job_loop.wake.is_set())
+        finally:
+            handlers._LOOPS.clear()
+        return woken
+
+    # first version seen, a renewal, a state change, a renewal of a slot found stale
+    assert asyncio.run(scenario()) == [True, False, True, True]
+
+
+def node_event(ready: str) -> None:
+    body = {"metadata": {"name": "node-1"}, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+    handlers.rtj_nodes(name="node-1", body=kopf.Body(body))
+
+
+def test_a_node_changing_readiness_wakes_the_jobs_with_pods_on_it() -> None:
+    async def scenario() -> list[bool]:
+        job_loop = handlers._JobLoop("uid", kopf.Body({}), kopf.Memo())
+        handlers._LOOPS[("ns", "train")] = job_loop
+        pod = {
+            "metadata": {"name": "train-n0-a0", "labels": {contract.LABEL_JOB: "train"}},
+            "spec": {"nodeName": "node-1"},
+            "status": {"phase": "Running"},
+        }
+        handlers.rtj_pods(namespace="ns", labels={contract.LABEL_JOB: "train"}, body=kopf.Body(pod))
+        woken = []
+        try:
+            for ready in ("True", "True", "Unknown"):
+                job_loop.wake.clear()
+                node_event(ready)
+                woken.append(job_loop.wake.is_set())
+        finally:
+            handlers._LOOPS.clear()
+            handlers._JOBS_ON_NODE.clear()
+            handlers._NODE_STATE.clear()
+        return woken
+
+    # first seen, a status report that changes nothing, NotReady
+    assert asyncio.run(scenario()) == [True, False, True]
