@@ -54,3 +54,29 @@ def test_cni_bridge_per_node_without_masquerading() -> None:
     bridge = kn.cni_config(node)["plugins"][0]
     assert bridge["bridge"] == node.bridge and bridge["ipMasq"] is False
     assert bridge["ipam"]["ranges"] == [[{"subnet": node.subnet}]]
+
+
+def test_kubelet_registers_its_node_with_the_kubelet_label_zone_and_instance_type() -> None:
+    # The e2e stack and the demo select kubelet nodes by this label (KWOK nodes lack it).
+    node = layouts()[2]
+    labels = kn.kubelet_node_labels(node)
+    assert labels[kn.KUBELET_LABEL] == "true"
+    assert labels["node.kubernetes.io/instance-type"] == nodes_mod.INSTANCE_TYPE
+    assert labels["topology.kubernetes.io/zone"] in nodes_mod.DEFAULT_ZONES
+    # NodeRestriction lets a kubelet set its own labels only outside kubernetes.io / k8s.io, except
+    # the few well-known ones it allows (zone, instance-type).
+    own = [k for k in labels if "kubernetes.io" not in k and "k8s.io" not in k]
+    assert own == [kn.KUBELET_LABEL]
+
+
+def test_container_cgroup_dirs_are_found_under_the_pods_cgroup(tmp_path: Path) -> None:
+    # cgroupfs driver layout: <root>/kubepods/<qos>/pod<uid>/<container id> (guaranteed: no qos dir).
+    pod = tmp_path / "kubepods" / "burstable" / "pod1234-abcd"
+    for cid in ("sandbox0", "c1", "c2"):
+        (pod / cid).mkdir(parents=True)
+        (pod / cid / "cgroup.procs").write_text({"sandbox0": "7\n", "c1": "11\n12\n", "c2": ""}[cid])
+    (tmp_path / "kubepods" / "pod9999" / "c1").mkdir(parents=True)  # another pod, same container id
+    (tmp_path / "kubepods" / "pod9999" / "c1" / "cgroup.procs").write_text("99\n")
+    assert kn.container_pids(tmp_path, "1234-abcd", {"c1", "c2"}) == [11, 12]
+    assert kn.container_pids(tmp_path, "1234-abcd", {"sandbox0"}) == [7]
+    assert kn.container_pids(tmp_path, "0000", {"c1"}) == []
