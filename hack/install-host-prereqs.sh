@@ -10,6 +10,7 @@
 #   iptables, iproute2       kube-proxy's Service rules and the nodes' bridges
 #   conntrack                kube-proxy clears stale UDP entries (DNS) with it
 #   ca-certificates, curl    debootstrap over https mirrors, pip inside image builds
+# (and util-linux's hardlink, always installed: kubelet nodes share their image layers' files through it)
 # Idempotent: packages already installed are left alone. Needs root (apt-get). Usage:
 #   hack/install-host-prereqs.sh [--check]   --check: only say what is missing (exit 1 if anything is)
 set -euo pipefail
@@ -17,7 +18,7 @@ set -euo pipefail
 PACKAGES=(podman buildah debootstrap crun runc containernetworking-plugins iptables iproute2 conntrack
   ca-certificates curl)
 # The binaries that the build scripts and rtj_local.kubelet_nodes call, each checked after the install.
-BINARIES=(podman buildah debootstrap crun runc iptables ip conntrack /usr/lib/cni/bridge
+BINARIES=(podman buildah debootstrap crun runc iptables ip conntrack hardlink /usr/lib/cni/bridge
   /usr/lib/cni/host-local /usr/lib/cni/loopback /usr/lib/cni/portmap)
 
 log() { echo "[host-prereqs] $*" >&2; }

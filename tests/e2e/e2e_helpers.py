@@ -4,7 +4,7 @@
 - `agent` (default): a node agent with 4 p5-shaped nodes (the kubelet stand-in; pods become process
   groups on the host network), the Helm chart (operator.replicas=0, trainer ServiceAccount in the e2e
   namespace) and the operator as a local process with the chart's RBAC;
-- `kubelet` (`make test-e2e-nodes`): 4 kubelet nodes (rtj_local.kubelet_nodes); the chart installed as
+- `kubelet` (`make test-e2e-nodes`): 3 kubelet nodes (rtj_local.kubelet_nodes); the chart installed as
   users install it (ci/kubelet-values.yaml: the operator pod from the image `make images` built) and
   every job pod a container of the trainer image.
 While it runs, the cluster's other (KWOK) nodes are cordoned so that no pod of ours lands on a node

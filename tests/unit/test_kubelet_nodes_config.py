@@ -3,12 +3,14 @@ pure builders, no processes. The settings this cgroup v1 host needs, and the per
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
 import pytest
 from rtj_local import kubelet_nodes as kn
 from rtj_local import nodes as nodes_mod
+from rtj_local.cluster import LocalCluster
 
 pytestmark = pytest.mark.unit
 
@@ -80,3 +82,26 @@ def test_container_cgroup_dirs_are_found_under_the_pods_cgroup(tmp_path: Path) -
     assert kn.container_pids(tmp_path, "1234-abcd", {"c1", "c2"}) == [11, 12]
     assert kn.container_pids(tmp_path, "1234-abcd", {"sandbox0"}) == [7]
     assert kn.container_pids(tmp_path, "0000", {"c1"}) == []
+
+
+def test_a_new_nodes_image_layers_are_hardlinked_to_another_nodes_but_never_containers_dirs(
+    tmp_path: Path,
+) -> None:
+    nodes = kn.KubeletNodes(LocalCluster(tmp_path))
+    first, second = nodes.layout(0), nodes.layout(1)
+
+    def layer(node: kn.NodeLayout, sid: str, text: str) -> Path:
+        f = node.snapshots / sid / "fs" / "usr" / "lib" / "libbig.so"
+        f.parent.mkdir(parents=True)
+        f.write_text(text)
+        os.utime(f, (1_000_000, 1_000_000))
+        return f
+
+    a = layer(first, "1", "torch")
+    nodes._share_layers(first)  # the first node: nothing to share with yet
+    upper = layer(first, "9", "torch")  # a container's upper dir on the first node, made later
+    b, c = layer(second, "1", "torch"), layer(second, "2", "other")
+    nodes._share_layers(second)
+    assert b.stat().st_ino == a.stat().st_ino  # one copy on disk
+    assert c.stat().st_ino != a.stat().st_ino  # different content
+    assert upper.stat().st_ino not in (a.stat().st_ino, b.stat().st_ino)  # never a writable dir
