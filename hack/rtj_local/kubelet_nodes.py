@@ -114,6 +114,14 @@ def container_pids(cgroup_root: Path, pod_uid: str, container_ids: set[str]) -> 
     return sorted(pids)
 
 
+def podman_layer_dirs(image: str) -> list[str]:
+    """The directories of podman's committed layers of `image` (its overlay driver's diff dirs)."""
+    fmt = "{{.GraphDriver.Data.UpperDir}}:{{.GraphDriver.Data.LowerDir}}"
+    cmd = ["podman", "image", "inspect", "--format", fmt, image]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return [d for d in out.strip().split(":") if d and d != "<no value>"]
+
+
 def pause_image() -> str:
     return f"localhost/rtj-pause:{versions()['K8S_VERSION']}"
 
@@ -491,13 +499,14 @@ class KubeletNodes:
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(image + "\n")
         if read_pidfile(self._pidfile(f"{node.name}-kubelet")) is None and not node.committed_list.exists():
-            self._share_layers(node)
+            self._share_layers(node, [d for image in images for d in podman_layer_dirs(image)])
 
-    def _share_layers(self, node: NodeLayout) -> None:
+    def _share_layers(self, node: NodeLayout, sources: Sequence[str] = ()) -> None:
         """Every node unpacks the same images: hardlink its committed layers' identical files (content,
-        owner, mode, mtime) to another node's, so N nodes take about one copy of disk (6 GB each
-        otherwise). Only committed layers are linked (overlayfs lower dirs, never written to: a write
-        in a container copies the file up into its own upper dir); containers' upper dirs never are."""
+        owner, mode, mtime) to those of podman's image layers (`sources`) and of the other nodes, so
+        the nodes take no second copy of disk (6 GB each otherwise). Only committed layers are linked
+        (overlayfs lower dirs, never written to: a write in a container copies the file up into its
+        own upper dir); containers' upper dirs never are."""
         node.committed_list.parent.mkdir(parents=True, exist_ok=True)
         dirs = sorted(str(d) for d in node.snapshots.glob("*/fs")) if node.snapshots.exists() else []
         node.committed_list.write_text("".join(f"{d}\n" for d in dirs))
@@ -508,8 +517,9 @@ class KubeletNodes:
             for d in self.layout(i).committed_list.read_text().split()
             if Path(d).is_dir()
         ]
+        others += [d for d in sources if Path(d).is_dir()]
         if dirs and others:
-            subprocess.run(["hardlink", "--quiet", *dirs, *others], check=True, timeout=1800)
+            subprocess.run(["hardlink", "--quiet", *others, *dirs], check=True, timeout=1800)
 
     def start_kubelet(self, node: NodeLayout) -> None:
         if read_pidfile(self._pidfile(f"{node.name}-kubelet")) is not None:

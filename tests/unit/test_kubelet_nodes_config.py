@@ -84,7 +84,7 @@ def test_container_cgroup_dirs_are_found_under_the_pods_cgroup(tmp_path: Path) -
     assert kn.container_pids(tmp_path, "0000", {"c1"}) == []
 
 
-def test_a_new_nodes_image_layers_are_hardlinked_to_another_nodes_but_never_containers_dirs(
+def test_a_new_nodes_image_layers_are_hardlinked_to_podmans_and_other_nodes_never_containers_dirs(
     tmp_path: Path,
 ) -> None:
     nodes = kn.KubeletNodes(LocalCluster(tmp_path))
@@ -97,8 +97,13 @@ def test_a_new_nodes_image_layers_are_hardlinked_to_another_nodes_but_never_cont
         os.utime(f, (1_000_000, 1_000_000))
         return f
 
+    podman = tmp_path / "podman" / "overlay" / "abc" / "diff"
+    (podman / "usr" / "lib").mkdir(parents=True)
+    (podman / "usr" / "lib" / "libbig.so").write_text("torch")
+    os.utime(podman / "usr" / "lib" / "libbig.so", (1_000_000, 1_000_000))
     a = layer(first, "1", "torch")
-    nodes._share_layers(first)  # the first node: nothing to share with yet
+    nodes._share_layers(first, [str(podman)])  # podman's committed layer of the image it imported
+    assert a.stat().st_ino == (podman / "usr" / "lib" / "libbig.so").stat().st_ino
     upper = layer(first, "9", "torch")  # a container's upper dir on the first node, made later
     b, c = layer(second, "1", "torch"), layer(second, "2", "other")
     nodes._share_layers(second)
