@@ -8,6 +8,9 @@ PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.rtj-installed
 NODES ?= 4
 PYTEST_ARGS ?=
+# Kubelet-node runs use a cluster of their own (the API server reachable from pods), apart from `make test`'s.
+KUBELET_RUN_DIR ?= .run/kubelet-e2e
+LOCAL_IMAGES := --image localhost/rtj-trainer:cpu-local --image localhost/rtj-operator:local
 
 ##@ General
 
@@ -49,10 +52,14 @@ $(VENV_STAMP): pyproject.toml Makefile
 		assert v == "$(NVRX_VERSION)", v; print("NVRx", v, "in $(VENV)")'
 	touch $@
 
+.PHONY: host-prereqs
+host-prereqs: ## Install what images and kubelet nodes need from Debian (podman, buildah, debootstrap, runc, CNI plugins, iptables; root)
+	hack/install-host-prereqs.sh
+
 ##@ Images (podman/buildah, no daemon, no registry)
 
 .PHONY: images
-images: ## Build rtj-operator:local and rtj-trainer:cpu-local (base made with debootstrap; cached)
+images: host-prereqs ## Build rtj-operator:local and rtj-trainer:cpu-local (base made with debootstrap; cached)
 	hack/build-images.sh
 
 ##@ Local cluster (etcd, kube-apiserver, controller-manager, scheduler, KWOK on 127.0.0.1)
@@ -60,6 +67,10 @@ images: ## Build rtj-operator:local and rtj-trainer:cpu-local (base made with de
 .PHONY: cluster-build
 cluster-build: venv ## Build or reuse the cached binaries (~/.cache/rtj/bin)
 	PYTHON=$(PY) hack/build-cluster.sh
+
+.PHONY: nodes-build
+nodes-build: venv host-prereqs ## Also build what kubelet nodes run: kubelet, kube-proxy, containerd, CoreDNS, pause (cached)
+	PYTHON=$(PY) hack/build-cluster.sh --nodes
 
 .PHONY: cluster-up
 cluster-up: cluster-build ## Start the cluster with NODES fake p5.48xlarge nodes (reuses a healthy one)
@@ -78,6 +89,17 @@ cluster-status: venv ## Health of each cluster component
 .PHONY: test
 test: venv cluster-build ## Run all tests except slow ones (the session fixture starts the cluster)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS) tests/
+
+# The nodes are started (and the 6 GB trainer image loaded into each) before pytest, so that no test's
+# timeout counts the loading; everything is stopped afterwards, whatever the outcome. The node agent's own
+# tests (test_node_agent.py) are not about the product: they stay in `make test`.
+.PHONY: test-e2e-nodes
+test-e2e-nodes: venv nodes-build images ## The e2e tier on 3 kubelet nodes: the chart's operator pod and every job pod from `make images` (root)
+	export RTJ_RUN_DIR=$(KUBELET_RUN_DIR); \
+	trap '$(PY) -m rtj_local.kubelet_nodes down; $(PY) -m rtj_local.cluster down' EXIT; \
+	$(PY) -m rtj_local.cluster up --nodes 0 --real-nodes; \
+	$(PY) -m rtj_local.kubelet_nodes up --nodes 3 $(LOCAL_IMAGES); \
+	RTJ_E2E_NODES=kubelet $(PY) -m pytest -m e2e --ignore=tests/e2e/test_node_agent.py $(PYTEST_ARGS) tests/e2e
 
 .PHONY: test-unit
 test-unit: venv ## Run unit tests only (no cluster, no processes)
@@ -107,8 +129,14 @@ verify: lint generate ## lint + generate, then fail if generated files differ fr
 
 ##@ Demo and benchmarks
 
+# The demo runs the product as users run it (kubelet nodes, our images); the node agent's demo stays as the
+# quick look that needs no images (README: "How `make demo` works" gives both times).
 .PHONY: demo
-demo: venv cluster-build ## Run the end-to-end demo on the local cluster
+demo: venv nodes-build images ## The demo on 3 kubelet nodes: helm-installed operator pod, jobs of the trainer image, a node death (root)
+	RTJ_RUN_DIR=$(KUBELET_RUN_DIR) $(PY) -m rtj_local.kubelet_demo
+
+.PHONY: demo-agent
+demo-agent: venv cluster-build ## The quick demo: pods as host processes of the node agent (no images; root)
 	$(PY) -m rtj_local.demo
 
 .PHONY: gpu-smoke

@@ -1,7 +1,8 @@
 """Fixtures shared by every test directory.
 
 - `cluster` (session): the local control plane (rtj_local.LocalCluster) in the run dir ($RTJ_RUN_DIR,
-  default .run/cluster). Reuses a healthy one, else starts one with 4 fake p5 nodes. A cluster started
+  default .run/cluster). Reuses a healthy one, else starts one with 4 fake p5 nodes (with
+  RTJ_E2E_NODES=kubelet: none, and reachable from pods for kubelet nodes). A cluster started
   by a session is stopped when the last session using it ends (RTJ_KEEP_CLUSTER=1 keeps it); one
   started with `make cluster-up` keeps running. Sessions sharing a run dir share the cluster.
 - `kubeconfig` (session): admin kubeconfig path; $RTJ_KUBECONFIG if set (no local cluster is started
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
+from rtj_local import node_kinds
 from rtj_local.cluster import LocalCluster
 from rtj_local.wait import wait_for
 
@@ -49,7 +51,10 @@ def pytest_report_header() -> str:
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
     local = LocalCluster()
-    local.acquire(nodes=SESSION_NODES)
+    if node_kinds.e2e_nodes(os.environ) == node_kinds.KUBELET:
+        local.acquire(nodes=0, real_nodes=True)
+    else:
+        local.acquire(nodes=SESSION_NODES)
     try:
         yield local
     finally:

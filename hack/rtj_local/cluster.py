@@ -159,9 +159,9 @@ class LocalCluster:
         state["owner"] = owner
         (self.run_dir / "state.json").write_text(json.dumps(state, indent=2))
 
-    def acquire(self, nodes: int = 4) -> bool:
+    def acquire(self, nodes: int = 4, real_nodes: bool = False) -> bool:
         """For test sessions: reuses a healthy cluster or starts one, and registers this process as a
-        user. Returns True if this call started it. Pair with `release()`."""
+        user. Returns True if this call started it. Pair with `release()`. `real_nodes` as in `up`."""
         with self._lock():
             started = False
             if self._users():
@@ -170,8 +170,13 @@ class LocalCluster:
                 wait_for(
                     self.is_healthy, self.options.start_timeout, 1.0, f"shared cluster in {self.run_dir}"
                 )
-            elif not self.is_healthy():
-                self._up_locked(nodes, owner="session")
+                if real_nodes and not self._state().get("real_nodes", False):
+                    raise ClusterError(
+                        f"the cluster in {self.run_dir} is in use by another session and was started "
+                        "without real_nodes: run this session in another RTJ_RUN_DIR"
+                    )
+            elif not self.is_healthy() or (real_nodes and not self._state().get("real_nodes", False)):
+                self._up_locked(nodes, owner="session", real_nodes=real_nodes)
                 started = True
             write_pidfile(self.run_dir / "users" / str(os.getpid()), os.getpid())
         return started

@@ -1,4 +1,5 @@
-"""`make demo` (`python -m rtj_local.demo`): the main job end to end on a local, container-less stack.
+"""`make demo-agent` (`python -m rtj_local.demo`): the main job end to end on a local, container-less stack
+(the quick look; `make demo` runs the product on kubelet nodes: rtj_local.kubelet_demo).
 
 1. A LocalCluster (etcd, kube-apiserver, scheduler, controller-manager; no KWOK nodes) and the local
    node agent with 3 p5-shaped nodes (a kubelet stand-in, LOCAL USE ONLY: each pod is a process group).

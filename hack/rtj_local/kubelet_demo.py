@@ -1,6 +1,5 @@
-"""The product as users run it, on real kubelet nodes: every pod, the operator included, is a container
-of an image `make images` built. (`make demo` still runs pods through the node agent; this is issue 15's
-path towards replacing it.)
+"""`make demo`: the product as users run it, on real kubelet nodes: every pod, the operator included, is a
+container of an image `make images` built. (`make demo-agent` is the quick look through the node agent.)
 
     python -m rtj_local.kubelet_demo [--nodes 3] [--keep]
 
@@ -19,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,18 +26,16 @@ from typing import Any
 import yaml
 
 from rtj_local.cluster import LocalCluster, default_run_dir
+from rtj_local.images import OPERATOR_IMAGE, TRAINER_IMAGE, TRAINER_UID
 from rtj_local.kubelet_nodes import KubeletNodes
-from rtj_local.stack import CHART, RELEASE
-from rtj_local.versions import REPO_ROOT, bin_path
+from rtj_local.stack import KUBELET_VALUES, RELEASE, install_chart
+from rtj_local.versions import REPO_ROOT
 from rtj_local.wait import wait_for
 
-OPERATOR_IMAGE = "localhost/rtj-operator:local"
-TRAINER_IMAGE = "localhost/rtj-trainer:cpu-local"
 NAMESPACE = "team-a"
 OPERATOR_NAMESPACE = "rtj-system"
 EXAMPLE = REPO_ROOT / "examples" / "local-cpu-demo.yaml"
 CHECKPOINTS = Path("/var/tmp/rtj/kubelet-demo-checkpoints")
-TRAINER_UID = 10001  # trainer-image/Dockerfile's USER
 
 
 def job_manifests(name: str, steps: int, env: list[dict[str, str]], min_step_time: float) -> list[dict]:
@@ -82,14 +78,7 @@ class KubeletDemo:
         names = self.nodes.up(self.count, [TRAINER_IMAGE, OPERATOR_IMAGE])
         self.say(f"kubelet nodes Ready, images loaded: {', '.join(names)}")
         self.cluster.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
-        helm = [
-            str(bin_path("helm")), "upgrade", "--install", RELEASE, str(CHART),
-            f"--kubeconfig={self.cluster.kubeconfig}", f"--namespace={OPERATOR_NAMESPACE}",
-            "--create-namespace",
-            "-f", str(CHART / "ci" / "kubelet-values.yaml"),
-            "--set-json", f"trainer.namespaces={json.dumps([NAMESPACE])}", "--wait", "--timeout=300s",
-        ]  # fmt: skip
-        subprocess.run(helm, check=True, capture_output=True, text=True, timeout=330)
+        install_chart(self.cluster, [NAMESPACE], OPERATOR_NAMESPACE, RELEASE, 300, [KUBELET_VALUES])
         pods = self.get("pods", "-n", OPERATOR_NAMESPACE)["items"]
         where = ", ".join(f"{p['metadata']['name']} on {p['spec'].get('nodeName')}" for p in pods)
         self.say(f"helm install: operator pod Running from {OPERATOR_IMAGE}: {where}")
@@ -144,7 +133,7 @@ class KubeletDemo:
         victims = [p for p in self.worker_pods("job-b") if p["spec"]["nodeName"] not in operator_nodes]
         victim = victims[0] if victims else self.worker_pods("job-b")[0]
         node = victim["spec"]["nodeName"]
-        self.nodes.kill(node)
+        self.nodes.kill_node(node)
         self.say(f"job-b: node {node} (pod {victim['metadata']['name']}) killed")
 
         def not_ready() -> bool:

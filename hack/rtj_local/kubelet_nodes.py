@@ -44,7 +44,7 @@ from rtj_local.components import (
     REAL_NODE_PREFIX,
 )
 from rtj_local.kubeconfig import build_kubeconfig, write_kubeconfig
-from rtj_local.procs import log_tail, read_pidfile, spawn, stop
+from rtj_local.procs import ProcInfo, log_tail, read_pidfile, read_process, spawn, stop
 from rtj_local.versions import bin_path, versions
 from rtj_local.wait import WaitTimeout, wait_for
 
@@ -54,6 +54,8 @@ MAX_NODES = MAX_REAL_NODES
 NODE_PREFIX = REAL_NODE_PREFIX
 CNI_BIN_DIR = "/usr/lib/cni"
 CLUSTER_DOMAIN = "cluster.local"
+#: Every kubelet node registers with it (KWOK's nodes lack it): the e2e stack selects its nodes by it.
+KUBELET_LABEL = "rtj.local/kubelet"
 
 
 def node_name(index: int) -> str:
@@ -91,6 +93,35 @@ def make_cgroup(path: str) -> None:
             current = child
 
 
+def kubelet_node_labels(node: NodeLayout) -> dict[str, str]:
+    """The labels a kubelet registers its node with (--node-labels): only those NodeRestriction lets
+    a kubelet set on itself; the p5 labels it may not set are patched in by `_label_as_p5`."""
+    return {
+        "topology.kubernetes.io/zone": nodes_mod.DEFAULT_ZONES[node.index % len(nodes_mod.DEFAULT_ZONES)],
+        "node.kubernetes.io/instance-type": nodes_mod.INSTANCE_TYPE,
+        KUBELET_LABEL: "true",
+    }
+
+
+def container_pids(cgroup_root: Path, pod_uid: str, container_ids: set[str]) -> list[int]:
+    """Processes of the given containers of pod `pod_uid`, from a node's cgroup tree (cgroupfs driver:
+    <root>/kubepods[/<qos>]/pod<uid>/<container id>/cgroup.procs)."""
+    pids: set[int] = set()
+    for pod_dir in cgroup_root.rglob(f"pod{pod_uid}"):
+        for cid in container_ids:
+            with contextlib.suppress(FileNotFoundError):
+                pids.update(int(p) for p in (pod_dir / cid / "cgroup.procs").read_text().split())
+    return sorted(pids)
+
+
+def podman_layer_dirs(image: str) -> list[str]:
+    """The directories of podman's committed layers of `image` (its overlay driver's diff dirs)."""
+    fmt = "{{.GraphDriver.Data.UpperDir}}:{{.GraphDriver.Data.LowerDir}}"
+    cmd = ["podman", "image", "inspect", "--format", fmt, image]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return [d for d in out.strip().split(":") if d and d != "<no value>"]
+
+
 def pause_image() -> str:
     return f"localhost/rtj-pause:{versions()['K8S_VERSION']}"
 
@@ -111,6 +142,17 @@ class NodeLayout:
     @property
     def socket(self) -> Path:
         return self.dir / "containerd.sock"
+
+    @property
+    def snapshots(self) -> Path:
+        """containerd's overlayfs snapshots (snapshots/<id>/fs: image layers, containers' upper dirs)."""
+        return self.dir / "containerd-root" / "io.containerd.snapshotter.v1.overlayfs" / "snapshots"
+
+    @property
+    def committed_list(self) -> Path:
+        """The snapshot dirs this node had right after its first image import, before its kubelet
+        ever ran: all committed image layers, which nothing writes to again."""
+        return self.dir / "images" / "committed-snapshots"
 
     @property
     def subnet(self) -> str:
@@ -456,6 +498,28 @@ class KubeletNodes:
                 raise ClusterError(f"loading {image} into {node.name}: {imported.stderr.strip()}")
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(image + "\n")
+        if read_pidfile(self._pidfile(f"{node.name}-kubelet")) is None and not node.committed_list.exists():
+            self._share_layers(node, [d for image in images for d in podman_layer_dirs(image)])
+
+    def _share_layers(self, node: NodeLayout, sources: Sequence[str] = ()) -> None:
+        """Every node unpacks the same images: hardlink its committed layers' identical files (content,
+        owner, mode, mtime) to those of podman's image layers (`sources`) and of the other nodes, so
+        the nodes take no second copy of disk (6 GB each otherwise). Only committed layers are linked
+        (overlayfs lower dirs, never written to: a write in a container copies the file up into its
+        own upper dir); containers' upper dirs never are."""
+        node.committed_list.parent.mkdir(parents=True, exist_ok=True)
+        dirs = sorted(str(d) for d in node.snapshots.glob("*/fs")) if node.snapshots.exists() else []
+        node.committed_list.write_text("".join(f"{d}\n" for d in dirs))
+        others = [
+            d
+            for i in range(MAX_NODES)
+            if i != node.index and self.layout(i).committed_list.exists()
+            for d in self.layout(i).committed_list.read_text().split()
+            if Path(d).is_dir()
+        ]
+        others += [d for d in sources if Path(d).is_dir()]
+        if dirs and others:
+            subprocess.run(["hardlink", "--quiet", *others, *dirs], check=True, timeout=1800)
 
     def start_kubelet(self, node: NodeLayout) -> None:
         if read_pidfile(self._pidfile(f"{node.name}-kubelet")) is not None:
@@ -463,11 +527,8 @@ class KubeletNodes:
         make_cgroup(node.cgroup_root)
         cfg = node.dir / "kubelet.json"
         cfg.write_text(json.dumps(kubelet_config(node, self.cluster.ca_file), indent=2))
-        zone = nodes_mod.DEFAULT_ZONES[node.index % len(nodes_mod.DEFAULT_ZONES)]
-        labels = {
-            "topology.kubernetes.io/zone": zone,
-            "node.kubernetes.io/instance-type": nodes_mod.INSTANCE_TYPE,
-        }
+        labels = kubelet_node_labels(node)
+        zone = labels["topology.kubernetes.io/zone"]
         self._spawn(
             f"{node.name}-kubelet",
             [
@@ -518,11 +579,52 @@ class KubeletNodes:
         )
 
     # ---- node death ----------------------------------------------------------------------------------
-    def kill(self, name: str) -> None:
+    def node_names(self) -> list[str]:
+        """The nodes this run dir has (dead ones included)."""
+        return [node_name(i) for i in range(MAX_NODES) if self.layout(i).dir.exists()]
+
+    def _node(self, name: str) -> NodeLayout:
+        if name not in self.node_names():
+            raise ValueError(f"{name!r} is not a kubelet node of {self.run_dir} ({self.node_names()})")
+        return self.layout(int(name.removeprefix(NODE_PREFIX)))
+
+    def is_dead(self, name: str) -> bool:
+        """Its kubelet is not running (killed, or never started)."""
+        return read_pidfile(self._pidfile(f"{self._node(name).name}-kubelet")) is None
+
+    def _app_containers(self, node: NodeLayout) -> dict[str, dict[str, str]]:
+        """Container id -> labels of the app containers (not sandboxes) the node's containerd has; the
+        CRI plugin labels each with its pod's namespace, name and UID. {} when containerd is down."""
+        if read_pidfile(self._pidfile(f"{node.name}-containerd")) is None:
+            return {}
+        kind = 'labels."io.cri-containerd.kind"==container'
+        ids = self._ctr(node, "containers", "ls", "--quiet", kind).stdout.split()
+        return {cid: json.loads(self._ctr(node, "containers", "info", cid).stdout)["Labels"] for cid in ids}
+
+    def pod_processes(self, namespace: str, name: str) -> list[ProcInfo]:
+        """Every live process of the pod's containers on any live node (its pause sandbox excluded),
+        found through the node's containerd and cgroup tree: [] once its containers are gone."""
+        procs: list[ProcInfo] = []
+        for node in map(self._node, self.node_names()):
+            by_uid: dict[str, set[str]] = {}
+            for cid, labels in self._app_containers(node).items():
+                pod = (labels["io.kubernetes.pod.namespace"], labels["io.kubernetes.pod.name"])
+                if pod == (namespace, name):
+                    by_uid.setdefault(labels["io.kubernetes.pod.uid"], set()).add(cid)
+            root = Path("/sys/fs/cgroup/pids") / node.cgroup_root.lstrip("/")
+            for uid, ids in by_uid.items():
+                procs += [p for p in map(read_process, container_pids(root, uid, ids)) if p is not None]
+        return procs
+
+    def kill_node(self, name: str) -> list[str]:
         """A node dies: its kubelet and containerd are SIGKILLed, then every process of its containers
-        and their shims. The node lifecycle controller then marks it NotReady (no more Lease renewals)."""
-        index = int(name.removeprefix(NODE_PREFIX))
-        node = self.layout(index)
+        and their shims. The node lifecycle controller then marks it NotReady (no more Lease renewals).
+        Returns the pods ("namespace/name") whose containers it ran."""
+        node = self._node(name)
+        pods = {
+            f"{labels['io.kubernetes.pod.namespace']}/{labels['io.kubernetes.pod.name']}"
+            for labels in self._app_containers(node).values()
+        }
         stop(self._pidfile(f"{name}-kubelet"), grace=0, children=self._children)
         stop(self._pidfile(f"{name}-containerd"), grace=0, children=self._children)
         for pid in self._node_pids(node):
@@ -531,6 +633,7 @@ class KubeletNodes:
         # What the dead machine had mounted (container root filesystems, pod volumes) goes with it.
         for mount in self._node_mounts(node):
             subprocess.run(["umount", "--lazy", mount], capture_output=True)
+        return sorted(pods)
 
     @staticmethod
     def _node_mounts(node: NodeLayout) -> list[str]:
@@ -558,7 +661,7 @@ class KubeletNodes:
     def down(self) -> None:
         for i in range(MAX_NODES):
             if (self.run_dir / "nodes" / node_name(i)).exists():
-                self.kill(node_name(i))
+                self.kill_node(node_name(i))
         for name in ("kube-proxy", "coredns"):
             stop(self._pidfile(name), children=self._children)
         # kube-proxy's iptables rules outlive it: remove them (they would still DNAT Service IPs).
@@ -600,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
                 if read_pidfile(nodes._pidfile(f"{layout.name}-containerd")) is not None:
                     nodes.load_images(layout, args.images)
         elif args.command == "kill":
-            nodes.kill(args.node)
+            print("\n".join(nodes.kill_node(args.node)))
         elif args.command == "down":
             nodes.down()
     except ClusterError as e:

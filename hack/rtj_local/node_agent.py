@@ -1,4 +1,4 @@
-"""A kubelet + container runtime stand-in, for LOCAL USE ONLY (tests and `make demo`).
+"""A kubelet + container runtime stand-in, for LOCAL USE ONLY (tests and `make demo-agent`).
 
 It is not a kubelet, isolates nothing that matters for security, and must never be pointed at a real
 cluster. It registers Nodes shaped like EKS p5.48xlarge (full p5 capacity is advertised; the local
@@ -66,6 +66,7 @@ from rtj_local.podrun import (
     launcher_argv,
     plan_pod,
 )
+from rtj_local.procs import ProcInfo, read_process
 from rtj_local.rawapi import MERGE, SMP, RawApi
 
 log = logging.getLogger("rtj_local.node_agent")
@@ -110,14 +111,6 @@ def _write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     tmp.write_bytes(data)
     tmp.chmod(mode)
     tmp.replace(path)
-
-
-@dataclass
-class ProcInfo:
-    pid: int
-    ppid: int
-    cmdline: list[str]
-    env: dict[str, str]
 
 
 @dataclass
@@ -266,18 +259,7 @@ class NodeAgent:
             run = next((r for r in self._runs.values() if (r.namespace, r.name) == (namespace, name)), None)
         if run is None or run.mnt_ns is None:
             return []
-        out = []
-        for pid in _pids_in_ns(run.mnt_ns):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                raw_env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-            env = dict(e.decode(errors="replace").split("=", 1) for e in raw_env if b"=" in e)
-            out.append(ProcInfo(pid, ppid, [c.decode(errors="replace") for c in cmdline if c], env))
-        return out
+        return [p for p in map(read_process, _pids_in_ns(run.mnt_ns)) if p is not None]
 
     def pvc_dir(self, namespace: str, claim: str) -> Path:
         """The local directory backing a PVC (as mounted into pods)."""

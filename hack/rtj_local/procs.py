@@ -14,6 +14,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -115,3 +116,26 @@ def log_tail(log_file: Path, lines: int = 30) -> str:
         return "\n".join(log_file.read_text(errors="replace").splitlines()[-lines:])
     except FileNotFoundError:
         return f"(no log at {log_file})"
+
+
+@dataclass
+class ProcInfo:
+    """A live process of a pod, as the host sees it (its initial environment, not later changes)."""
+
+    pid: int
+    ppid: int
+    cmdline: list[str]
+    env: dict[str, str]
+
+
+def read_process(pid: int) -> ProcInfo | None:
+    """`pid`'s command line, parent and environment from /proc; None if it is gone."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        raw_env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+    env = dict(e.decode(errors="replace").split("=", 1) for e in raw_env if b"=" in e)
+    return ProcInfo(pid, ppid, [c.decode(errors="replace") for c in cmdline if c], env)

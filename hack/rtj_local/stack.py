@@ -1,7 +1,8 @@
-"""The rest of the local stack on top of a LocalCluster and a NodeAgent (for `make demo` and e2e):
+"""The rest of the local stack on top of a LocalCluster and its nodes (for `make demo` and e2e):
 
-- `install_chart()`: `helm install` of charts/resilient-training-operator with the operator Deployment
-  scaled to 0 (the CRD, RBAC, trainer ServiceAccount and Services come from the chart);
+- `install_chart()`: `helm install` of charts/resilient-training-operator, with the operator Deployment
+  scaled to 0 on the node agent's nodes (the CRD, RBAC, trainer ServiceAccount and Services come from
+  the chart), or as users run it on kubelet nodes (KUBELET_VALUES: the operator pod, `OperatorPod`);
 - `OperatorProcess`: the operator as a local process. `from_chart` starts it exactly as the chart's
   Deployment would (its args and env), but authenticated as the chart's operator ServiceAccount
   through a TokenRequest token in a kubeconfig, so it has the chart's RBAC and nothing more;
@@ -16,7 +17,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from rtj_local.versions import REPO_ROOT, bin_path
 from rtj_local.wait import wait_for
 
 CHART = REPO_ROOT / "charts" / "resilient-training-operator"
+#: The operator pod from the local image on kubelet nodes (rtj_local.kubelet_nodes).
+KUBELET_VALUES = CHART / "ci" / "kubelet-values.yaml"
 RELEASE = "rtj"
 OPERATOR_NAMESPACE = "rtj-system"
 
@@ -37,19 +40,39 @@ def install_chart(
     namespace: str = OPERATOR_NAMESPACE,
     release: str = RELEASE,
     timeout: float = 120,
+    values: Sequence[Path] = (),
 ) -> None:
-    """`helm upgrade --install` with operator.replicas=0 and the trainer ServiceAccount in
-    `trainer_namespaces` (which must exist)."""
+    """`helm upgrade --install` with the trainer ServiceAccount in `trainer_namespaces` (which must
+    exist). Without `values`, operator.replicas=0 (the operator runs as an OperatorProcess); with
+    values files (e.g. KUBELET_VALUES on kubelet nodes), as they say: the operator runs as its pod."""
     cmd = [
         str(bin_path("helm")), "upgrade", "--install", release, str(CHART),
         f"--kubeconfig={cluster.kubeconfig}", f"--namespace={namespace}", "--create-namespace",
-        "--set", "operator.replicas=0",
         "--set-json", f"trainer.namespaces={json.dumps(trainer_namespaces)}",
         "--wait", f"--timeout={int(timeout)}s",
     ]  # fmt: skip
+    for path in values:
+        cmd += ["-f", str(path)]
+    if not values:
+        cmd += ["--set", "operator.replicas=0"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
     if proc.returncode != 0:
         raise RuntimeError(f"helm install failed ({proc.returncode}): {proc.stderr.strip()}")
+
+
+class OperatorPod:
+    """The operator as users run it: the chart's Deployment, its pod on a kubelet node."""
+
+    def __init__(self, cluster: LocalCluster, namespace: str = OPERATOR_NAMESPACE, release: str = RELEASE):
+        self.cluster, self.namespace, self.release = cluster, namespace, release
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The last lines of its pod's log (through the API server and the kubelet)."""
+        proc = self.cluster.kubectl(
+            "logs", f"--namespace={self.namespace}", f"--tail={lines}", "--all-containers",
+            f"--selector=app.kubernetes.io/instance={self.release}", check=False,
+        )  # fmt: skip
+        return proc.stdout + proc.stderr
 
 
 def _resolve_env(env: list[dict[str, Any]], namespace: str, pod_name: str) -> dict[str, str]:

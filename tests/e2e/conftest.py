@@ -1,12 +1,15 @@
-"""End-to-end fixtures (see e2e_helpers for what they build): `e2e_stack` (module), `run_job`
-(function) and `module_jobs` (module)."""
+"""End-to-end fixtures (see e2e_helpers for what they build): `e2e_stack` (module) on the node agent
+or on kubelet nodes (RTJ_E2E_NODES; `kubelet_nodes`, session), `run_job` (function) and `module_jobs`
+(module)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from e2e_helpers import (
@@ -18,27 +21,89 @@ from e2e_helpers import (
     E2EStack,
     JobRun,
     Jobs,
-    agent_nodes_schedulable,
+    nodes_schedulable,
     set_unschedulable,
 )
 from kubernetes import config
 from kubernetes.client.rest import ApiException
+from rtj_local import node_kinds
 from rtj_local.cluster import LocalCluster
+from rtj_local.images import OPERATOR_IMAGE, TRAINER_IMAGE
+from rtj_local.kubelet_nodes import KUBELET_LABEL, KubeletNodes
 from rtj_local.node_agent import AGENT_LABEL, NodeAgent
 from rtj_local.rawapi import RawApi
-from rtj_local.stack import OperatorProcess, install_chart
+from rtj_local.stack import KUBELET_VALUES, OperatorPod, OperatorProcess, install_chart
 from rtj_local.versions import REPO_ROOT, bin_path
 from rtj_local.wait import wait_for
 
+#: Three (the disk holds one unpacked 6 GB trainer image per node): after the node death row, a job's 2
+#: workers (1 CPU each), its rendezvous pod and the operator pod still fit on the two left.
+KUBELET_NODES = 3  # as `make test-e2e-nodes` starts them
+
+
+@pytest.fixture(scope="session")
+def kubelet_nodes(cluster: LocalCluster) -> Iterator[KubeletNodes]:
+    """The session's kubelet nodes with both images loaded (`make test-e2e-nodes` starts them before
+    pytest, so that loading the 6 GB trainer image is not counted in a test's timeout; here `up` then
+    only finds them running). Stopped at the end unless RTJ_KEEP_CLUSTER is set."""
+    nodes = KubeletNodes(cluster)
+    try:
+        nodes.up(KUBELET_NODES, [TRAINER_IMAGE, OPERATOR_IMAGE])
+        yield nodes
+    finally:
+        if not os.environ.get("RTJ_KEEP_CLUSTER"):
+            nodes.down()
+
+
+@contextlib.contextmanager
+def agent_stack(cluster: LocalCluster, raw: RawApi, run_dir: Path) -> Iterator[E2EStack]:
+    """The node agent's nodes and the operator as a local process (the chart scaled to 0)."""
+    agent = NodeAgent(cluster.kubeconfig, run_dir / "agent", AGENT_NODES, lease_duration_seconds=20)
+    operator: OperatorProcess | None = None
+    try:
+        agent.start()
+        wait_for(
+            lambda: nodes_schedulable(raw, AGENT_NODES), timeout=90, message="agent nodes Ready, untainted"
+        )
+        install_chart(cluster, [NAMESPACE], OPERATOR_NAMESPACE, RELEASE)
+        operator = OperatorProcess.from_chart(cluster, raw, run_dir / "operator", OPERATOR_NAMESPACE, RELEASE)
+        yield E2EStack(
+            kind=node_kinds.AGENT, cluster=cluster, raw=raw, agent=agent, operator=operator.start(),
+            run_dir=run_dir, nodes=AGENT_NODES, node_selector={AGENT_LABEL: "true"},
+            trainer_image="rtj-trainer:local",  # the agent runs .venv's Python: no image
+        )  # fmt: skip
+    finally:
+        if operator is not None:
+            operator.stop()
+        agent.stop()
+
+
+@contextlib.contextmanager
+def kubelet_stack(
+    cluster: LocalCluster, raw: RawApi, run_dir: Path, nodes: KubeletNodes
+) -> Iterator[E2EStack]:
+    """Kubelet nodes (a dead one from a previous module restarted: repaired) and the chart as users
+    install it: the operator pod from the local image."""
+    names = nodes.up(KUBELET_NODES, [TRAINER_IMAGE, OPERATOR_IMAGE])
+    wait_for(lambda: nodes_schedulable(raw, names), timeout=90, message="kubelet nodes Ready, untainted")
+    install_chart(cluster, [NAMESPACE], OPERATOR_NAMESPACE, RELEASE, timeout=300, values=[KUBELET_VALUES])
+    yield E2EStack(
+        kind=node_kinds.KUBELET, cluster=cluster, raw=raw, agent=nodes,
+        operator=OperatorPod(cluster, OPERATOR_NAMESPACE, RELEASE), run_dir=run_dir, nodes=names,
+        node_selector={KUBELET_LABEL: "true"}, trainer_image=TRAINER_IMAGE,
+    )  # fmt: skip
+
 
 @pytest.fixture(scope="module")
-def e2e_stack(cluster: LocalCluster) -> Iterator[E2EStack]:
+def e2e_stack(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[E2EStack]:
     run_dir = REPO_ROOT / ".run" / f"e2e-{time.strftime('%H%M%S')}"
     raw = RawApi(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    kind = node_kinds.e2e_nodes(os.environ)
+    ours = KUBELET_LABEL if kind == node_kinds.KUBELET else AGENT_LABEL
     others = [
         n["metadata"]["name"]
         for n in raw.request("GET", "/api/v1/nodes")["items"]
-        if AGENT_LABEL not in (n["metadata"].get("labels") or {}) and not n["spec"].get("unschedulable")
+        if ours not in (n["metadata"].get("labels") or {}) and not n["spec"].get("unschedulable")
     ]
     set_unschedulable(raw, others, True)
     # A previous module's teardown deletes both namespaces without waiting: let that finish first
@@ -54,18 +119,14 @@ def e2e_stack(cluster: LocalCluster) -> Iterator[E2EStack]:
         )
     if raw.get(f"/api/v1/namespaces/{NAMESPACE}") is None:
         raw.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-    agent = NodeAgent(cluster.kubeconfig, run_dir / "agent", AGENT_NODES, lease_duration_seconds=20)
-    operator: OperatorProcess | None = None
     try:
-        agent.start()
-        wait_for(lambda: agent_nodes_schedulable(raw), timeout=90, message="agent nodes Ready, untainted")
-        install_chart(cluster, [NAMESPACE], OPERATOR_NAMESPACE, RELEASE)
-        operator = OperatorProcess.from_chart(cluster, raw, run_dir / "operator", OPERATOR_NAMESPACE, RELEASE)
-        yield E2EStack(cluster, raw, agent, operator.start(), run_dir)
+        if kind == node_kinds.KUBELET:
+            stack = kubelet_stack(cluster, raw, run_dir, request.getfixturevalue("kubelet_nodes"))
+        else:
+            stack = agent_stack(cluster, raw, run_dir)
+        with stack as e2e:
+            yield e2e
     finally:
-        if operator is not None:
-            operator.stop()
-        agent.stop()
         set_unschedulable(raw, others, False)
         subprocess.run(
             [str(bin_path("helm")), "uninstall", RELEASE, f"--namespace={OPERATOR_NAMESPACE}",

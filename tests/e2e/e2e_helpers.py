@@ -1,34 +1,41 @@
-"""End-to-end helpers: the real operator process + the local node agent + real trainer processes.
+"""End-to-end helpers: the operator, the chart, real trainer processes, on one of two kinds of nodes
+(RTJ_E2E_NODES, rtj_local.node_kinds):
 
-`e2e_stack` (module): on the session's LocalCluster, a node agent with 4 p5-shaped nodes (the
-kubelet stand-in; pods become process groups), the Helm chart (operator.replicas=0, trainer
-ServiceAccount in the e2e namespace) and the operator as a local process with the chart's RBAC.
+- `agent` (default): a node agent with 4 p5-shaped nodes (the kubelet stand-in; pods become process
+  groups on the host network), the Helm chart (operator.replicas=0, trainer ServiceAccount in the e2e
+  namespace) and the operator as a local process with the chart's RBAC;
+- `kubelet` (`make test-e2e-nodes`): 3 kubelet nodes (rtj_local.kubelet_nodes); the chart installed as
+  users install it (ci/kubelet-values.yaml: the operator pod from the image `make images` built) and
+  every job pod a container of the trainer image.
 While it runs, the cluster's other (KWOK) nodes are cordoned so that no pod of ours lands on a node
-that only pretends to run it; they are uncordoned afterwards.
+that only pretends to run it; they are uncordoned afterwards. `E2EStack.agent` is what runs the pods
+(the node agent, or the kubelet nodes' driver): rows kill nodes and find a pod's processes through it.
 
 `run_job(name, ...)` (function): creates a job with its own checkpoint volume, returns a `JobRun`
 that polls it (a `Timeline`, printed as it goes: pytest shows it for a failing test), and deletes
-it afterwards, waiting until every pod is gone (pods share the host network, so one job at a time).
+it afterwards, waiting until every pod is gone (on the agent, pods share the host network: one job
+at a time).
 
-Jobs are host-network processes on 2 cores: 2 nodes x 1 rank, a small model, paced steps.
+Jobs run on 2 cores: 2 nodes x 1 rank, a small model, paced steps.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
 from rtj.contract import API_GROUP, API_VERSION, KIND, LABEL_JOB, PLURAL, QUARANTINE_TAINT_KEY
 from rtj_local.cluster import LocalCluster
-from rtj_local.node_agent import AGENT_LABEL, NodeAgent
+from rtj_local.images import TRAINER_UID
 from rtj_local.nodes import schedulable
+from rtj_local.procs import ProcInfo
 from rtj_local.rawapi import MERGE, RawApi
-from rtj_local.stack import OperatorProcess
 from rtj_local.timeline import Snapshot, Timeline
 from rtj_local.train_log import TRAIN_LOG_DIR, StepsLost, fault_times, pod_train_logs, steps_lost
 from rtj_local.wait import wait_for
@@ -44,13 +51,33 @@ JOBS_PATH = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NAMESPACE}/{PLURAL}"
 STEPS_LOST_ROWS: list[tuple[str, str, str, StepsLost | None]] = []
 
 
+class PodRunner(Protocol):
+    """What runs the pods: rtj_local.node_agent.NodeAgent or rtj_local.kubelet_nodes.KubeletNodes."""
+
+    def kill_node(self, name: str) -> list[str]: ...
+    def is_dead(self, name: str) -> bool: ...
+    def pod_processes(self, namespace: str, name: str) -> list[ProcInfo]: ...
+
+
+class OperatorLog(Protocol):
+    """rtj_local.stack.OperatorProcess (a local process) or OperatorPod (the chart's pod)."""
+
+    def log_tail(self, lines: int = 60) -> str: ...
+
+
 @dataclass
 class E2EStack:
+    #: rtj_local.node_kinds.AGENT or KUBELET
+    kind: str
     cluster: LocalCluster
     raw: RawApi
-    agent: NodeAgent
-    operator: OperatorProcess
+    agent: PodRunner
+    operator: OperatorLog
     run_dir: Path
+    #: the nodes jobs run on (selected by `node_selector`)
+    nodes: list[str]
+    node_selector: dict[str, str]
+    trainer_image: str
 
 
 def set_unschedulable(raw: RawApi, names: list[str], value: bool) -> None:
@@ -59,14 +86,16 @@ def set_unschedulable(raw: RawApi, names: list[str], value: bool) -> None:
             raw.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"unschedulable": value or None}}, MERGE)
 
 
-def agent_nodes_schedulable(raw: RawApi) -> bool:
-    return all(schedulable(raw.get(f"/api/v1/nodes/{name}")) for name in AGENT_NODES)
+def nodes_schedulable(raw: RawApi, names: list[str]) -> bool:
+    return all(schedulable(raw.get(f"/api/v1/nodes/{name}")) for name in names)
 
 
 def job_manifest(
     name: str,
     claim: str,
     *,
+    image: str,
+    node_selector: dict[str, str],
     steps: int = 60,
     interval: int = 10,
     env: dict[str, str] | None = None,
@@ -87,7 +116,7 @@ def job_manifest(
         "kind": KIND,
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
-            "image": "rtj-trainer:local",
+            "image": image,
             "nodes": 2,
             "gpusPerNode": 0,
             "procsPerNode": 1,
@@ -99,7 +128,7 @@ def job_manifest(
                 {"name": k, "value": v}
                 for k, v in {"RTJ_TRAIN_LOG_DIR": TRAIN_LOG_DIR, **(env or {})}.items()
             ],
-            "placement": {"nodeSelector": {AGENT_LABEL: "true"}},
+            "placement": {"nodeSelector": node_selector},
             "checkpoint": {"pvc": {"claimName": claim}, "intervalSteps": interval, "keep": 2},
             "faultTolerance": ft,
         },
@@ -257,6 +286,9 @@ class Jobs:
         raw = self.stack.raw
         pv, pvc = f"{NAMESPACE}-{name}-ckpt", f"{name}-ckpt"
         ckpt_dir = self.stack.run_dir / "checkpoints" / name
+        # Writable by the trainer image's user: a kubelet creates a missing hostPath as root, 0755.
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        os.chown(ckpt_dir, TRAINER_UID, TRAINER_UID)
         raw.request(
             "POST",
             "/api/v1/persistentvolumes",
@@ -285,7 +317,10 @@ class Jobs:
             },
         )
         self.created.append((name, pv, pvc))
-        raw.request("POST", JOBS_PATH, job_manifest(name, pvc, **kwargs))
+        manifest = job_manifest(
+            name, pvc, image=self.stack.trainer_image, node_selector=self.stack.node_selector, **kwargs
+        )
+        raw.request("POST", JOBS_PATH, manifest)
         return JobRun(self.stack, name, ckpt_dir, Timeline(raw, NAMESPACE, name, progress_every=15.0))
 
     def cleanup(self) -> None:
@@ -317,7 +352,7 @@ class Jobs:
         self.created.clear()
         # Quarantine taints are the operator's verdict on a node for the jobs that follow; tests start
         # from healthy nodes, as an admin would after repairing them.
-        for node in AGENT_NODES:
+        for node in self.stack.nodes:
             obj = raw.get(f"/api/v1/nodes/{node}")
             taints = (obj or {}).get("spec", {}).get("taints") or []
             kept = [t for t in taints if t["key"] != QUARANTINE_TAINT_KEY]

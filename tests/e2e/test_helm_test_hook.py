@@ -1,7 +1,8 @@
-"""`helm test` of the installed chart, run for real: the hook pod is admitted, scheduled on an agent
-node and runs (as UID 65532, restricted security context) the chart's check that the API server serves
-the CRD. The e2e release has operator.replicas=0 (the operator runs as a local process), so the hook
-does not ask the operator; tests/unit/test_chart_render.py covers the rendering of that branch."""
+"""`helm test` of the installed chart, run for real: the hook pod is admitted, scheduled on one of the
+stack's nodes and runs (as UID 65532, restricted security context) the chart's check that the API server
+serves the CRD. On the node agent the release has operator.replicas=0 (the operator runs as a local
+process), so the hook does not ask the operator; on kubelet nodes the operator is the chart's pod and the
+hook also gets its /metrics through the metrics Service (cluster DNS, kube-proxy)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 
 import pytest
 from e2e_helpers import OPERATOR_NAMESPACE, RELEASE
+from rtj_local import node_kinds
 from rtj_local.stack import CHART
 from rtj_local.versions import bin_path
 
@@ -31,11 +33,16 @@ def test_helm_test_passes_on_the_local_cluster(e2e_stack) -> None:
     upgrade = helm(e2e_stack, "upgrade", RELEASE, str(CHART), "--reuse-values",
                    "--set-json", f"operator.tolerations={json.dumps(gpu)}")  # fmt: skip
     assert upgrade.returncode == 0, upgrade.stderr
-    # No --logs: the local agent serves no kubelet API; it keeps each pod's log in its run dir.
-    result = helm(e2e_stack, "test", RELEASE, "--timeout=150s")
-    out = result.stdout + result.stderr
+    if e2e_stack.kind == node_kinds.KUBELET:  # the kubelet serves the hook pod's log through the API
+        result = helm(e2e_stack, "test", RELEASE, "--timeout=150s", "--logs")
+        log = out = result.stdout + result.stderr
+        assert "operator answers: http://" in log, out
+    else:  # no --logs: the local agent serves no kubelet API; it keeps each pod's log in its run dir
+        result = helm(e2e_stack, "test", RELEASE, "--timeout=150s")
+        out = result.stdout + result.stderr
+        (path,) = (e2e_stack.run_dir / "agent" / "pods").glob(
+            f"{OPERATOR_NAMESPACE}_{RELEASE}-*-test_*/container.log"
+        )
+        log = path.read_text()
     assert result.returncode == 0 and "Phase:          Succeeded" in out, out
-    (log,) = (e2e_stack.run_dir / "agent" / "pods").glob(
-        f"{OPERATOR_NAMESPACE}_{RELEASE}-*-test_*/container.log"
-    )
-    assert "CRD served: training.resilient.dev/v1alpha1 resilienttrainingjobs" in log.read_text()
+    assert "CRD served: training.resilient.dev/v1alpha1 resilienttrainingjobs" in log

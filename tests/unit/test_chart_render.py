@@ -411,3 +411,15 @@ def test_notes_and_readme_say_what_a_local_cluster_needs() -> None:
     assert "helm test rtj" in result.stdout
     readme = (CHART / "README.md").read_text()
     assert "operator.replicas=0" in readme and "trainer.createNamespaces" in readme
+
+
+def test_on_local_kubelet_nodes_the_operator_leaves_a_dead_node_within_seconds() -> None:
+    # The operator pod shares the kubelet nodes with the jobs: when its node dies (the e2e node-death
+    # row, the demo), its replacement must run long before the 300 s default toleration ends.
+    docs = render(values=CHART / "ci" / "kubelet-values.yaml")
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "localhost/rtj-operator:local"
+    tolerations = pod["tolerations"]
+    noexecute = {t["key"]: t.get("tolerationSeconds") for t in tolerations if t["effect"] == "NoExecute"}
+    assert set(noexecute) == {"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"}
+    assert all(0 < s <= 15 for s in noexecute.values()), noexecute
