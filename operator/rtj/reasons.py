@@ -19,7 +19,6 @@ POD_DELETED = "PodDeleted"
 NODE_NOT_READY = "NodeNotReady"
 NODE_LOST = "NodeLost"
 POD_REPORTED_HARD_FAULT = "PodReportedHardFault"
-RENDEZVOUS_LOST = "RendezvousLost"
 #: Hard-fault reasons that point at the node (the node is quarantined when the spec asks for it).
 NODE_SUSPECT = frozenset(
     {
@@ -33,6 +32,8 @@ NODE_SUSPECT = frozenset(
 )
 
 # --- Job level: one recovery for a fault that is not the pods' own (rtj.ladder.job_level) ----------
+#: The rendezvous pod was lost and is recreated (one job restart; the workers rejoin it).
+RENDEZVOUS_LOST = "RendezvousLost"
 #: Workers failed right after the rendezvous pod was lost.
 RENDEZVOUS_RESTART = "RendezvousRestart"
 #: Several workers failed in the same pass (a shared cause).

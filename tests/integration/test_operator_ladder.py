@@ -244,13 +244,14 @@ def test_rendezvous_pod_on_a_lost_node_is_recreated_and_counted(env: Callable[..
     assert e.core.read_namespaced_pod("train-rdzv", e.namespace).spec.node_name != old.spec.node_name
     evs = reasons_of(events(e.core, e.namespace, "train"))
     assert evs.count(reasons.RENDEZVOUS_LOST) == 1
-    # The rendezvous pod counts as one pod-level recovery, plus the worker that shared its node.
+    # The rendezvous pod is one job restart; a worker that shared its node is its own pod reschedule.
     until(
-        lambda: e.status("train")["restarts"]["podReschedules"] == 1 + len(workers_on_node),
+        lambda: e.status("train")["restarts"]["podReschedules"] == len(workers_on_node),
         t,
         30,
         e.explain("train"),
     )
+    assert e.status("train")["restarts"]["job"] == 1, e.status("train")
 
 
 def test_deleted_pod_is_replaced_once(env: Callable[..., OperatorEnv]) -> None:
@@ -467,9 +468,10 @@ def test_workers_failing_after_the_rendezvous_pod_died_are_one_job_level_recover
     env: Callable[..., OperatorEnv],
 ) -> None:
     """issue 13, case 1: the rendezvous pod dies, every worker's launcher exits 70. Before: each a
-    pod reschedule with its healthy node quarantined; Failed/PodRescheduleBudgetExhausted in 8.7 s."""
+    pod reschedule with its healthy node quarantined; Failed/PodRescheduleBudgetExhausted in 8.7 s.
+    Now the whole incident is one job restart: no pod budget (here none at all) is needed."""
     e = env(nodes=4)
-    e.create_job("train", 3, faultTolerance={"maxPodReschedules": 1})
+    e.create_job("train", 3, faultTolerance={"maxPodReschedules": 0})
     t = e.trainers("train")
     until(running(e, "train", 3), t, 90, e.explain("train"))
     end_pod(e.core, e.namespace, "train-rdzv", 1)
@@ -487,18 +489,20 @@ def test_workers_failing_after_the_rendezvous_pod_died_are_one_job_level_recover
     )
     until(running(e, "train", 3), t, 60, e.explain("train"))
     st = e.status("train")
-    assert st["restarts"]["podReschedules"] == 1, "the rendezvous pod only"
+    assert st["restarts"]["podReschedules"] == 0, st
     assert st["restarts"]["job"] == 1 and not st.get("quarantinedNodes"), st
     assert not any(has_taint(e, n, "train") for n in e.nodes)
-    # One Warning, and one Normal per replaced pod.
+    # One Warning for the incident (the rendezvous pod), one Normal per replaced worker pod.
     until(
-        lambda: reasons_of(events(e.core, e.namespace, "train")).count(reasons.RENDEZVOUS_RESTART) == 1 + 3,
+        lambda: reasons_of(events(e.core, e.namespace, "train")).count(reasons.RENDEZVOUS_RESTART) == 3,
         None,
         30,
         e.explain("train"),
     )
+    assert reasons_of(events(e.core, e.namespace, "train")).count(reasons.RENDEZVOUS_LOST) == 1
     counted = (
         f'rtj_restarts_total{{job_name="train",job_namespace="{e.namespace}",level="Job",'
-        'reason="RendezvousRestart"} 1.0'
+        'reason="RendezvousLost"} 1.0'
     )
     until(lambda: counted in e.operator.metrics(), t, 30, lambda: e.operator.metrics()[-2000:])
+    assert 'reason="RendezvousRestart"} 1.0' not in e.operator.metrics(), "counted once, not per symptom"

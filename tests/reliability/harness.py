@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from integration.operator_harness import Trainers, end_pod
@@ -39,11 +40,15 @@ class Script:
     t_running: float = 0.0
     injected: str = ""  # pod or node the fault hit
     #: Rendezvous pods lost with another job's faulty node while this job had not yet finished:
-    #: each is recreated and counted as a pod reschedule (RendezvousLost).
+    #: each is recreated as a job restart (RendezvousLost); losses within one job-level window
+    #: (2 x heartbeatTimeoutSeconds) are one incident, so 1..rendezvous_lost job restarts.
     rendezvous_lost: int = 0
     #: Rendezvous pods lost while this job was already ending: the operator may or may not have
     #: counted one before it saw the job end (both are right), so the final check allows either.
-    reschedule_slack: int = 0
+    job_slack: int = 0
+    #: 1 when a rendezvous loss came while this job's own worker fault (silence, exit70) was not
+    #: yet acted on: that fault is then part of the job-level incident, no pod reschedule.
+    own_fault_slack: int = 0
     log: list[str] = field(default_factory=list)
 
 
@@ -54,6 +59,7 @@ class Fleet:
         namespace: str,
         on_node_fault: Callable[[str], None],
         interval: float = 2.0,
+        heartbeat_timeout: float = 45.0,
     ) -> None:
         self.core = client.CoreV1Api(kube)
         self.custom = client.CustomObjectsApi(kube)
@@ -61,6 +67,8 @@ class Fleet:
         self.trainers = Trainers(self.core, client.CoordinationV1Api(kube), namespace, job="")
         self.scripts: dict[str, Script] = {}
         self.on_node_fault = on_node_fault
+        #: The jobs' faultTolerance.heartbeatTimeoutSeconds (sets the job-level window).
+        self.heartbeat_timeout = heartbeat_timeout
         self.pool = ThreadPoolExecutor(8)
         self.beats = 0
         #: Each pod's Lease is renewed about every `interval` seconds (pod UID -> last renewal).
@@ -136,16 +144,22 @@ class Fleet:
         status = (job or {}).get("status") or {}
         reschedules = (status.get("restarts") or {}).get("podReschedules") or 0
         if s.step == "starting":
-            # A lost rendezvous pod is counted before this job's own fault (or end) is injected.
-            if len(running) == 2 and status.get("nodesReady") == 2 and reschedules == s.rendezvous_lost:
+            # A lost rendezvous pod is counted, and its job-level window has passed, before this
+            # job's own fault (or end) is injected: that fault is then the pod's own.
+            if (
+                len(running) == 2
+                and status.get("nodesReady") == 2
+                and ((status.get("restarts") or {}).get("job") or 0) >= min(1, s.rendezvous_lost)
+                and not self._in_job_window(status)
+            ):
                 s.t_running = s.t_running or now
                 if now - s.t_running >= s.fault_delay:
                     self._inject(s, sorted(running, key=lambda p: p.metadata.name))
                     s.step = "faulted"
             return
         if s.step == "faulted":
-            if s.fault != "exit93" and reschedules != s.expect_restarts[2]:
-                return  # a replacement (or a recreated rendezvous pod) not yet counted
+            if s.fault != "exit93" and reschedules < s.expect_restarts[2] - s.own_fault_slack:
+                return  # the replacement not yet counted
             if s.fault in ("delete", "silence", "exit70", "node"):
                 # Finished once the slot's replacement (attempt 1) runs and heartbeats.
                 if status.get("nodesReady") != 2:
@@ -165,6 +179,14 @@ class Fleet:
             return
         if s.step == "finishing" and (self._is(job, "Succeeded") or self._is(job, "Failed")):
             s.step = "done"
+
+    def _in_job_window(self, status: dict[str, Any]) -> bool:
+        """Within the job-level window (rtj.ladder.job_level) of this job's last rendezvous loss."""
+        began = status.get("jobFaultTime")
+        if not began:
+            return False
+        age = datetime.now(UTC) - datetime.fromisoformat(began.replace("Z", "+00:00"))
+        return age.total_seconds() <= 2 * self.heartbeat_timeout + 2
 
     @staticmethod
     def _is(job: dict[str, Any] | None, type_: str) -> bool:
@@ -193,7 +215,7 @@ class Fleet:
         elif s.fault == "node":
             s.injected = target.spec.node_name
             # Every job's rendezvous pod on that node (rendezvous pods have no node selector) is lost
-            # with it: recreated and counted once (RendezvousLost).
+            # with it: recreated, a job restart (RendezvousLost).
             for pod in self.pods():
                 other = self.scripts.get(pod.metadata.labels.get(contract.LABEL_JOB, ""))
                 if (
@@ -203,12 +225,12 @@ class Fleet:
                     and not pod.metadata.deletion_timestamp
                 ):
                     if other.step == "starting" or (other.step == "faulted" and other.fault != "exit93"):
-                        i, j, k = other.expect_restarts
-                        other.expect_restarts = (i, j, k + 1)
                         other.rendezvous_lost += 1
+                        if other.step == "faulted" and other.fault in ("silence", "exit70"):
+                            other.own_fault_slack = 1
                         other.log.append(f"rendezvous lost with node {target.spec.node_name}")
                     else:
-                        other.reschedule_slack += 1
+                        other.job_slack += 1
                         other.log.append(f"rendezvous lost with node {target.spec.node_name} while ending")
             self.on_node_fault(target.spec.node_name)
         s.log.append(f"fault {s.fault} -> {s.injected}")

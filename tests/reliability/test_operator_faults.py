@@ -240,7 +240,12 @@ def test_operator_sigkilled_during_churn_loses_and_doubles_nothing(
     core = client.CoreV1Api(kube)
     shared = nodes.group("shared", 6)
     kinds = list(SCENARIOS)
-    fleet = Fleet(kube, rel_namespace, on_node_fault=lambda node: make_node_not_ready(core, node))
+    fleet = Fleet(
+        kube,
+        rel_namespace,
+        on_node_fault=lambda node: make_node_not_ready(core, node),
+        heartbeat_timeout=FT["heartbeatTimeoutSeconds"],
+    )
     for i in range(CHURN_JOBS):
         fault = kinds[i % len(kinds)]
         name = f"churn-{i}-{fault}"
@@ -292,9 +297,14 @@ def test_operator_sigkilled_during_churn_loses_and_doubles_nothing(
         for name, s in fleet.scripts.items():
             st = fleet.job(name).get("status") or {}
             r = st.get("restarts") or {}
-            got = (r.get("inProcess"), r.get("inJob"), r.get("podReschedules"))
+            got = (r.get("inProcess"), r.get("inJob"), r.get("podReschedules"), r.get("job"))
             i, j, k = s.expect_restarts
-            counted = got[:2] == (i, j) and got[2] in range(k, k + s.reschedule_slack + 1)
+            lost = s.rendezvous_lost
+            counted = (
+                got[:2] == (i, j)
+                and got[2] in range(k - s.own_fault_slack, k + 1)
+                and got[3] in range(min(1, lost), lost + s.job_slack + 1)
+            )
             if st.get("state") != s.expect_state or not counted:
                 wrong.append(f"{name}: state {st.get('state')}/{st.get('reason')} restarts {got}; {s.log}")
             evs = Counter(e.reason for e in events(core, rel_namespace, name) if e.type == "Warning")

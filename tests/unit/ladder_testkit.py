@@ -180,6 +180,10 @@ class ObservedBuilder:
             self.lease(worker_pod_name(self.job, slot, attempt), 1.0, heartbeat or hb())
         return self
 
+    def no_rdzv(self) -> ObservedBuilder:
+        self.pods.pop(f"{self.job}-rdzv", None)
+        return self
+
     def no_service(self) -> ObservedBuilder:
         self.service = False
         return self

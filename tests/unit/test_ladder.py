@@ -628,40 +628,7 @@ CASES = [
         restarts=(0, 0, 0),
         slots={0: {"attempt": 1, "pod": "train-n0-a1"}},
     ),
-    # --- rendezvous pod -------------------------------------------------------------------------------------
-    Case(
-        "rendezvous pod failed: deleted (recreated next pass)",
-        running_job().obj(),
-        observe().running(2).rdzv(phase="Failed").obj(),
-        [DeletePod("train-rdzv", "rdzv-1", 0)],
-    ),
-    Case(
-        "rendezvous pod failed with the reschedule budget spent: Failed, not recreated",
-        running_job(restarts={"podReschedules": 4}).obj(),
-        observe().running(2).rdzv(phase="Failed").obj(),
-        [
-            DeletePod("train-n0-a0", "uid-train-n0-a0", None),
-            DeletePod("train-n1-a0", "uid-train-n1-a0", None),
-        ],
-        state="Failed",
-        reason=reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED,
-        restarts=(0, 0, 4),
-        events=[reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED],
-    ),
-    Case(
-        "rendezvous pod on a NotReady node: force-deleted",
-        running_job().obj(),
-        observe().running(2).rdzv(node="cpu-1").node("cpu-1", "False").obj(),
-        [DeletePod("train-rdzv", "rdzv-1", 0)],
-    ),
-    Case(
-        "new rendezvous pod counted as a pod-level recovery",
-        running_job().obj(),
-        observe().running(2).rdzv(uid="rdzv-2").obj(),
-        [],
-        restarts=(0, 0, 1),
-        events=[reasons.RENDEZVOUS_LOST],
-    ),
+    # (rendezvous pod cases: tests/unit/test_ladder_job_level.py, the rendezvous is job level)
     # --- hot spares ---------------------------------------------------------------------------------
     Case(
         "hot spares are created ahead",

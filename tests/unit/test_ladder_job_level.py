@@ -1,5 +1,5 @@
-"""Table tests of job-level attribution (rtj.ladder.job_level) through decide(): workers failing
-right after the rendezvous pod was lost, or together, are recovered once at job level: no pod
+"""Table tests of job-level attribution (rtj.ladder.job_level) through decide(): the rendezvous pod
+lost, and workers failing right after it or together, are recovered once at job level: no pod
 budget, no quarantine (issue 13, case 1). heartbeatTimeoutSeconds 30 here: window 60 s."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from ladder_testkit import NOW, ago, make_job, observe, running_status
 from rtj import reasons
 from rtj.api.models import ResilientTrainingJob
-from rtj.ladder import CreateWorkerPod, DeletePod, Observed, TaintNode, decide
+from rtj.ladder import CreateRendezvousPod, CreateWorkerPod, DeletePod, Observed, TaintNode, decide
 
 pytestmark = pytest.mark.unit
 
@@ -38,18 +38,96 @@ class Case:
     job_restarts: int  # status.restarts.job
     events: list[str] = field(default_factory=list)
     state: str = ""
+    rendezvous_uid: str = "rdzv-1"  # status.rendezvousPodUid after the pass
 
 
 R, T = reasons.RENDEZVOUS_RESTART, reasons.PODS_FAILED_TOGETHER
+L = reasons.RENDEZVOUS_LOST
 CASES = [
+    # --- the rendezvous pod itself ----------------------------------------------------------------------
     Case(
-        "rendezvous pod recreated and a worker exits 70 in the same pass: job level",
+        "rendezvous pod failed: one job restart, deleted (recreated next pass), uid cleared",
+        job(),
+        observe().running(4).rdzv(phase="Failed").obj(),
+        [DeletePod("train-rdzv", "rdzv-1", 0)],
+        0,
+        1,
+        [L],
+        rendezvous_uid="",
+    ),
+    Case(
+        "rendezvous pod gone: one job restart, recreated",
+        job(),
+        observe().running(4).no_rdzv().obj(),
+        [CreateRendezvousPod()],
+        0,
+        1,
+        [L],
+        rendezvous_uid="",
+    ),
+    Case(
+        "the recreated rendezvous pod (uid cleared when counted): adopted, not counted again",
+        job(rendezvousPodUid="", restarts={"job": 1}),
+        observe().running(4).rdzv(uid="rdzv-2").obj(),
+        [],
+        0,
+        1,
+        rendezvous_uid="rdzv-2",
+    ),
+    Case(
+        "rendezvous pod on a NotReady node: one job restart, force-deleted, no node quarantined",
+        job(),
+        observe().running(4).rdzv(node="cpu-9").node("cpu-9", "False").obj(),
+        [DeletePod("train-rdzv", "rdzv-1", 0)],
+        0,
+        1,
+        [L],
+        rendezvous_uid="",
+    ),
+    Case(
+        "rendezvous pod replaced by a pass whose status write was lost: counted once here",
+        job(),
+        observe().running(4).rdzv(uid="rdzv-2").obj(),
+        [],
+        0,
+        1,
+        [L],
+        rendezvous_uid="rdzv-2",
+    ),
+    Case(
+        "rendezvous pod lost within the window of a counted job fault: the same incident, not counted",
+        job(jobFaultTime=ago(20).isoformat(), jobRestartTime=ago(20).isoformat(), restarts={"job": 1}),
+        observe().running(4).rdzv(phase="Failed").obj(),
+        [DeletePod("train-rdzv", "rdzv-1", 0)],
+        0,
+        1,
+        rendezvous_uid="",
+    ),
+    Case(
+        "rendezvous pod lost with the job restart budget spent: Failed, not recreated",
+        job(restarts={"job": 4}),
+        observe().running(4).rdzv(phase="Failed").obj(),
+        [
+            DeletePod("train-n0-a0", "uid-train-n0-a0", None),
+            DeletePod("train-n1-a0", "uid-train-n1-a0", None),
+            DeletePod("train-n2-a0", "uid-train-n2-a0", None),
+            DeletePod("train-n3-a0", "uid-train-n3-a0", None),
+        ],
+        0,
+        4,
+        [reasons.JOB_RESTART_BUDGET_EXHAUSTED],
+        "Failed",
+    ),
+    # --- workers after the rendezvous loss, or together --------------------------------------------------
+    Case(
+        "rendezvous pod recreated and a worker exits 70 in the same pass: one job restart for both",
         job(),
         exit70(0, rdzv_uid="rdzv-2"),
         [DeletePod("train-n0-a0", "uid-train-n0-a0", 5), CreateWorkerPod(0, 1, R)],
-        1,  # the rendezvous pod itself, as before
+        0,
         1,
-        [reasons.RENDEZVOUS_LOST, R, R],
+        [L, R],
+        rendezvous_uid="rdzv-2",
     ),
     Case(
         "a worker exits 70 within the window after the rendezvous loss: job level, counted once already",
@@ -129,4 +207,6 @@ def test_job_level(case: Case) -> None:
     assert [e.reason for e in d.events] == case.events
     if case.state:
         assert d.status.state == case.state
+    else:
+        assert d.status.rendezvous_pod_uid == case.rendezvous_uid
     assert not any(isinstance(a, TaintNode) for a in d.actions) or case.events[-1] == reasons.NODE_QUARANTINED

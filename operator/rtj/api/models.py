@@ -451,8 +451,8 @@ class FaultTolerance(ApiModel):
     )
     max_job_restarts: int = Field(
         4,
-        description="Job-level recoveries allowed (pods failing together, or right after the rendezvous "
-        "pod was lost: no pod budget spent, no node quarantined) before the job fails.",
+        description="Job-level recoveries allowed (the rendezvous pod lost and recreated, workers failing "
+        "right after it or together: no pod budget spent, no node quarantined) before the job fails.",
         ge=0,
         le=1000,
     )

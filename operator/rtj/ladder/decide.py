@@ -340,32 +340,50 @@ class _Pass:
         if not self.obs.service_exists:
             self.d.actions.append(CreateRendezvousService())
         pod = self.rdzv
+        lost = pod is None or pod.terminal or p.node_fault(pod, self.obs.nodes, self.obs.nodes_known)
+        if lost and self.st.rendezvous_pod_uid:
+            # Counted when first seen lost; the uid cleared in the same status write, so the
+            # replacement is adopted without a second count.
+            name = pod.name if pod is not None else rendezvous_name(self.name)
+            if not self.rendezvous_restart(f"rendezvous pod {name} lost"):
+                return
+            self.st.rendezvous_pod_uid = ""
         if pod is None:
-            if self.st.rendezvous_pod_uid:  # lost: the workers' launchers fail next (job level)
-                job_level.begin(self.st, self.ft, self.now)
             self.d.actions.append(CreateRendezvousPod())
             return
-        if pod.terminal or p.node_fault(pod, self.obs.nodes, self.obs.nodes_known):
-            # Its replacement counts as a pod reschedule (below), so it spends the same budget.
-            replaces = bool(self.st.rendezvous_pod_uid)
-            if replaces:
-                job_level.begin(self.st, self.ft, self.now)
-            if replaces and p.budget_exhausted(self.st.restarts.pod_reschedules + 1, self.ft):
-                self.failed = (
-                    reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED,
-                    f"rendezvous pod {pod.name} lost; maxPodReschedules={self.ft.max_pod_reschedules} "
-                    "already used",
-                )
-                return
+        if lost:
             self.delete(pod, 0)
             return
         if pod.uid and pod.uid != self.st.rendezvous_pod_uid:
-            if self.st.rendezvous_pod_uid:
-                job_level.begin(self.st, self.ft, self.now)
-                self.st.restarts.pod_reschedules += 1
-                self.d.restarts.append(RestartObserved(reasons.LEVEL_POD, reasons.RENDEZVOUS_LOST))
-                self.event(WARNING, reasons.RENDEZVOUS_LOST, f"rendezvous pod {pod.name} was recreated")
+            # Another uid than the one counted: replaced by a pass whose status write was lost.
+            if self.st.rendezvous_pod_uid and not self.rendezvous_restart(
+                f"rendezvous pod {pod.name} was recreated"
+            ):
+                return
             self.st.rendezvous_pod_uid = pod.uid
+
+    def rendezvous_restart(self, what: str) -> bool:
+        """The rendezvous pod was lost: one job-level recovery (maxJobRestarts), no pod budget and no
+        quarantine; False when the job budget is spent (the job fails)."""
+        job_level.begin(self.st, self.ft, self.now)
+        if not job_level.needs_count(self.st):  # this incident is counted already
+            return True
+        if self.st.restarts.job + 1 > self.ft.max_job_restarts:
+            self.failed = (
+                reasons.JOB_RESTART_BUDGET_EXHAUSTED,
+                f"{what}; maxJobRestarts={self.ft.max_job_restarts} already used",
+            )
+            return False
+        self.st.restarts.job += 1
+        self.st.job_restart_time = self.now
+        self.d.restarts.append(RestartObserved(reasons.LEVEL_JOB, reasons.RENDEZVOUS_LOST))
+        self.event(
+            WARNING,
+            reasons.RENDEZVOUS_LOST,
+            f"{what}: recreated, the workers rejoin it ({self.st.restarts.job}/"
+            f"{self.ft.max_job_restarts} job restarts); no pod budget spent, no node quarantined",
+        )
+        return True
 
     # --- one slot: observe, count soft restarts, detect hard faults --------------------------------
     def observe_slot(self, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | None:

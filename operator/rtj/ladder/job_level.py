@@ -10,6 +10,9 @@ fault) is job-level when
 - it comes within `window_seconds` after a job-level fault began (status.jobFaultTime: set when the
   rendezvous pod is seen lost or recreated), reason RendezvousRestart; or
 - two or more workers show one in the same pass, reason PodsFailedTogether.
+The rendezvous pod's own loss is the job-level fault itself: recreating it is counted here too
+(Event RendezvousLost), never as a pod reschedule, and the workers' failures that follow in the
+window are the same incident, not counted again.
 A job-level fault replaces the pods concerned (their replacements rejoin the recreated rendezvous),
 spends no pod budget and quarantines no node; it is counted once in status.restarts.job
 (faultTolerance.maxJobRestarts), with one Warning Event and metric level Job. Node faults
