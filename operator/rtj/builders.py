@@ -15,7 +15,6 @@ from rtj import contract
 from rtj.api.instances import INSTANCE_DEFAULTS
 from rtj.api.models import CHECKPOINT_VOLUME, SHM_MOUNT_PATH, SHM_VOLUME, ResilientTrainingJob
 from rtj.contract import CAUSE_ANNOTATION, LABEL_JOB_NAMESPACE, LABEL_SPARE_INDEX, TRAINER_CONTAINER
-from rtj.ladder import rendezvous_name, spare_pod_name, worker_pod_name
 from rtj.settings import Settings
 
 RDZV_PORT = 29400
@@ -66,7 +65,7 @@ def owner_reference(job: ResilientTrainingJob) -> dict[str, Any]:
 
 
 def rdzv_endpoint(job: ResilientTrainingJob) -> str:
-    return f"{rendezvous_name(_name(job))}.{_ns(job)}.svc:{RDZV_PORT}"
+    return f"{contract.rendezvous_name(_name(job))}.{_ns(job)}.svc:{RDZV_PORT}"
 
 
 def pvc_name(job: ResilientTrainingJob) -> str:
@@ -323,7 +322,7 @@ def worker_pod(
     }
     return _training_pod(
         job,
-        worker_pod_name(_name(job), slot, attempt),
+        contract.worker_pod_name(_name(job), slot, attempt),
         labels,
         cause,
         avoid_nodes,
@@ -347,7 +346,7 @@ def spare_pod(
     }
     return _training_pod(
         job,
-        spare_pod_name(_name(job), index, attempt),
+        contract.spare_pod_name(_name(job), index, attempt),
         labels,
         contract.CAUSE_HOT_SPARE,
         avoid_nodes,
@@ -376,7 +375,7 @@ def assign_lease_patch(slot: int) -> dict[str, Any]:
 
 def rendezvous_pod(job: ResilientTrainingJob, settings: BuildSettings | None = None) -> dict[str, Any]:
     settings = settings or BuildSettings()
-    name = rendezvous_name(_name(job))
+    name = contract.rendezvous_name(_name(job))
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -420,7 +419,7 @@ def rendezvous_pod(job: ResilientTrainingJob, settings: BuildSettings | None = N
 
 
 def rendezvous_service(job: ResilientTrainingJob) -> dict[str, Any]:
-    name = rendezvous_name(_name(job))
+    name = contract.rendezvous_name(_name(job))
     return {
         "apiVersion": "v1",
         "kind": "Service",

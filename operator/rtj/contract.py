@@ -20,6 +20,7 @@ Channels:
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -264,6 +265,31 @@ class TrainerConfig(_Model):
     @classmethod
     def from_env(cls, value: str) -> TrainerConfig:
         return cls.model_validate(json.loads(value))
+
+
+# --- Pod names (writer: operator builders; reader: operator ladder, local tools) ----------------
+#: A worker pod's name, `<job>-n<slot>-a<attempt>`: deterministic, so a create repeated after a
+#: crash is refused as AlreadyExists instead of making a second pod.
+_WORKER_POD_NAME = re.compile(r"^(?P<job>.+)-n(?P<slot>\d+)-a(?P<attempt>\d+)$")
+
+
+def worker_pod_name(job: str, slot: int, attempt: int) -> str:
+    return f"{job}-n{slot}-a{attempt}"
+
+
+def parse_worker_pod_name(name: str) -> tuple[int, int] | None:
+    """(slot, attempt) of a worker pod name, or None when the name is not one."""
+    match = _WORKER_POD_NAME.match(name)
+    return (int(match["slot"]), int(match["attempt"])) if match else None
+
+
+def spare_pod_name(job: str, index: int, attempt: int) -> str:
+    return f"{job}-spare-{index}-a{attempt}"
+
+
+def rendezvous_name(job: str) -> str:
+    """The rendezvous pod's and Service's name (a DNS label: the job name is at most 58 long)."""
+    return f"{job}-rdzv"
 
 
 def lease_name(pod_name: str) -> str:

@@ -182,11 +182,10 @@ class Fleet:
 
     def _in_job_window(self, status: dict[str, Any]) -> bool:
         """Within the job-level window (rtj.ladder.job_level) of this job's last rendezvous loss."""
-        began = status.get("jobFaultTime")
-        if not began:
+        began = contract.parse_time(status.get("jobFaultTime"))
+        if began is None:
             return False
-        age = datetime.now(UTC) - datetime.fromisoformat(began.replace("Z", "+00:00"))
-        return age.total_seconds() <= 2 * self.heartbeat_timeout + 2
+        return (datetime.now(UTC) - began).total_seconds() <= 2 * self.heartbeat_timeout + 2
 
     @staticmethod
     def _is(job: dict[str, Any] | None, type_: str) -> bool:

@@ -33,8 +33,6 @@ from rtj.ladder import (
     decide,
     lease_from_dict,
     pod_from_dict,
-    spare_pod_name,
-    worker_pod_name,
 )
 
 #: At most this many slots get pods in generated states (a 10,000-node spec is decided in full,
@@ -59,7 +57,7 @@ def lease_dict(pod: str, renew: Any, annotation: Any = None, assigned: Any = Non
 
 
 def _worker(job: str, slot: int, attempt: int = 0, phase: str = "Running", **kw: Any) -> PodObs:
-    name = worker_pod_name(job, slot, attempt)
+    name = contract.worker_pod_name(job, slot, attempt)
     return PodObs(
         name=name, uid=f"uid-{name}", role=contract.ROLE_WORKER, slot=slot, attempt=attempt, phase=phase,
         node=kw.pop("node", f"node-{slot}"), cause=kw.pop("cause", "Initial"), **kw,
@@ -88,7 +86,7 @@ def scenario_states(job: ResilientTrainingJob, now: datetime) -> list[Observed]:
     states = [Observed(nodes=nodes, service_exists=False), Observed(pods=rdzv, nodes=nodes)]
     pods, leases = running()
     states.append(Observed(pods=pods, leases=leases, nodes=nodes))
-    first = worker_pod_name(name, 0, 0)
+    first = contract.worker_pod_name(name, 0, 0)
     variants: list[dict[str, Any]] = [
         {first: _worker(name, 0, phase="Failed", exit_code=70, created=old, started=old)},
         {first: _worker(name, 0, phase="Failed", exit_code=93, created=old, started=old)},
@@ -115,7 +113,7 @@ def scenario_states(job: ResilientTrainingJob, now: datetime) -> list[Observed]:
     states.append(Observed(pods=pods, leases=leases, nodes={**nodes, "node-0": NodeObs("node-0", "False")}))
     if job.spec.hot_spares:
         pods, leases = running()
-        spare = spare_pod_name(name, 0, 0)
+        spare = contract.spare_pod_name(name, 0, 0)
         pods[spare] = PodObs(
             spare, uid="s", role=contract.ROLE_SPARE, spare_index=0, phase="Running", node=f"node-{n}",
             created=old, started=old,
@@ -153,9 +151,9 @@ def pod_dicts(draw: st.DrawFn, job: str, nodes: int, now: datetime) -> dict[str,
     slot = draw(st.integers(-1, min(nodes, MAX_POPULATED)))
     attempt = draw(st.integers(0, 3))
     name = (
-        worker_pod_name(job, slot, attempt)
+        contract.worker_pod_name(job, slot, attempt)
         if role != contract.ROLE_SPARE
-        else spare_pod_name(job, slot, attempt)
+        else contract.spare_pod_name(job, slot, attempt)
     )
     labels: dict[str, Any] = {contract.LABEL_JOB: job, contract.LABEL_ROLE: role}
     labels[contract.LABEL_SLOT] = draw(

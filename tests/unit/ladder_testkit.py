@@ -8,7 +8,7 @@ from typing import Any
 
 from rtj import contract
 from rtj.api.models import ResilientTrainingJob
-from rtj.ladder import LeaseObs, NodeObs, Observed, PodObs, worker_pod_name
+from rtj.ladder import LeaseObs, NodeObs, Observed, PodObs
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -113,7 +113,7 @@ class ObservedBuilder:
     def worker(
         self, slot: int, attempt: int = 0, phase: str = "Running", node: str | None = None, **kw: Any
     ) -> ObservedBuilder:
-        name = kw.pop("name", worker_pod_name(self.job, slot, attempt))
+        name = kw.pop("name", contract.worker_pod_name(self.job, slot, attempt))
         node = node if node is not None else f"node-{slot}"
         if node and node not in self.nodes_:
             self.node(node)
@@ -177,7 +177,7 @@ class ObservedBuilder:
         self.rdzv()
         for slot in range(n):
             self.worker(slot, attempt)
-            self.lease(worker_pod_name(self.job, slot, attempt), 1.0, heartbeat or hb())
+            self.lease(contract.worker_pod_name(self.job, slot, attempt), 1.0, heartbeat or hb())
         return self
 
     def no_rdzv(self) -> ObservedBuilder:
@@ -211,7 +211,7 @@ def running_status(n: int, attempt: int = 0, **extra: Any) -> dict[str, Any]:
     slots = [
         {
             "slot": s,
-            "pod": worker_pod_name("train", s, attempt),
+            "pod": contract.worker_pod_name("train", s, attempt),
             "node": f"node-{s}",
             "attempt": attempt,
             "state": "Training",

@@ -32,7 +32,6 @@ from rtj.ladder import (
     TaintNode,
     decide,
     lease_from_dict,
-    worker_pod_name,
 )
 
 pytestmark = pytest.mark.unit
@@ -148,7 +147,7 @@ def _with_lease(observed: Observed, name: str, lease: dict[str, Any] | None) -> 
 @given(st.integers(0, 2), st.data())
 def test_garbage_heartbeat_with_a_fresh_renewal_changes_nothing(slot: int, data: st.DataObject) -> None:
     job, builder = _healthy()
-    pod = worker_pod_name("train", slot, 0)
+    pod = contract.worker_pod_name("train", slot, 0)
     lease = data.draw(garbage_leases(pod, ago(1).strftime("%Y-%m-%dT%H:%M:%S.%fZ")))  # a fresh heartbeat
     decision = decide(job, _with_lease(builder.obj(), pod, lease), NOW)
     assert _replacements(decision) == []
@@ -170,8 +169,8 @@ def test_unusable_renew_time_is_the_same_as_no_lease(
     builder = observe().rdzv()
     for s in range(3):
         builder.worker(s, started=ago(started_ago), created=ago(started_ago))
-        builder.lease(worker_pod_name("train", s, 0), 1.0, hb())
-    pod = worker_pod_name("train", slot, 0)
+        builder.lease(contract.worker_pod_name("train", s, 0), 1.0, hb())
+    pod = contract.worker_pod_name("train", slot, 0)
     lease = data.draw(garbage_leases(pod, renew))
     with_garbage = decide(job, _with_lease(builder.obj(), pod, lease), NOW)
     without = decide(job, _with_lease(builder.obj(), pod, None), NOW)
@@ -193,7 +192,7 @@ def test_future_renew_time_counts_from_when_it_was_seen(ahead: int, seen_ago: fl
     )
     assert lease.renew_time == seen
     job, builder = _healthy()
-    pod = worker_pod_name("train", 0, 0)
+    pod = contract.worker_pod_name("train", 0, 0)
     decision = decide(
         job,
         _with_lease(

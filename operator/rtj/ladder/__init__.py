@@ -15,15 +15,7 @@ from rtj.ladder.actions import (
     RestartObserved,
     TaintNode,
 )
-from rtj.ladder.decide import (
-    Decision,
-    LadderConfig,
-    decide,
-    goodput,
-    rendezvous_name,
-    spare_pod_name,
-    worker_pod_name,
-)
+from rtj.ladder.decide import Decision, LadderConfig, decide, goodput
 from rtj.ladder.observe import (
     OBSERVED_AT,
     LeaseObs,
@@ -61,7 +53,4 @@ __all__ = [
     "lease_from_dict",
     "node_from_dict",
     "pod_from_dict",
-    "rendezvous_name",
-    "spare_pod_name",
-    "worker_pod_name",
 ]

@@ -106,18 +106,6 @@ def _copy_status(status: JobStatus) -> JobStatus:
         return status.model_copy(deep=True)
 
 
-def worker_pod_name(job: str, slot: int, attempt: int) -> str:
-    return f"{job}-n{slot}-a{attempt}"
-
-
-def spare_pod_name(job: str, index: int, attempt: int) -> str:
-    return f"{job}-spare-{index}-a{attempt}"
-
-
-def rendezvous_name(job: str) -> str:
-    return f"{job}-rdzv"
-
-
 class _Pass:
     """State of one decide() call; methods are the ladder's steps."""
 
@@ -142,7 +130,7 @@ class _Pass:
                 self.workers.setdefault(pod.slot, []).append(pod)
             elif pod.role == contract.ROLE_SPARE and pod.spare_index is not None:
                 self.spares.setdefault(pod.spare_index, []).append(pod)
-            elif pod.role == contract.ROLE_RENDEZVOUS and pod.name == rendezvous_name(self.name):
+            elif pod.role == contract.ROLE_RENDEZVOUS and pod.name == contract.rendezvous_name(self.name):
                 self.rdzv = pod
         self.failed: tuple[str, str] | None = None
         self.correlated = False
@@ -344,7 +332,7 @@ class _Pass:
         if lost and self.st.rendezvous_pod_uid:
             # Counted when first seen lost; the uid cleared in the same status write, so the
             # replacement is adopted without a second count.
-            name = pod.name if pod is not None else rendezvous_name(self.name)
+            name = pod.name if pod is not None else contract.rendezvous_name(self.name)
             if not self.rendezvous_restart(f"rendezvous pod {name} lost"):
                 return
             self.st.rendezvous_pod_uid = ""

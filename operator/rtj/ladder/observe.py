@@ -6,15 +6,12 @@ a future renewTime) yields an observation, never an exception.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from rtj import contract
 from rtj.contract import Heartbeat
-
-_WORKER_NAME = re.compile(r"^(?P<job>.+)-n(?P<slot>\d+)-a(?P<attempt>\d+)$")
 
 
 def _int(value: Any) -> int | None:
@@ -114,10 +111,10 @@ def pod_from_dict(obj: dict[str, Any]) -> PodObs:
     attempt = _int(labels.get(contract.LABEL_ATTEMPT))
     slot = _int(labels.get(contract.LABEL_SLOT))
     if attempt is None or slot is None:
-        match = _WORKER_NAME.match(name)
-        if match:
-            attempt = attempt if attempt is not None else int(match["attempt"])
-            slot = slot if slot is not None else int(match["slot"])
+        parsed = contract.parse_worker_pod_name(name)
+        if parsed is not None:
+            slot = slot if slot is not None else parsed[0]
+            attempt = attempt if attempt is not None else parsed[1]
     exit_code = None
     for cs in status.get("containerStatuses") or []:
         if isinstance(cs, dict) and cs.get("name") == contract.TRAINER_CONTAINER:
