@@ -40,7 +40,7 @@ import kopf
 from pydantic import ValidationError
 
 from rtj import builders, contract, kube, metrics, reasons
-from rtj.api.models import ConditionType, JobStatus, ResilientTrainingJob
+from rtj.api.models import ConditionType, JobState, JobStatus, ResilientTrainingJob
 from rtj.ladder import (
     OBSERVED_AT,
     AssignLease,
@@ -243,7 +243,11 @@ async def _mark_invalid(k: kube.Kube, body: kopf.Body, message: str) -> None:
     status.conditions = set_condition(
         status.conditions, ConditionType.FAILED, True, reasons.INVALID_SPEC, message, now, generation
     )
-    status.state, status.reason, status.observed_generation = "Failed", reasons.INVALID_SPEC, generation
+    status.state, status.reason, status.observed_generation = (
+        JobState.FAILED,
+        reasons.INVALID_SPEC,
+        generation,
+    )
     status.completion_time = status.completion_time or now
     await k.patch_job_status(
         body.metadata["namespace"], body.metadata["name"], status.model_dump(by_alias=True, mode="json"), None

@@ -825,6 +825,37 @@ class CheckpointStatus(ApiModel):
     time: datetime = Field(description="When it was committed.")
 
 
+class JobState(StrEnum):
+    """status.state: the job's one-word summary (`kubectl get rtj`), derived from its conditions."""
+
+    PENDING = "Pending"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RECOVERING = "Recovering"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class SlotState(StrEnum):
+    """The operator's own states of a node slot; otherwise a slot shows its pod's heartbeat state
+    (rtj.contract.PodState)."""
+
+    PENDING = "Pending"
+    STARTING = "Starting"
+    REPLACING = "Replacing"
+    SILENT = "Silent"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+#: Slot states without a running pod ("": not observed yet).
+SLOT_STATES_WITHOUT_POD = frozenset(
+    {SlotState.PENDING, SlotState.REPLACING, SlotState.FAILED, SlotState.SUSPENDED, ""}
+)
+
+
 class NodeSlotStatus(ApiModel):
     model_config = ConfigDict(extra="ignore")
 

@@ -29,15 +29,19 @@ from pydantic import ValidationError
 
 from rtj import contract, reasons
 from rtj.api.models import (
+    SLOT_STATES_WITHOUT_POD,
     CheckpointStatus,
     Condition,
     ConditionType,
     FaultStatus,
+    JobState,
     JobStatus,
     NodeSlotStatus,
     ResilientTrainingJob,
+    SlotState,
     SpareStatus,
 )
+from rtj.contract import PodState
 from rtj.ladder import (
     create_refusals,
     event_outbox,
@@ -183,9 +187,9 @@ class _Pass:
         else:
             self.active()
             self.apply_heartbeat_times()
-            if self.st.state not in ("Failed", "Succeeded"):
+            if self.st.state not in (JobState.FAILED, JobState.SUCCEEDED):
                 self.create_refusal()
-        if self.st.state in ("Failed", "Succeeded", "Suspended"):
+        if self.st.state in (JobState.FAILED, JobState.SUCCEEDED, JobState.SUSPENDED):
             self.st.steps_per_second = None  # no pod trains: a last rate would read as training
         self.st.node_slots = self.slots
         event_outbox.record(self.st, self.d.events, self.obs.events_posted, self.now)
@@ -208,7 +212,7 @@ class _Pass:
     def suspended(self) -> None:
         self.delete_live_pods({contract.ROLE_WORKER, contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS})
         for slot in self.slots:
-            slot.pod, slot.node, slot.state = "", "", "Suspended"
+            slot.pod, slot.node, slot.state = "", "", SlotState.SUSPENDED
             slot.recovering_since, slot.recovering_level = None, ""
         self.st.spares = []
         self.st.rendezvous_pod_uid = ""  # the one recreated on resume is not a recovery
@@ -220,7 +224,7 @@ class _Pass:
         self.cond(ConditionType.RECOVERING, False, reasons.SUSPENDED, "")
         self.cond(ConditionType.DEGRADED, False, reasons.SUSPENDED, "")
         self.st.nodes_ready = 0
-        self.st.state, self.st.reason = "Suspended", reasons.SUSPENDED
+        self.st.state, self.st.reason = JobState.SUSPENDED, reasons.SUSPENDED
 
     def active(self) -> None:
         if self.obs.refused:
@@ -230,7 +234,7 @@ class _Pass:
         if is_true(self.old.conditions, ConditionType.SUSPENDED):
             for slot in self.slots:
                 slot.attempt += 1
-                slot.pod, slot.state, slot.last_heartbeat_time = "", "Pending", None
+                slot.pod, slot.state, slot.last_heartbeat_time = "", SlotState.PENDING, None
                 slot.lease_missing_since = None
                 slot.in_process_restarts = slot.in_job_restarts = 0
                 causes[slot.slot] = reasons.CAUSE_RESUME
@@ -260,7 +264,7 @@ class _Pass:
         if self.failed is not None:
             self.fail(*self.failed)
             return
-        if all(s.state == "Succeeded" for s in self.slots):
+        if all(s.state == SlotState.SUCCEEDED for s in self.slots):
             self.succeed()
             return
         for slot in self.slots:
@@ -299,7 +303,7 @@ class _Pass:
         if not outage_hold.holds(was_held, len(silent), stale, self.spec.nodes):
             return faults
         for slot, _pod, _reason, _message in silent:
-            slot.state = "Silent"
+            slot.state = SlotState.SILENT
         self.stale_heartbeats = outage_hold.message(stale, self.spec.nodes)
         return [f for f in faults if f not in silent]
 
@@ -320,7 +324,7 @@ class _Pass:
                 f"{message}; retried with backoff until it is accepted",
             )
         self.cond(ConditionType.CREATE_REFUSED, True, refusal.reason or reasons.CREATE_REFUSED, message)
-        if self.st.state == "Pending":
+        if self.st.state == JobState.PENDING:
             self.st.reason = reasons.CREATE_REFUSED
 
     # --- rendezvous ------------------------------------------------------------------------------
@@ -404,12 +408,12 @@ class _Pass:
         if current is None:
             if slot.pod:
                 return None, reasons.POD_DELETED, f"pod {slot.pod} disappeared"
-            slot.state = "Pending" if slot.state not in ("Replacing",) else slot.state
+            slot.state = SlotState.PENDING if slot.state not in (SlotState.REPLACING,) else slot.state
             return None
         slot.pod, slot.node = current.name, current.node or slot.node
         lease = self.lease(current)
         if current.phase == "Succeeded":
-            slot.state = "Succeeded"
+            slot.state = SlotState.SUCCEEDED
             return None
         permanent = p.reported_permanent_fault(lease)
         if permanent is not None:
@@ -421,7 +425,7 @@ class _Pass:
             )
             return None
         if current.phase == "Failed":
-            slot.state = "Failed"
+            slot.state = SlotState.FAILED
             if p.is_do_not_restart(current, self.ft):
                 self.note_fault(slot, reasons.DO_NOT_RESTART_EXIT_CODE, current.name, current.node)
                 self.failed = (
@@ -458,11 +462,11 @@ class _Pass:
         if lease is not None and lease.renew_time is not None:
             self.d.heartbeat_ages[slot.slot] = p.seconds_since(lease.renew_time, self.now)
         if current.phase != "Running":
-            slot.state = "Pending"
+            slot.state = SlotState.PENDING
         elif lease_missing:
             slot.state = missing_lease.STATE_LEASE_MISSING
         elif lease is None or lease.heartbeat is None:
-            slot.state = "Starting"
+            slot.state = SlotState.STARTING
         elif lease.heartbeat.state == contract.PodState.CHECKPOINTING:
             slot.state = contract.PodState.TRAINING.value  # no status write per checkpoint and pod
         else:
@@ -598,7 +602,7 @@ class _Pass:
             self.delete(pod, 0 if force else self.cfg.fault_grace_seconds)
         old_name = slot.pod
         slot.attempt += 1
-        slot.pod, slot.state, slot.last_fault_reason = "", "Replacing", reason
+        slot.pod, slot.state, slot.last_fault_reason = "", SlotState.REPLACING, reason
         slot.in_process_restarts = slot.in_job_restarts = 0
         slot.last_heartbeat_time = slot.lease_missing_since = None
         slot.recovering_since, slot.recovering_level = self.now, reasons.LEVEL_JOB
@@ -625,7 +629,7 @@ class _Pass:
         self.d.restarts.append(RestartObserved(reasons.LEVEL_POD, reason))
         old_name = slot.pod
         slot.attempt += 1
-        slot.pod, slot.state, slot.last_fault_reason = "", "Replacing", reason
+        slot.pod, slot.state, slot.last_fault_reason = "", SlotState.REPLACING, reason
         slot.in_process_restarts = slot.in_job_restarts = 0
         slot.last_heartbeat_time = slot.lease_missing_since = None
         slot.recovering_since, slot.recovering_level = self.now, reasons.LEVEL_POD
@@ -664,7 +668,7 @@ class _Pass:
                 # period is long over): force it, as `kubectl delete --force` would, or the slot waits.
                 self.d.actions.append(DeletePod(q.name, q.uid, 0))
         if any(q.live or q.deleting for q in self.workers.get(slot.slot, [])):
-            slot.state = "Replacing" if slot.recovering_since else "Pending"
+            slot.state = SlotState.REPLACING if slot.recovering_since else SlotState.PENDING
             return
         cause = cause or (
             slot.last_fault_reason if slot.recovering_since and slot.attempt > 0 else reasons.CAUSE_INITIAL
@@ -682,7 +686,7 @@ class _Pass:
                     f"(attempt {slot.attempt})",
                 )
                 # slot.pod stays empty until the relabelled pod is observed in the slot.
-                slot.node, slot.state = spare.node, "Starting"
+                slot.node, slot.state = spare.node, SlotState.STARTING
                 return
         self.d.actions.append(CreateWorkerPod(slot.slot, slot.attempt, cause, self.avoid_nodes()))
 
@@ -732,15 +736,15 @@ class _Pass:
             if current is None or current.terminal or current.deleting or lost:
                 if entry.pod or current is not None:  # that attempt was used: promoted, failed, deleted
                     entry.attempt += 1
-                entry.pod, entry.node, entry.state = "", "", "Pending"
+                entry.pod, entry.node, entry.state = "", "", SlotState.PENDING
                 if not any(q.live and not q.deleting and q is not current for q in pods):
                     self.d.actions.append(CreateSparePod(index, entry.attempt, self.avoid_nodes()))
             else:
                 entry.pod, entry.node = current.name, current.node
                 entry.state = (
-                    "Standby"
+                    PodState.STANDBY
                     if p.is_standby_spare(current, self.lease(current), self.ft, self.now)
-                    else ("Starting" if current.phase == "Running" else "Pending")
+                    else (SlotState.STARTING if current.phase == "Running" else SlotState.PENDING)
                 )
             out.append(entry)
         for index, pods in self.spares.items():
@@ -763,7 +767,7 @@ class _Pass:
         for slot in self.slots:
             slot.recovering_since, slot.recovering_level = None, ""
         self.st.completion_time = self.st.completion_time or self.now
-        self.st.state, self.st.reason = "Failed", reason
+        self.st.state, self.st.reason = JobState.FAILED, reason
         self.st.nodes_ready = 0
         self.event(WARNING, reason, f"job failed: {message}; running pods deleted, nothing restarted")
 
@@ -776,7 +780,7 @@ class _Pass:
         self.cond(ConditionType.RECOVERING, False, reasons.FINISHED, "")
         self.cond(ConditionType.DEGRADED, False, reasons.FINISHED, "")
         self.st.completion_time = self.st.completion_time or self.now
-        self.st.state, self.st.reason = "Succeeded", reasons.ALL_PODS_SUCCEEDED
+        self.st.state, self.st.reason = JobState.SUCCEEDED, reasons.ALL_PODS_SUCCEEDED
         self.st.nodes_ready = 0
         for slot in self.slots:
             slot.recovering_since, slot.recovering_level = None, ""
@@ -809,13 +813,11 @@ class _Pass:
         self.collect_checkpoint()
         training = {contract.PodState.TRAINING.value, contract.PodState.CHECKPOINTING.value}
         ready = sum(1 for s in self.slots if s.state in training)
-        running = sum(
-            1 for s in self.slots if s.state not in ("Pending", "Replacing", "Failed", "Suspended", "")
-        )
+        running = sum(1 for s in self.slots if s.state not in SLOT_STATES_WITHOUT_POD)
         self.st.nodes_ready = ready
         # A pod that runs but has not heartbeated (or whose Lease is gone) is not known to train.
         renewing = {slot.slot for slot, _renew in self.renewals}
-        starting = sum(1 for s in self.slots if s.state == "Starting" and s.slot not in renewing)
+        starting = sum(1 for s in self.slots if s.state == SlotState.STARTING and s.slot not in renewing)
         if running and self.st.start_time is None:
             self.st.start_time = self.now
         recovering = [s for s in self.slots if s.recovering_since is not None]
@@ -862,17 +864,17 @@ class _Pass:
             )
         if recovering:
             self.st.state, self.st.reason = (
-                "Recovering",
+                JobState.RECOVERING,
                 next(c.reason for c in self.st.conditions if c.type == ConditionType.RECOVERING),
             )
         elif all_heartbeating:
-            self.st.state, self.st.reason = "Running", reasons.ALL_PODS_RUNNING
+            self.st.state, self.st.reason = JobState.RUNNING, reasons.ALL_PODS_RUNNING
         elif all_running and starting:
-            self.st.state, self.st.reason = "Starting", reasons.PODS_STARTING
+            self.st.state, self.st.reason = JobState.STARTING, reasons.PODS_STARTING
         elif all_running:
-            self.st.state, self.st.reason = "Running", reasons.PODS_NOT_HEARTBEATING
+            self.st.state, self.st.reason = JobState.RUNNING, reasons.PODS_NOT_HEARTBEATING
         else:
-            self.st.state, self.st.reason = "Pending", reasons.PODS_PENDING
+            self.st.state, self.st.reason = JobState.PENDING, reasons.PODS_PENDING
 
 
 def _condition_reason(conditions: list[Condition], type_: str) -> str:

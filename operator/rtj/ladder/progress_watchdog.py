@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from rtj.api.models import FaultTolerance, JobStatus, NodeSlotStatus
+from rtj.api.models import SLOT_STATES_WITHOUT_POD, FaultTolerance, JobStatus, NodeSlotStatus, SlotState
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,9 @@ class Verdict:
 
 def armed(slots: list[NodeSlotStatus]) -> bool:
     """Every slot's pod runs or has finished, and one still runs."""
-    up = ("Pending", "Replacing", "Failed", "Suspended", "")
-    return all(s.state not in up for s in slots) and any(s.state != "Succeeded" for s in slots)
+    return all(s.state not in SLOT_STATES_WITHOUT_POD for s in slots) and any(
+        s.state != SlotState.SUCCEEDED for s in slots
+    )
 
 
 def check(
@@ -70,7 +71,7 @@ def check(
     silent = (now - last).total_seconds()
     if silent <= ft.progress_timeout_seconds:
         return Verdict(False, False)
-    finished = [s for s in slots if s.state == "Succeeded"]
+    finished = [s for s in slots if s.state == SlotState.SUCCEEDED]
     early = (
         f"; pod(s) {', '.join(s.pod or f'of slot {s.slot}' for s in finished)} exited 0 while the "
         "others had not finished"

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rtj import contract
-from rtj.api.models import FaultTolerance, JobStatus
+from rtj.api.models import FaultTolerance, JobStatus, SlotState
 
 #: A pass runs this long after a heartbeat deadline (the ladder's test is "older than", strictly).
 DEADLINE_SLACK_SECONDS = 0.02
@@ -53,7 +53,7 @@ def watched_leases(
     return frozenset(
         contract.lease_name(s.pod)
         for s in status.node_slots
-        if s.pod and (s.state == "Silent" or heartbeat_ages.get(s.slot, 0.0) > half)
+        if s.pod and (s.state == SlotState.SILENT or heartbeat_ages.get(s.slot, 0.0) > half)
     )
 
 
