@@ -301,7 +301,10 @@ class Demo:
                     f" from {'/'.join(cost.sources)}"
                 )
         r = last.restarts
-        self.out(f"restarts: in-process {r['inProcess']}, in-job {r['inJob']}, pods {r['podReschedules']}")
+        self.out(
+            f"restarts: in-process {r['inProcess']}, in-job {r['inJob']}, pods {r['podReschedules']}, "
+            f"job {r['job']}"
+        )
         self.out(f"quarantined nodes: {', '.join(last.status.get('quarantinedNodes') or []) or '-'}")
         monotonic = all(a < b for a, b in itertools.pairwise(ckpts))
         self.out(

@@ -43,7 +43,7 @@ class Snapshot:
     @property
     def restarts(self) -> dict[str, int]:
         r = self.status.get("restarts") or {}
-        return {k: int(r.get(k, 0)) for k in ("inProcess", "inJob", "podReschedules")}
+        return {k: int(r.get(k, 0)) for k in ("inProcess", "inJob", "podReschedules", "job")}
 
     @property
     def checkpoint_step(self) -> int | None:
@@ -174,7 +174,8 @@ class Timeline:
         conditions = ", ".join(true) or "no condition true"
         head = (
             f"{self._stamp(snap.t)}  {st.get('state') or '-':<11} {conditions:<44}"
-            f" restarts: in-process {r['inProcess']}, in-job {r['inJob']}, pods {r['podReschedules']}"
+            f" restarts: in-process {r['inProcess']}, in-job {r['inJob']}, pods {r['podReschedules']},"
+            f" job {r['job']}"
             f" | checkpoint {'step ' + str(ckpt) if ckpt is not None else '-'}"
         )
         lines = [head]
