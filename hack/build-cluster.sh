@@ -266,7 +266,8 @@ link_current() {
       kube*) v="$K8S_VERSION" ;; etcd) v="$ETCD_VERSION" ;; kwok) v="$KWOK_VERSION" ;;
       containerd* | ctr) v="$CONTAINERD_VERSION" ;; coredns) v="$COREDNS_VERSION" ;;
     esac
-    [[ -x "$BIN/$n-$v" ]] && ln -sfn "$BIN/$n-$v" "$ROOT/.run/bin/$n"
+    # Node binaries exist only after `--nodes`; an `&&` list here would fail the script (set -e).
+    if [[ -x "$BIN/$n-$v" ]]; then ln -sfn "$BIN/$n-$v" "$ROOT/.run/bin/$n"; fi
   done
 }
 
