@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rtj import contract
 from rtj.api.models import ResilientTrainingJob
-from rtj.ladder import LeaseObs, NodeObs, Observed, PodObs
+from rtj.ladder import LeaseObs, NodeObs, Observed, PodObs, decide
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -234,3 +235,62 @@ def running_status(n: int, attempt: int = 0, **extra: Any) -> dict[str, Any]:
     }
     status.update(extra)
     return status
+
+
+# --- table rows of decide() (tests/unit/test_ladder_*.py) ------------------------------------------
+
+HARD = {"severity": "Hard", "reason": "GpuXid", "message": "Xid 79", "time": ago(2).isoformat()}
+PERMANENT = {
+    "severity": "Permanent",
+    "reason": "WorldSizeMismatch",
+    "message": "/ckpt/step-0000000100 was written by 2 ranks, this job has 3",
+    "time": ago(2).isoformat(),
+}
+SOFT = {"severity": "Soft", "reason": "RankException", "message": "boom", "time": ago(3).isoformat()}
+
+
+@dataclass
+class Case:
+    id: str
+    job: ResilientTrainingJob
+    observed: Observed
+    actions: list[Any] = field(default_factory=list)
+    state: str = ""
+    reason: str = ""
+    restarts: tuple[int, int, int] = (0, 0, 0)  # in-process, in-job, pod reschedules
+    events: list[str] = field(default_factory=list)
+    slots: dict[int, dict[str, Any]] = field(default_factory=dict)
+    conditions: dict[str, str] = field(default_factory=dict)
+    quarantined: list[str] = field(default_factory=list)
+
+
+def running_job(n: int = 2, **status: Any) -> Any:
+    return make_job().nodes(n).status(**running_status(n, **status))
+
+
+def slot_status(n: int, overrides: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    base = running_status(n)["nodeSlots"]
+    for s, fields in overrides.items():
+        base[s].update(fields)
+    return base
+
+
+def check(case: Case) -> None:
+    """decide() on the row's job and observation gives exactly the row's actions, counts and events."""
+    d = decide(case.job, case.observed, NOW)
+    assert d.actions == case.actions
+    st = d.status
+    if case.state:
+        assert st.state == case.state
+    if case.reason:
+        assert st.reason == case.reason
+    assert (st.restarts.in_process, st.restarts.in_job, st.restarts.pod_reschedules) == case.restarts
+    assert [e.reason for e in d.events] == case.events
+    for slot, fields in case.slots.items():
+        got = st.node_slots[slot].model_dump(by_alias=True)
+        assert {k: got[k] for k in fields} == fields
+    conds = {c.type: c.status for c in st.conditions}
+    for type_, value in case.conditions.items():
+        assert conds.get(type_) == value
+    if case.quarantined:
+        assert st.quarantined_nodes == case.quarantined

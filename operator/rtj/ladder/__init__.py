@@ -15,7 +15,7 @@ from rtj.ladder.actions import (
     RestartObserved,
     TaintNode,
 )
-from rtj.ladder.decide import Decision, LadderConfig, decide, goodput
+from rtj.ladder.decide import decide
 from rtj.ladder.observe import (
     OBSERVED_AT,
     LeaseObs,
@@ -26,6 +26,8 @@ from rtj.ladder.observe import (
     node_from_dict,
     pod_from_dict,
 )
+from rtj.ladder.pass_state import Decision, LadderConfig
+from rtj.ladder.summary import goodput
 
 __all__ = [
     "OBSERVED_AT",

@@ -1,0 +1,342 @@
+"""Policy: one node slot per pass: observe its pod, count soft restarts (levels 1-2), detect hard
+faults and replace that one pod (level 3), or at job level (rtj.ladder.job_level); fill the slot."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rtj import contract, reasons
+from rtj.api.models import (
+    NodeSlotStatus,
+    SlotState,
+)
+from rtj.ladder import job_level, missing_lease, spares
+from rtj.ladder import predicates as p
+from rtj.ladder.actions import (
+    AssignLease,
+    CreateWorkerPod,
+    DeletePod,
+    PromoteSpare,
+    RecoveryObserved,
+    RestartObserved,
+    TaintNode,
+)
+from rtj.ladder.observe import LeaseObs, PodObs
+from rtj.ladder.pass_state import NORMAL, WARNING, Pass
+
+#: Faults whose pod is deleted without a grace period. A pod silent past heartbeatTimeoutSeconds is
+#: hung or cut off: a graceful stop would not be answered, and waiting for it (or for the node to
+#: turn NotReady, 40 s+ upstream) is exactly the delay the heartbeat deadline exists to avoid.
+FORCE = frozenset({reasons.NODE_NOT_READY, reasons.NODE_LOST, reasons.HEARTBEAT_TIMEOUT})
+#: A deletion still unfinished this long after its grace period ended will not be finished by a
+#: kubelet: force it rather than keep the slot empty.
+_OVERDUE_SECONDS = 2.0
+
+
+def observe(ps: Pass, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | None:
+    pods = ps.workers.get(slot.slot, [])
+    newest = max(pods, key=lambda q: q.attempt, default=None)
+    if newest is not None and newest.attempt > slot.attempt:
+        # Created (or promoted) by a pass whose status write was lost: adopt, count once.
+        if newest.cause in reasons.JOB_LEVEL_CAUSES:  # job level: no pod reschedule
+            slot.last_fault_reason = newest.cause
+            slot.recovering_since = slot.recovering_since or ps.now
+            slot.recovering_level = reasons.LEVEL_JOB
+        elif newest.cause and newest.cause not in reasons.NON_FAULT_CAUSES:
+            ps.st.restarts.pod_reschedules += 1
+            ps.d.restarts.append(RestartObserved(reasons.LEVEL_POD, newest.cause))
+            slot.last_fault_reason = newest.cause
+            slot.recovering_since = slot.recovering_since or ps.now
+            slot.recovering_level = reasons.LEVEL_POD
+        slot.attempt, slot.pod = newest.attempt, ""
+        slot.in_process_restarts = slot.in_job_restarts = 0
+        slot.last_heartbeat_time = slot.lease_missing_since = None  # a new pod: its own heartbeats
+    for old in pods:
+        if old.attempt < slot.attempt and old.live:
+            ps.delete(
+                old,
+                0 if p.node_fault(old, ps.obs.nodes, ps.obs.nodes_known) else ps.cfg.fault_grace_seconds,
+            )
+    current = next((q for q in pods if q.attempt == slot.attempt), None)
+    if current is None:
+        if slot.pod:
+            return None, reasons.POD_DELETED, f"pod {slot.pod} disappeared"
+        slot.state = SlotState.PENDING if slot.state not in (SlotState.REPLACING,) else slot.state
+        return None
+    slot.pod, slot.node = current.name, current.node or slot.node
+    lease = ps.lease(current)
+    if current.phase == "Succeeded":
+        slot.state = SlotState.SUCCEEDED
+        return None
+    permanent = p.reported_permanent_fault(lease)
+    if permanent is not None:
+        ps.note_fault(slot, reasons.PERMANENT_FAULT, current.name, current.node)
+        ps.failed = (
+            reasons.PERMANENT_FAULT,
+            f"pod {current.name} (slot {slot.slot}) reported a permanent error, which no restart "
+            f"can fix: {permanent}",
+        )
+        return None
+    if current.phase == "Failed":
+        slot.state = SlotState.FAILED
+        if p.is_do_not_restart(current, ps.ft):
+            ps.note_fault(slot, reasons.DO_NOT_RESTART_EXIT_CODE, current.name, current.node)
+            ps.failed = (
+                reasons.DO_NOT_RESTART_EXIT_CODE,
+                f"pod {current.name} (slot {slot.slot}) exited with do-not-restart code {current.exit_code}",
+            )
+            return None
+        return (
+            current,
+            p.failed_pod_reason(current),
+            (
+                f"pod {current.name} failed (exit code {current.exit_code}, "
+                f"{current.status_reason or 'no reason'})"
+            ),
+        )
+    if current.deleting:
+        return current, reasons.POD_DELETED, f"pod {current.name} is being deleted"
+    node_reason = p.node_fault(current, ps.obs.nodes, ps.obs.nodes_known)
+    if node_reason is not None:
+        return current, node_reason, f"node {current.node} of pod {current.name} is not Ready or gone"
+    count_soft(ps, slot, current, lease)
+    lease_missing = current.phase == "Running" and missing_lease.applies(
+        slot, lease is not None and lease.renew_time is not None
+    )
+    if lease_missing:
+        silence = missing_lease.silence(slot, ps.ft, ps.now)
+    else:
+        slot.lease_missing_since = None
+        silence = p.heartbeat_silence(current, lease, ps.ft, ps.now)
+    for check in (p.reported_hard_fault(lease), silence):
+        if check is not None:
+            return current, check[0], f"pod {current.name}: {check[1]}"
+    if lease is not None and lease.renew_time is not None:
+        ps.d.heartbeat_ages[slot.slot] = p.seconds_since(lease.renew_time, ps.now)
+    if current.phase != "Running":
+        slot.state = SlotState.PENDING
+    elif lease_missing:
+        slot.state = missing_lease.STATE_LEASE_MISSING
+    elif lease is None or lease.heartbeat is None:
+        slot.state = SlotState.STARTING
+    elif lease.heartbeat.state == contract.PodState.CHECKPOINTING:
+        slot.state = contract.PodState.TRAINING.value  # no status write per checkpoint and pod
+    else:
+        slot.state = lease.heartbeat.state.value
+    if current.name in ps.promoted_spares or (
+        current.role == contract.ROLE_WORKER
+        and lease is not None
+        and lease.heartbeat is not None
+        and lease.heartbeat.state == contract.PodState.STANDBY
+        and lease.assigned_slot != str(slot.slot)
+    ):
+        ps.d.actions.append(AssignLease(current.name, slot.slot))
+    track_recovery(ps, slot, lease)
+    refresh_heartbeat_time(ps, slot, lease)
+    return None
+
+
+def count_soft(ps: Pass, slot: NodeSlotStatus, pod: PodObs, lease: LeaseObs | None) -> None:
+    hb = lease.heartbeat if lease is not None else None
+    if hb is None:  # absent or malformed: no information, never a fault by itself
+        return
+    for level, reason, seen, now_count in (
+        (
+            reasons.LEVEL_IN_PROCESS,
+            reasons.IN_PROCESS_RESTART,
+            slot.in_process_restarts,
+            hb.in_process_restarts,
+        ),
+        (reasons.LEVEL_IN_JOB, reasons.IN_JOB_RESTART, slot.in_job_restarts, hb.in_job_restarts),
+    ):
+        delta = now_count - seen
+        if delta <= 0:
+            continue
+        if level == reasons.LEVEL_IN_PROCESS:
+            ps.st.restarts.in_process += delta
+        else:
+            ps.st.restarts.in_job += delta
+        ps.d.restarts.append(RestartObserved(level, reason, delta))
+        detected = hb.fault.time if hb.fault is not None and hb.fault.time <= ps.now else ps.now
+        if slot.recovering_since is None:
+            slot.recovering_since, slot.recovering_level = detected, level
+        fault = f" ({hb.fault.reason}: {hb.fault.message})" if hb.fault is not None else ""
+        ps.note_fault(slot, hb.fault.reason if hb.fault is not None else reason, pod.name, pod.node)
+        ps.event(
+            NORMAL,
+            reason,
+            f"slot {slot.slot} pod {pod.name}: {delta} {level} restart(s), "
+            f"{now_count} in this pod{fault}; pods untouched",
+        )
+    # Never backwards: a lower count (should not happen within one pod) resets the baseline.
+    slot.in_process_restarts = hb.in_process_restarts
+    slot.in_job_restarts = hb.in_job_restarts
+
+
+def track_recovery(ps: Pass, slot: NodeSlotStatus, lease: LeaseObs | None) -> None:
+    if slot.recovering_since is None or lease is None or lease.heartbeat is None or lease.renew_time is None:
+        return
+    if lease.heartbeat.state != contract.PodState.TRAINING or lease.renew_time < slot.recovering_since:
+        return
+    seconds = (lease.renew_time - slot.recovering_since).total_seconds()
+    ps.d.recoveries.append(RecoveryObserved(slot.recovering_level or reasons.LEVEL_POD, seconds))
+    ps.event(
+        NORMAL,
+        reasons.RECOVERED,
+        f"slot {slot.slot} back to Training {seconds:.1f}s after the fault ({slot.recovering_level})",
+    )
+    slot.recovering_since, slot.recovering_level = None, ""
+
+
+def refresh_heartbeat_time(ps: Pass, slot: NodeSlotStatus, lease: LeaseObs | None) -> None:
+    renew = lease.renew_time if lease is not None else None
+    if renew is not None:
+        ps.renewals.append((slot, renew))
+    if lease is not None and lease.heartbeat is not None:
+        ps.steps.append(lease.heartbeat.step)
+        ps.memory_steps.append(lease.heartbeat.memory_snapshot_step)
+
+
+def apply_heartbeat_times(ps: Pass) -> None:
+    """Heartbeat times reach status at `heartbeat_status_resolution_seconds`, for all slots at
+    once: per-slot refreshes on their own phases would cost one status write per slot per period
+    (8x the writes at 8 nodes; measured in bench/operator_scale.py)."""
+    resolution = ps.cfg.heartbeat_status_resolution_seconds
+
+    def due(slot: NodeSlotStatus, renew: datetime) -> bool:
+        last = slot.last_heartbeat_time
+        return last is None or (renew - last).total_seconds() >= resolution
+
+    if any(due(slot, renew) for slot, renew in ps.renewals):
+        seen_before = [s.last_heartbeat_time for s, _ in ps.renewals if s.last_heartbeat_time]
+        before = max(seen_before, default=None)
+        for slot, renew in ps.renewals:
+            slot.last_heartbeat_time = renew
+        if ps.steps:
+            step, seen = max(ps.steps), max(renew for _, renew in ps.renewals)
+            ps.st.steps_per_second = p.steps_per_second(ps.st.step, before, step, seen)
+            ps.st.step = step
+        held = ps.memory_steps
+        complete = len(held) == ps.spec.nodes and None not in held
+        ps.st.memory_snapshot_step = min(s for s in held if s is not None) if complete else None
+
+
+def job_fault(
+    ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, message: str, reason: str, force: bool
+) -> None:
+    if job_level.needs_count(ps.st):
+        if ps.st.restarts.job + 1 > ps.ft.max_job_restarts:
+            ps.failed = (
+                reasons.JOB_RESTART_BUDGET_EXHAUSTED,
+                f"{reason}: slot {slot.slot}: {message}; maxJobRestarts={ps.ft.max_job_restarts} "
+                "already used",
+            )
+            return
+        ps.st.restarts.job += 1
+        ps.st.job_restart_time = ps.now
+        ps.d.restarts.append(RestartObserved(reasons.LEVEL_JOB, reason))
+        cause = (
+            "right after the rendezvous pod was lost"
+            if reason == reasons.RENDEZVOUS_RESTART
+            else "together with other workers"
+        )
+        ps.event(
+            WARNING,
+            reason,
+            f"workers failed {cause}: recovered at job level ({ps.st.restarts.job}/"
+            f"{ps.ft.max_job_restarts} job restarts); their pods are replaced and rejoin, no pod "
+            "budget spent, no node quarantined",
+        )
+    node = pod.node if pod is not None else slot.node
+    ps.note_fault(slot, reason, pod.name if pod is not None else slot.pod, node)
+    if pod is not None:
+        ps.delete(pod, 0 if force else ps.cfg.fault_grace_seconds)
+    old_name = slot.pod
+    slot.attempt += 1
+    slot.pod, slot.state, slot.last_fault_reason = "", SlotState.REPLACING, reason
+    slot.in_process_restarts = slot.in_job_restarts = 0
+    slot.last_heartbeat_time = slot.lease_missing_since = None
+    slot.recovering_since, slot.recovering_level = ps.now, reasons.LEVEL_JOB
+    ps.event(
+        NORMAL,
+        reason,
+        f"slot {slot.slot}: {message}; replacing {old_name or 'pod'} with attempt {slot.attempt} (job level)",
+    )
+
+
+def hard_fault(ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, reason: str, message: str) -> None:
+    if p.budget_exhausted(ps.st.restarts.pod_reschedules + 1, ps.ft):
+        ps.failed = (
+            reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED,
+            f"slot {slot.slot}: {message}; maxPodReschedules={ps.ft.max_pod_reschedules} already used",
+        )
+        return
+    node = pod.node if pod is not None else slot.node
+    ps.note_fault(slot, reason, pod.name if pod is not None else slot.pod, node)
+    if pod is not None:
+        ps.delete(pod, 0 if reason in FORCE else ps.cfg.fault_grace_seconds)
+    ps.st.restarts.pod_reschedules += 1
+    ps.d.restarts.append(RestartObserved(reasons.LEVEL_POD, reason))
+    old_name = slot.pod
+    slot.attempt += 1
+    slot.pod, slot.state, slot.last_fault_reason = "", SlotState.REPLACING, reason
+    slot.in_process_restarts = slot.in_job_restarts = 0
+    slot.last_heartbeat_time = slot.lease_missing_since = None
+    slot.recovering_since, slot.recovering_level = ps.now, reasons.LEVEL_POD
+    ps.event(
+        WARNING,
+        reason,
+        f"slot {slot.slot}: {message}; replacing {old_name or 'pod'} with attempt "
+        f"{slot.attempt} ({ps.st.restarts.pod_reschedules}/"
+        f"{ps.ft.max_pod_reschedules} reschedules)",
+    )
+    if (
+        ps.ft.quarantine_faulty_nodes
+        and not ps.correlated
+        and node
+        and reason in reasons.NODE_SUSPECT
+        and node not in ps.st.quarantined_nodes
+    ):
+        ps.st.quarantined_nodes = [*ps.st.quarantined_nodes, node]
+        ps.d.actions.append(TaintNode(node))
+        ps.event(
+            WARNING,
+            reasons.NODE_QUARANTINED,
+            f"node {node} tainted {contract.QUARANTINE_TAINT_KEY}={ps.name}:NoSchedule after {reason}",
+        )
+
+
+def fill(ps: Pass, slot: NodeSlotStatus, cause: str | None) -> None:
+    """Create (or promote a spare into) the slot's pod once no older pod of the slot is alive."""
+    if slot.pod:
+        return
+    if any(q.attempt == slot.attempt for q in ps.workers.get(slot.slot, [])):
+        return
+    for q in ps.workers.get(slot.slot, []):
+        overdue = q.delete_by is not None and (ps.now - q.delete_by).total_seconds() > _OVERDUE_SECONDS
+        if q.deleting and (overdue or p.node_fault(q, ps.obs.nodes, ps.obs.nodes_known) is not None):
+            # No kubelet will finish this deletion (its node is not Ready or gone, or its grace
+            # period is long over): force it, as `kubectl delete --force` would, or the slot waits.
+            ps.d.actions.append(DeletePod(q.name, q.uid, 0))
+    if any(q.live or q.deleting for q in ps.workers.get(slot.slot, [])):
+        slot.state = SlotState.REPLACING if slot.recovering_since else SlotState.PENDING
+        return
+    cause = cause or (
+        slot.last_fault_reason if slot.recovering_since and slot.attempt > 0 else reasons.CAUSE_INITIAL
+    )
+    if cause not in reasons.NON_FAULT_CAUSES:
+        spare = spares.standby(ps, slot.slot)
+        if spare is not None:
+            ps.promoted_spares.add(spare.name)
+            ps.d.actions.append(PromoteSpare(spare.name, slot.slot, slot.attempt, cause))
+            ps.d.actions.append(AssignLease(spare.name, slot.slot))
+            ps.event(
+                NORMAL,
+                reasons.SPARE_PROMOTED,
+                f"hot spare {spare.name} on node {spare.node} takes slot {slot.slot} "
+                f"(attempt {slot.attempt})",
+            )
+            # slot.pod stays empty until the relabelled pod is observed in the slot.
+            slot.node, slot.state = spare.node, SlotState.STARTING
+            return
+    ps.d.actions.append(CreateWorkerPod(slot.slot, slot.attempt, cause, ps.avoid_nodes()))
