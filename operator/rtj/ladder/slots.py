@@ -221,6 +221,24 @@ def apply_heartbeat_times(ps: Pass) -> None:
         ps.st.memory_snapshot_step = min(s for s in held if s is not None) if complete else None
 
 
+def _replace_pod(
+    ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, reason: str, force: bool, level: str
+) -> tuple[str, str]:
+    """The slot's pod is deleted and the slot moves to its next attempt (its pod is created by
+    fill() once the old one is gone). Returns the old pod's name and node."""
+    node = pod.node if pod is not None else slot.node
+    ps.note_fault(slot, reason, pod.name if pod is not None else slot.pod, node)
+    if pod is not None:
+        ps.delete(pod, 0 if force else ps.cfg.fault_grace_seconds)
+    old_name = slot.pod
+    slot.attempt += 1
+    slot.pod, slot.state, slot.last_fault_reason = "", SlotState.REPLACING, reason
+    slot.in_process_restarts = slot.in_job_restarts = 0
+    slot.last_heartbeat_time = slot.lease_missing_since = None
+    slot.recovering_since, slot.recovering_level = ps.now, level
+    return old_name, node
+
+
 def job_fault(
     ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, message: str, reason: str, force: bool
 ) -> None:
@@ -247,16 +265,7 @@ def job_fault(
             f"{ps.ft.max_job_restarts} job restarts); their pods are replaced and rejoin, no pod "
             "budget spent, no node quarantined",
         )
-    node = pod.node if pod is not None else slot.node
-    ps.note_fault(slot, reason, pod.name if pod is not None else slot.pod, node)
-    if pod is not None:
-        ps.delete(pod, 0 if force else ps.cfg.fault_grace_seconds)
-    old_name = slot.pod
-    slot.attempt += 1
-    slot.pod, slot.state, slot.last_fault_reason = "", SlotState.REPLACING, reason
-    slot.in_process_restarts = slot.in_job_restarts = 0
-    slot.last_heartbeat_time = slot.lease_missing_since = None
-    slot.recovering_since, slot.recovering_level = ps.now, reasons.LEVEL_JOB
+    old_name, _node = _replace_pod(ps, slot, pod, reason, force, reasons.LEVEL_JOB)
     ps.event(
         NORMAL,
         reason,
@@ -271,18 +280,9 @@ def hard_fault(ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, reason: str, 
             f"slot {slot.slot}: {message}; maxPodReschedules={ps.ft.max_pod_reschedules} already used",
         )
         return
-    node = pod.node if pod is not None else slot.node
-    ps.note_fault(slot, reason, pod.name if pod is not None else slot.pod, node)
-    if pod is not None:
-        ps.delete(pod, 0 if reason in FORCE else ps.cfg.fault_grace_seconds)
     ps.st.restarts.pod_reschedules += 1
     ps.d.restarts.append(RestartObserved(reasons.LEVEL_POD, reason))
-    old_name = slot.pod
-    slot.attempt += 1
-    slot.pod, slot.state, slot.last_fault_reason = "", SlotState.REPLACING, reason
-    slot.in_process_restarts = slot.in_job_restarts = 0
-    slot.last_heartbeat_time = slot.lease_missing_since = None
-    slot.recovering_since, slot.recovering_level = ps.now, reasons.LEVEL_POD
+    old_name, node = _replace_pod(ps, slot, pod, reason, reason in FORCE, reasons.LEVEL_POD)
     ps.event(
         WARNING,
         reason,
