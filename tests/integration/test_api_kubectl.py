@@ -86,6 +86,7 @@ def test_wide_output_adds_step_rate_and_the_newest_fault(rtj_chart, kubectl, rtj
             "status": {
                 "state": "Recovering",
                 "reason": "HeartbeatTimeout",
+                "restarts": {"inProcess": 0, "inJob": 0, "podReschedules": 0, "job": 2},
                 "step": 1234,
                 "stepsPerSecond": 4.25,
                 "memorySnapshotStep": 1230,
@@ -96,8 +97,10 @@ def test_wide_output_adds_step_rate_and_the_newest_fault(rtj_chart, kubectl, rtj
     out = kubectl("get", "rtj", "-n", namespace, "-o", "wide").stdout
     print(out)
     header, row = out.strip().splitlines()
-    assert header.split()[-6:] == ["STEP", "STEPS/S", "MEM-STEP", "LAST-FAULT", "FAULT-NODE", "FAULT-AGE"]
-    assert row.split()[-6:-1] == ["1234", "4.25", "1230", "HeartbeatTimeout", "ip-10-0-1-7"]
+    assert header.split()[-7:] == [
+        "JOB-RST", "STEP", "STEPS/S", "MEM-STEP", "LAST-FAULT", "FAULT-NODE", "FAULT-AGE",
+    ]  # fmt: skip
+    assert row.split()[-7:-1] == ["2", "1234", "4.25", "1230", "HeartbeatTimeout", "ip-10-0-1-7"]
 
 
 def test_apply_with_a_typo_names_the_field(rtj_chart, kubectl, namespace: str, tmp_path: Path) -> None:

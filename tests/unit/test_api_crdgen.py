@@ -168,6 +168,8 @@ def test_printer_columns() -> None:
     # -o wide only (priority 1): what a user asks next about a job in trouble (issue 13, case 8).
     wide = {c["name"]: c["jsonPath"] for c in VERSION["additionalPrinterColumns"] if c.get("priority") == 1}
     assert wide == {
+        # issue 13: a lost rendezvous pod or workers failing together (no pod budget spent).
+        "Job-Rst": ".status.restarts.job",
         "Step": ".status.step",
         "Steps/s": ".status.stepsPerSecond",
         # issue 14: the newest step a restart resumes from in memory (Ckpt-Step: the newest persisted).

@@ -198,6 +198,7 @@ def _printer_columns() -> list[dict[str, Any]]:
         col("Ckpt-Step", "integer", ".status.lastCheckpoint.step", "Step of the last committed checkpoint."),
         col("Ckpt-Age", "date", ".status.lastCheckpoint.time", "When the last checkpoint was committed."),
         col("Age", "date", ".metadata.creationTimestamp", "Time since the job was created."),
+        col("Job-Rst", "integer", ".status.restarts.job", "Job-level recoveries (rendezvous lost, ...).", 1),
         col("Step", "integer", ".status.step", "Newest training step the pods reported.", 1),
         col("Steps/s", "number", ".status.stepsPerSecond", "Training steps per second, recently.", 1),
         col("Mem-Step", "integer", ".status.memorySnapshotStep", "Newest step every pod holds in memory.", 1),
