@@ -46,6 +46,7 @@ from rtj.ladder import (
     create_refusals,
     event_outbox,
     job_level,
+    kueue_admission,
     missing_lease,
     outage_hold,
     progress_watchdog,
@@ -86,6 +87,8 @@ class LadderConfig:
     #: lastHeartbeatTime in status is refreshed at most this often (unless something else
     #: changed): per-heartbeat status writes at 1,000 jobs x 8 pods would be ~800 writes/s.
     heartbeat_status_resolution_seconds: float = 60.0
+    #: Kueue integration (rtj.ladder.kueue_admission): a job labelled with a queue runs only admitted.
+    kueue_enabled: bool = False
 
 
 @dataclass
@@ -184,14 +187,19 @@ class _Pass:
             self.finished()
         elif self.spec.suspend:
             self.suspended()
+        elif (held := kueue_admission.hold(self.job, self.obs.workload, self.cfg.kueue_enabled)) is not None:
+            self.suspended(held.reason, held.message, JobState.QUEUED)
         else:
             self.active()
             self.apply_heartbeat_times()
             if self.st.state not in (JobState.FAILED, JobState.SUCCEEDED):
                 self.create_refusal()
-        if self.st.state in (JobState.FAILED, JobState.SUCCEEDED, JobState.SUSPENDED):
+        if self.st.state in (JobState.FAILED, JobState.SUCCEEDED, JobState.SUSPENDED, JobState.QUEUED):
             self.st.steps_per_second = None  # no pod trains: a last rate would read as training
         self.st.node_slots = self.slots
+        self.d.actions += kueue_admission.workload_actions(
+            self.job, self.obs.workload, self.st, self.obs.pods, self.cfg.kueue_enabled, self.now
+        )
         event_outbox.record(self.st, self.d.events, self.obs.events_posted, self.now)
         self.d.status = self.st
         return self.d
@@ -209,7 +217,9 @@ class _Pass:
         if p.ttl_expired(self.st.completion_time, self.spec.ttl_seconds_after_finished, self.now):
             self.d.actions.append(DeleteJob())
 
-    def suspended(self) -> None:
+    def suspended(
+        self, reason: str = reasons.SUSPENDED, message: str = "spec.suspend is true", state: str = JobState.SUSPENDED
+    ) -> None:
         self.delete_live_pods({contract.ROLE_WORKER, contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS})
         for slot in self.slots:
             slot.pod, slot.node, slot.state = "", "", SlotState.SUSPENDED
@@ -217,14 +227,15 @@ class _Pass:
         self.st.spares = []
         self.st.rendezvous_pod_uid = ""  # the one recreated on resume is not a recovery
         self.close_degraded()
-        if not is_true(self.old.conditions, ConditionType.SUSPENDED):
-            self.event(NORMAL, reasons.SUSPENDED, "job suspended: pods removed; status and checkpoints kept")
-        self.cond(ConditionType.SUSPENDED, True, reasons.SUSPENDED, "spec.suspend is true")
-        self.cond(ConditionType.RUNNING, False, reasons.SUSPENDED, "")
-        self.cond(ConditionType.RECOVERING, False, reasons.SUSPENDED, "")
-        self.cond(ConditionType.DEGRADED, False, reasons.SUSPENDED, "")
+        if _condition_reason(self.old.conditions, ConditionType.SUSPENDED) != reason:
+            kept = "job suspended: pods removed; status and checkpoints kept"
+            self.event(NORMAL, reason, kept if reason == reasons.SUSPENDED else f"{message} (no pod runs)")
+        self.cond(ConditionType.SUSPENDED, True, reason, message)
+        self.cond(ConditionType.RUNNING, False, reason, "")
+        self.cond(ConditionType.RECOVERING, False, reason, "")
+        self.cond(ConditionType.DEGRADED, False, reason, "")
         self.st.nodes_ready = 0
-        self.st.state, self.st.reason = JobState.SUSPENDED, reasons.SUSPENDED
+        self.st.state, self.st.reason = JobState(state), reason
 
     def active(self) -> None:
         if self.obs.refused:
