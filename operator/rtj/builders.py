@@ -501,7 +501,14 @@ def quarantine_taint(job_name: str) -> dict[str, str]:
 #: What of a pod's spec a Workload pod set's template keeps: what Kueue reads to count quota (the
 #: containers' requests and limits, overhead) and to pick flavors (node selector, affinity,
 #: tolerations), not the pod's environment or volumes.
-_PODSET_SPEC_KEYS = ("nodeSelector", "affinity", "tolerations", "priorityClassName", "runtimeClassName", "overhead")
+_PODSET_SPEC_KEYS = (
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "priorityClassName",
+    "runtimeClassName",
+    "overhead",
+)
 
 
 def _podset(name: str, count: int, pod: dict[str, Any]) -> dict[str, Any]:
@@ -510,7 +517,8 @@ def _podset(name: str, count: int, pod: dict[str, Any]) -> dict[str, Any]:
     for key in ("initContainers", "containers"):
         if spec.get(key):
             template_spec[key] = [
-                {"name": c["name"], "image": c["image"], "resources": c.get("resources") or {}} for c in spec[key]
+                {"name": c["name"], "image": c["image"], "resources": c.get("resources") or {}}
+                for c in spec[key]
             ]
     template_spec["restartPolicy"] = spec.get("restartPolicy", "Never")
     return {"name": name, "count": count, "template": {"spec": template_spec}}

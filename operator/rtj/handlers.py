@@ -48,20 +48,20 @@ from rtj.ladder import (
     CreateRendezvousService,
     CreateSparePod,
     CreateWorkerPod,
+    CreateWorkload,
     Decision,
     DeleteJob,
     DeletePod,
     LadderConfig,
-    CreateWorkload,
-    PatchWorkloadStatus,
     Observed,
+    PatchWorkloadStatus,
     PromoteSpare,
     TaintNode,
     create_refusals,
     decide,
-    kueue_admission,
     event_outbox,
     goodput,
+    kueue_admission,
     lease_from_dict,
     node_from_dict,
     pod_from_dict,
@@ -635,7 +635,12 @@ async def act(
     def placed(pod: dict[str, Any]) -> dict[str, Any]:
         role = pod["metadata"]["labels"].get(contract.LABEL_ROLE, "")
         where = (placement or {}).get(kueue_admission.PODSET_OF_ROLE.get(role, ""))
-        return pod if where is None else builders.place(pod, where.node_selector, where.tolerations, where.labels)
+        return (
+            pod
+            if where is None
+            else builders.place(pod, where.node_selector, where.tolerations, where.labels)
+        )
+
     outcome = ActOutcome()
     refusals: list[tuple[int, kube.KubeError]] = []
 
@@ -655,7 +660,9 @@ async def act(
                         )
                     case CreateSparePod():
                         await k.create(
-                            placed(builders.spare_pod(job, action.index, action.attempt, action.avoid_nodes, bs))
+                            placed(
+                                builders.spare_pod(job, action.index, action.attempt, action.avoid_nodes, bs)
+                            )
                         )
                     case CreateRendezvousPod():
                         await k.create(placed(builders.rendezvous_pod(job, bs)))

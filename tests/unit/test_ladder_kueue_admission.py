@@ -35,8 +35,13 @@ WL = ka.workload_name("train", "uid-train")
 
 
 def cond(type_: str, status: bool, reason: str = "R", message: str = "") -> dict[str, Any]:
-    return {"type": type_, "status": "True" if status else "False", "reason": reason, "message": message,
-            "lastTransitionTime": "2026-01-01T11:00:00Z"}  # fmt: skip
+    return {
+        "type": type_,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": "2026-01-01T11:00:00Z",
+    }
 
 
 ADMISSION = {
@@ -48,19 +53,31 @@ ADMISSION = {
 }
 
 
-def workload(*conditions: dict[str, Any], admission: dict[str, Any] | None = None, **status: Any) -> dict[str, Any]:
+def workload(
+    *conditions: dict[str, Any], admission: dict[str, Any] | None = None, **status: Any
+) -> dict[str, Any]:
     return {
         "metadata": {"name": WL, "resourceVersion": "7", "generation": 1},
         "spec": {"queueName": "team-a"},
-        "status": {"conditions": list(conditions), **({"admission": admission} if admission else {}), **status},
+        "status": {
+            "conditions": list(conditions),
+            **({"admission": admission} if admission else {}),
+            **status,
+        },
     }
 
 
 PENDING = workload(cond("QuotaReserved", False, "Pending", "insufficient quota for cpu in flavor p5"))
 ADMITTED = workload(cond("QuotaReserved", True), cond("Admitted", True, "Admitted"), admission=ADMISSION)
-RESERVED_ONLY = workload(cond("QuotaReserved", True), cond("Admitted", False, "UnsatisfiedChecks"),
-                         admission=ADMISSION)  # fmt: skip
-EVICTED = workload(cond("QuotaReserved", True), cond("Admitted", True), cond("Evicted", True, "Preempted", "preempted by a higher priority workload"), admission=ADMISSION)  # fmt: skip
+RESERVED_ONLY = workload(
+    cond("QuotaReserved", True), cond("Admitted", False, "UnsatisfiedChecks"), admission=ADMISSION
+)
+EVICTED = workload(
+    cond("QuotaReserved", True),
+    cond("Admitted", True),
+    cond("Evicted", True, "Preempted", "preempted by a higher priority workload"),
+    admission=ADMISSION,
+)
 ADMITTED_NO_ADMISSION = workload(cond("QuotaReserved", True), cond("Admitted", True))
 FINISHED = workload(cond("Finished", True, "Succeeded"))
 
@@ -88,17 +105,40 @@ class HoldCase:
 HOLD_CASES = [
     HoldCase("unlabelled job runs", make_job().obj(), None, reason=None),
     HoldCase("integration off: the label is ignored", labelled().obj(), None, enabled=False, reason=None),
-    HoldCase("no Workload yet: held", labelled().obj(), None, reason=reasons.WAITING_FOR_ADMISSION,
-             message_has="LocalQueue team-a"),  # fmt: skip
-    HoldCase("pending: held, saying why", labelled().obj(), PENDING, reason=reasons.WAITING_FOR_ADMISSION,
-             message_has="insufficient quota"),  # fmt: skip
-    HoldCase("quota reserved, checks not ready: held", labelled().obj(), RESERVED_ONLY,
-             reason=reasons.WAITING_FOR_ADMISSION),  # fmt: skip
-    HoldCase("Admitted without status.admission: held", labelled().obj(), ADMITTED_NO_ADMISSION,
-             reason=reasons.WAITING_FOR_ADMISSION),  # fmt: skip
+    HoldCase(
+        "no Workload yet: held",
+        labelled().obj(),
+        None,
+        reason=reasons.WAITING_FOR_ADMISSION,
+        message_has="LocalQueue team-a",
+    ),
+    HoldCase(
+        "pending: held, saying why",
+        labelled().obj(),
+        PENDING,
+        reason=reasons.WAITING_FOR_ADMISSION,
+        message_has="insufficient quota",
+    ),
+    HoldCase(
+        "quota reserved, checks not ready: held",
+        labelled().obj(),
+        RESERVED_ONLY,
+        reason=reasons.WAITING_FOR_ADMISSION,
+    ),
+    HoldCase(
+        "Admitted without status.admission: held",
+        labelled().obj(),
+        ADMITTED_NO_ADMISSION,
+        reason=reasons.WAITING_FOR_ADMISSION,
+    ),
     HoldCase("admitted: runs", labelled().obj(), ADMITTED, reason=None),
-    HoldCase("evicted while admitted: held", labelled().obj(), EVICTED, reason=reasons.WORKLOAD_EVICTED,
-             message_has="Preempted"),  # fmt: skip
+    HoldCase(
+        "evicted while admitted: held",
+        labelled().obj(),
+        EVICTED,
+        reason=reasons.WORKLOAD_EVICTED,
+        message_has="Preempted",
+    ),
     HoldCase("Workload finished: held", labelled().obj(), FINISHED, reason=reasons.WAITING_FOR_ADMISSION),
 ]
 
@@ -128,57 +168,132 @@ class PassCase:
 
 def running_pods(obj: dict[str, Any] | None) -> Observed:
     obs = observe().running(2).obj()
-    return Observed(pods=obs.pods, leases=obs.leases, nodes=obs.nodes,
-                    workload=workload_from_dict(obj) if obj else None)  # fmt: skip
+    return Observed(
+        pods=obs.pods, leases=obs.leases, nodes=obs.nodes, workload=workload_from_dict(obj) if obj else None
+    )
 
 
-QUEUED_STATUS = {"state": "Queued", "reason": reasons.WAITING_FOR_ADMISSION,
-                 "conditions": [cond("Suspended", True, reasons.WAITING_FOR_ADMISSION)]}  # fmt: skip
-EVICTED_STATUS = {"state": "Queued", "reason": reasons.WORKLOAD_EVICTED,
-                  "conditions": [cond("Suspended", True, reasons.WORKLOAD_EVICTED)]}  # fmt: skip
+QUEUED_STATUS = {
+    "state": "Queued",
+    "reason": reasons.WAITING_FOR_ADMISSION,
+    "conditions": [cond("Suspended", True, reasons.WAITING_FOR_ADMISSION)],
+}
+EVICTED_STATUS = {
+    "state": "Queued",
+    "reason": reasons.WORKLOAD_EVICTED,
+    "conditions": [cond("Suspended", True, reasons.WORKLOAD_EVICTED)],
+}
 
 PASS_CASES = [
-    PassCase("new labelled job: creates its Workload, no pod, one Event", labelled().obj(), seen(None),
-             state="Queued", reason=reasons.WAITING_FOR_ADMISSION, actions=[CreateWorkload],
-             events=[reasons.WAITING_FOR_ADMISSION]),  # fmt: skip
-    PassCase("still pending: nothing, no second Event", labelled().status(**QUEUED_STATUS).obj(), seen(PENDING),
-             state="Queued", reason=reasons.WAITING_FOR_ADMISSION),  # fmt: skip
-    PassCase("admitted: pods created (rendezvous first), a resume not a fault",
-             labelled().status(**QUEUED_STATUS).obj(), seen(ADMITTED), state="Pending", reason="PodsPending",
-             actions=[CreateRendezvousPod, CreateWorkerPod, CreateWorkerPod], events=[reasons.RESUMED]),  # fmt: skip
-    PassCase("spec.suspend wins over an admission", labelled(suspend=True).obj(), seen(ADMITTED),
-             state="Suspended", reason=reasons.SUSPENDED, events=[reasons.SUSPENDED]),  # fmt: skip
-    PassCase("integration off: the label is ignored", labelled().obj(), seen(None), config=LadderConfig(),
-             state="Pending", reason="PodsPending",
-             actions=[CreateRendezvousPod, CreateWorkerPod, CreateWorkerPod]),  # fmt: skip
-    PassCase("evicted while running: every pod stopped gracefully, admission kept while pods live",
-             labelled().status(**running_status(2)).obj(), running_pods(EVICTED), state="Queued",
-             reason=reasons.WORKLOAD_EVICTED, actions=[DeletePod, DeletePod, DeletePod],
-             events=[reasons.WORKLOAD_EVICTED]),  # fmt: skip
-    PassCase("evicted, no pod left: admission cleared, requeued after a preemption",
-             labelled().status(**EVICTED_STATUS).obj(), seen(EVICTED), state="Queued",
-             reason=reasons.WORKLOAD_EVICTED, actions=[PatchWorkloadStatus],
-             patch={"admission": None, "QuotaReserved": ("False", "Pending"), "Admitted": ("False", "NoReservation"),
-                    "Requeued": ("True", "Preempted"), "Evicted": ("True", "Preempted")}),  # fmt: skip
-    PassCase("job succeeded: Workload Finished (Succeeded)",
-             labelled().status(**running_status(2)).obj(),
-             Observed(pods=observe().rdzv().worker(0, phase="Succeeded").worker(1, phase="Succeeded").obj().pods,
-                      workload=workload_from_dict(ADMITTED)),
-             state="Succeeded", reason=reasons.ALL_PODS_SUCCEEDED, actions=[DeletePod, PatchWorkloadStatus],
-             events=[reasons.ALL_PODS_SUCCEEDED], patch={"Finished": ("True", "Succeeded")}),  # fmt: skip
-    PassCase("job failed before: Workload Finished (Failed)",
-             labelled().status(state="Failed", reason="InvalidSpec",
-                               conditions=[cond("Failed", True, "InvalidSpec")]).obj(),
-             seen(ADMITTED), state="Failed", actions=[PatchWorkloadStatus],
-             patch={"Finished": ("True", "Failed")}),  # fmt: skip
-    PassCase("finished Workload of a finished job: left alone",
-             labelled().status(state="Failed", reason="InvalidSpec",
-                               conditions=[cond("Failed", True, "InvalidSpec")]).obj(),
-             seen(FINISHED), state="Failed"),  # fmt: skip
-    PassCase("finished job without a Workload: none created",
-             labelled().status(state="Succeeded", reason="AllPodsSucceeded",
-                               conditions=[cond("Succeeded", True, "AllPodsSucceeded")]).obj(),
-             seen(None), state="Succeeded"),  # fmt: skip
+    PassCase(
+        "new labelled job: creates its Workload, no pod, one Event",
+        labelled().obj(),
+        seen(None),
+        state="Queued",
+        reason=reasons.WAITING_FOR_ADMISSION,
+        actions=[CreateWorkload],
+        events=[reasons.WAITING_FOR_ADMISSION],
+    ),
+    PassCase(
+        "still pending: nothing, no second Event",
+        labelled().status(**QUEUED_STATUS).obj(),
+        seen(PENDING),
+        state="Queued",
+        reason=reasons.WAITING_FOR_ADMISSION,
+    ),
+    PassCase(
+        "admitted: pods created (rendezvous first), a resume not a fault",
+        labelled().status(**QUEUED_STATUS).obj(),
+        seen(ADMITTED),
+        state="Pending",
+        reason="PodsPending",
+        actions=[CreateRendezvousPod, CreateWorkerPod, CreateWorkerPod],
+        events=[reasons.RESUMED],
+    ),
+    PassCase(
+        "spec.suspend wins over an admission",
+        labelled(suspend=True).obj(),
+        seen(ADMITTED),
+        state="Suspended",
+        reason=reasons.SUSPENDED,
+        events=[reasons.SUSPENDED],
+    ),
+    PassCase(
+        "integration off: the label is ignored",
+        labelled().obj(),
+        seen(None),
+        config=LadderConfig(),
+        state="Pending",
+        reason="PodsPending",
+        actions=[CreateRendezvousPod, CreateWorkerPod, CreateWorkerPod],
+    ),
+    PassCase(
+        "evicted while running: every pod stopped gracefully, admission kept while pods live",
+        labelled().status(**running_status(2)).obj(),
+        running_pods(EVICTED),
+        state="Queued",
+        reason=reasons.WORKLOAD_EVICTED,
+        actions=[DeletePod, DeletePod, DeletePod],
+        events=[reasons.WORKLOAD_EVICTED],
+    ),
+    PassCase(
+        "evicted, no pod left: admission cleared, requeued after a preemption",
+        labelled().status(**EVICTED_STATUS).obj(),
+        seen(EVICTED),
+        state="Queued",
+        reason=reasons.WORKLOAD_EVICTED,
+        actions=[PatchWorkloadStatus],
+        patch={
+            "admission": None,
+            "QuotaReserved": ("False", "Pending"),
+            "Admitted": ("False", "NoReservation"),
+            "Requeued": ("True", "Preempted"),
+            "Evicted": ("True", "Preempted"),
+        },
+    ),
+    PassCase(
+        "job succeeded: Workload Finished (Succeeded)",
+        labelled().status(**running_status(2)).obj(),
+        Observed(
+            pods=observe().rdzv().worker(0, phase="Succeeded").worker(1, phase="Succeeded").obj().pods,
+            workload=workload_from_dict(ADMITTED),
+        ),
+        state="Succeeded",
+        reason=reasons.ALL_PODS_SUCCEEDED,
+        actions=[DeletePod, PatchWorkloadStatus],
+        events=[reasons.ALL_PODS_SUCCEEDED],
+        patch={"Finished": ("True", "Succeeded")},
+    ),
+    PassCase(
+        "job failed before: Workload Finished (Failed)",
+        labelled()
+        .status(state="Failed", reason="InvalidSpec", conditions=[cond("Failed", True, "InvalidSpec")])
+        .obj(),
+        seen(ADMITTED),
+        state="Failed",
+        actions=[PatchWorkloadStatus],
+        patch={"Finished": ("True", "Failed")},
+    ),
+    PassCase(
+        "finished Workload of a finished job: left alone",
+        labelled()
+        .status(state="Failed", reason="InvalidSpec", conditions=[cond("Failed", True, "InvalidSpec")])
+        .obj(),
+        seen(FINISHED),
+        state="Failed",
+    ),
+    PassCase(
+        "finished job without a Workload: none created",
+        labelled()
+        .status(
+            state="Succeeded",
+            reason="AllPodsSucceeded",
+            conditions=[cond("Succeeded", True, "AllPodsSucceeded")],
+        )
+        .obj(),
+        seen(None),
+        state="Succeeded",
+    ),
 ]
 
 
@@ -203,7 +318,11 @@ def test_pass(case: PassCase) -> None:
                 assert "admission" in patch.status and patch.status["admission"] is None
             else:
                 assert by_type[key] == want, by_type
-    if case.state in ("Pending", "Running") and case.config.kueue_enabled and case.events == [reasons.RESUMED]:
+    if (
+        case.state in ("Pending", "Running")
+        and case.config.kueue_enabled
+        and case.events == [reasons.RESUMED]
+    ):
         assert d.status.restarts.pod_reschedules == 0
 
 
@@ -242,17 +361,42 @@ class PlaceCase:
     want: dict[str, tuple[dict[str, str], int]]
 
 
-P5 = flavor_from_dict({"metadata": {"name": "p5"}, "spec": {"nodeLabels": {"pool": "p5"},
-                       "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}})  # fmt: skip
+P5 = flavor_from_dict(
+    {
+        "metadata": {"name": "p5"},
+        "spec": {
+            "nodeLabels": {"pool": "p5"},
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+)
 DEFAULT = flavor_from_dict({"metadata": {"name": "default"}, "spec": {}})
 PLACE_CASES = [
-    PlaceCase("flavor node labels and tolerations per pod set", ADMITTED, {"p5": P5, "default": DEFAULT},
-              {"workers": ({"pool": "p5"}, 1), "rendezvous": ({}, 0)}),  # fmt: skip
-    PlaceCase("admission check podSetUpdates are added", workload(
-        cond("QuotaReserved", True), cond("Admitted", True), admission=ADMISSION,
-        admissionChecks=[{"name": "prov", "state": "Ready", "podSetUpdates": [
-            {"name": "workers", "nodeSelector": {"zone": "a"}, "tolerations": [{"key": "z"}]}]}]),
-        {"p5": P5, "default": DEFAULT}, {"workers": ({"pool": "p5", "zone": "a"}, 2), "rendezvous": ({}, 0)}),  # fmt: skip
+    PlaceCase(
+        "flavor node labels and tolerations per pod set",
+        ADMITTED,
+        {"p5": P5, "default": DEFAULT},
+        {"workers": ({"pool": "p5"}, 1), "rendezvous": ({}, 0)},
+    ),
+    PlaceCase(
+        "admission check podSetUpdates are added",
+        workload(
+            cond("QuotaReserved", True),
+            cond("Admitted", True),
+            admission=ADMISSION,
+            admissionChecks=[
+                {
+                    "name": "prov",
+                    "state": "Ready",
+                    "podSetUpdates": [
+                        {"name": "workers", "nodeSelector": {"zone": "a"}, "tolerations": [{"key": "z"}]}
+                    ],
+                }
+            ],
+        ),
+        {"p5": P5, "default": DEFAULT},
+        {"workers": ({"pool": "p5", "zone": "a"}, 2), "rendezvous": ({}, 0)},
+    ),
     PlaceCase("not admitted: nothing", PENDING, {"p5": P5}, {}),
 ]
 
@@ -296,7 +440,9 @@ def test_workload_object_has_a_pod_set_per_kind_of_pod() -> None:
 
 def test_place_adds_to_what_the_pod_has() -> None:
     pod = builders.worker_pod(labelled().obj(), 0, 0, "Initial")
-    placed = builders.place(pod, {"pool": "p5"}, ({"key": "gpu", "operator": "Exists"},), {ka.PODSET_LABEL: "workers"})
+    placed = builders.place(
+        pod, {"pool": "p5"}, ({"key": "gpu", "operator": "Exists"},), {ka.PODSET_LABEL: "workers"}
+    )
     assert placed["spec"]["nodeSelector"] == {**pod["spec"]["nodeSelector"], "pool": "p5"}
     assert placed["spec"]["tolerations"][-1] == {"key": "gpu", "operator": "Exists"}
     assert placed["metadata"]["labels"][ka.PODSET_LABEL] == "workers"

@@ -218,7 +218,10 @@ class _Pass:
             self.d.actions.append(DeleteJob())
 
     def suspended(
-        self, reason: str = reasons.SUSPENDED, message: str = "spec.suspend is true", state: str = JobState.SUSPENDED
+        self,
+        reason: str = reasons.SUSPENDED,
+        message: str = "spec.suspend is true",
+        state: str = JobState.SUSPENDED,
     ) -> None:
         self.delete_live_pods({contract.ROLE_WORKER, contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS})
         for slot in self.slots:

@@ -111,7 +111,8 @@ def hold(job: ResilientTrainingJob, workload: WorkloadObs | None, enabled: bool)
     if workload.evicted:
         return Hold(
             reasons.WORKLOAD_EVICTED,
-            f"Workload {workload.name} evicted by Kueue ({workload.evicted_reason}): {workload.evicted_message}",
+            f"Workload {workload.name} evicted by Kueue ({workload.evicted_reason}): "
+            f"{workload.evicted_message}",
         )
     if workload.finished:
         return Hold(reasons.WAITING_FOR_ADMISSION, f"Workload {workload.name} is Finished; nothing runs")
