@@ -16,6 +16,7 @@ from rtj import builders, contract, reasons
 from rtj.api.models import ResilientTrainingJob
 from rtj.ladder import kueue_admission as ka
 from rtj_local.tools import kueue_crds
+from rtj_local.wait import wait_for
 from test_operator_lifecycle import passes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -28,14 +29,18 @@ FLAVOR_LABEL = "rtj.test/flavor"
 def kueue_api(kube: client.ApiClient, kubectl: Any) -> client.CustomObjectsApi:
     """Kueue's CRDs applied (server-side, idempotent) and served."""
     kubectl("apply", "--server-side", "-f", str(kueue_crds()), timeout=180)
-    kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/workloads.kueue.x-k8s.io",
-        "crd/resourceflavors.kueue.x-k8s.io",
-        timeout=70,
-    )
+    ext = client.ApiextensionsV1Api(kube)
+
+    def established() -> bool:
+        return all(
+            any(
+                c.type == "Established" and c.status == "True"
+                for c in ext.read_custom_resource_definition(f"{plural}.{G}").status.conditions or []
+            )
+            for plural in ("workloads", "resourceflavors")
+        )
+
+    wait_for(established, timeout=60, message="Kueue's CRDs established")
     return client.CustomObjectsApi(kube)
 
 
