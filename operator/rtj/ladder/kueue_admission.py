@@ -106,7 +106,7 @@ def hold(job: ResilientTrainingJob, workload: WorkloadObs | None, enabled: bool)
     if workload is None:
         return Hold(
             reasons.WAITING_FOR_ADMISSION,
-            f"queued in LocalQueue {queue}: Workload {_wl_name(job)} not created yet",
+            f"queued in LocalQueue {queue}: no pod runs until Kueue admits Workload {_wl_name(job)}",
         )
     if workload.evicted:
         return Hold(
