@@ -161,4 +161,25 @@ until_is 120 False rtj second '{.status.conditions[?(@.type=="Suspended")].statu
 echo "second: started $(($(date +%s) - start)) s after first was deleted (its Workload garbage collected, quota released)"
 sleep 3
 show "first deleted; second admitted and started"
+
+# A real eviction: stopping the ClusterQueue (stopPolicy HoldAndDrain) makes Kueue evict its admitted
+# Workloads; the job stops like a suspend and the operator releases the Workload's quota; starting the
+# ClusterQueue again re-admits it, and the job starts again with no fault counted.
+k patch clusterqueue cq --type=merge -p '{"spec":{"stopPolicy":"HoldAndDrain"}}' >/dev/null
+until_is 60 WorkloadEvicted rtj second '{.status.reason}'
+for _ in $(seq 60); do
+  [[ -z "$(k -n team-a get pods -l training.resilient.dev/job-name=second -o name)" ]] && break
+  sleep 1
+done
+reserved() { k -n team-a get workloads.kueue.x-k8s.io -l training.resilient.dev/job-name=second \
+  -o jsonpath='{.items[0].status.conditions[?(@.type=="QuotaReserved")].status}'; }
+for _ in $(seq 60); do [[ "$(reserved)" == False ]] && break; sleep 1; done
+echo "second's Workload: QuotaReserved=$(reserved) (the operator cleared the admission once no pod was left)"
+show "ClusterQueue stopped (HoldAndDrain): second evicted, its pods stopped, its quota released"
+echo "second: $(field rtj second '{.status.conditions[?(@.type=="Suspended")].message}')"
+k patch clusterqueue cq --type=merge -p '{"spec":{"stopPolicy":"None"}}' >/dev/null
+until_is 120 False rtj second '{.status.conditions[?(@.type=="Suspended")].status}'
+sleep 3
+show "ClusterQueue started again: second re-admitted and started"
+echo "second restarts: $(field rtj second '{.status.restarts}')"
 k -n team-a get events --field-selector involvedObject.name=second -o custom-columns='REASON:.reason,MESSAGE:.message'

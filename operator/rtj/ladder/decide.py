@@ -232,7 +232,7 @@ class _Pass:
         self.close_degraded()
         if _condition_reason(self.old.conditions, ConditionType.SUSPENDED) != reason:
             kept = "job suspended: pods removed; status and checkpoints kept"
-            self.event(NORMAL, reason, kept if reason == reasons.SUSPENDED else f"{message} (no pod runs)")
+            self.event(NORMAL, reason, kept if reason == reasons.SUSPENDED else message)
         self.cond(ConditionType.SUSPENDED, True, reason, message)
         self.cond(ConditionType.RUNNING, False, reason, "")
         self.cond(ConditionType.RECOVERING, False, reason, "")

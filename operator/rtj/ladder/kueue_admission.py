@@ -112,7 +112,7 @@ def hold(job: ResilientTrainingJob, workload: WorkloadObs | None, enabled: bool)
         return Hold(
             reasons.WORKLOAD_EVICTED,
             f"Workload {workload.name} evicted by Kueue ({workload.evicted_reason}): "
-            f"{workload.evicted_message}",
+            f"{workload.evicted_message}; pods stopped until Kueue admits it again",
         )
     if workload.finished:
         return Hold(reasons.WAITING_FOR_ADMISSION, f"Workload {workload.name} is Finished; nothing runs")
