@@ -15,33 +15,12 @@ from operator_harness import OperatorEnv, end_pod, events, is_true, job_manifest
 from rtj import builders, contract, reasons
 from rtj.api.models import ResilientTrainingJob
 from rtj.ladder import kueue_admission as ka
-from rtj_local.tools import kueue_crds
-from rtj_local.wait import wait_for
 from test_operator_lifecycle import passes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 G, V = ka.WORKLOAD_GROUP, ka.WORKLOAD_VERSION
 FLAVOR_LABEL = "rtj.test/flavor"
-
-
-@pytest.fixture(scope="module")
-def kueue_api(kube: client.ApiClient, kubectl: Any) -> client.CustomObjectsApi:
-    """Kueue's CRDs applied (server-side, idempotent) and served."""
-    kubectl("apply", "--server-side", "-f", str(kueue_crds()), timeout=180)
-    ext = client.ApiextensionsV1Api(kube)
-
-    def established() -> bool:
-        return all(
-            any(
-                c.type == "Established" and c.status == "True"
-                for c in ext.read_custom_resource_definition(f"{plural}.{G}").status.conditions or []
-            )
-            for plural in ("workloads", "resourceflavors")
-        )
-
-    wait_for(established, timeout=60, message="Kueue's CRDs established")
-    return client.CustomObjectsApi(kube)
 
 
 @pytest.fixture
