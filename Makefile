@@ -139,6 +139,10 @@ demo: venv nodes-build images ## The demo on 3 kubelet nodes: helm-installed ope
 demo-agent: venv cluster-build ## The quick demo: pods as host processes of the node agent (no images; root)
 	$(PY) -m rtj_local.demo
 
+.PHONY: kueue-demo
+kueue-demo: venv cluster-build ## Kueue v0.17 (built from its Go module, ~25 min the first time) admits and queues jobs run by our operator (hack/kueue-probe.sh; docs/kueue.md)
+	hack/kueue-probe.sh
+
 .PHONY: gpu-smoke
 gpu-smoke: ## On a 2-GPU machine: the product path (rendezvous + launch -> ft_launcher -> FSDP2 ~1 B) through an in-process and an in-job fault; prints JSON
 	$(PY) bench/gpu_smoke.py --out .run/gpu-smoke.json $(SMOKE_ARGS)

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# What Kueue, built from its Go module, does in the local cluster with a labelled batch Job and a
-# labelled ResilientTrainingJob (docs/kueue.md). Starts a KWOK cluster of one node (its own run dir and
-# free ports; no node agent), Kueue's manager as a process (its CRDs applied, webhooks served but not
-# registered, so jobs are created suspended by hand, as Kueue's webhook would), one ClusterQueue and
-# LocalQueue, then prints whether each job was admitted (spec.suspend false) and the Workloads.
-# Everything it started is stopped at the end. Usage: hack/kueue-probe.sh
+# The REAL Kueue manager, built from its Go module, admits ResilientTrainingJobs (docs/kueue.md;
+# `make kueue-demo`). Starts a KWOK cluster of 4 fake p5 nodes (its own run dir and free ports; no node
+# agent), Kueue's manager as a process (its CRDs applied, webhooks served but not registered, so the
+# batch Job is created suspended by hand, as Kueue's webhook would), our operator as a process
+# (`python -m rtj`, RTJ_KUEUE_ENABLED=true, default 30 s resync), a ResourceFlavor, a ClusterQueue with
+# GPU quota for ONE 2-node job, a LocalQueue `team-a`; then a labelled batch Job and two labelled
+# ResilientTrainingJobs (no spec.suspend: the label alone gates them). Shows the first job admitted and
+# started while the second waits, then the first deleted and the second admitted, with the Workloads and
+# the ClusterQueue's usage at each step. Everything it started is stopped at the end.
+# Usage: hack/kueue-probe.sh
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,25 +23,27 @@ METRICS_CERTS=/etc/kueue/metrics/certs
 
 [[ -x "$KUEUE" ]] || GOBIN="$TOOLS/bin/.new" go install "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
 [[ -x "$KUEUE" ]] || mv "$TOOLS/bin/.new/kueue" "$KUEUE"
-KUEUE_SRC="$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | "$PY" -c \
-  'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+# Kueue's CRDs from its Go module (`go mod download`; cached under ~/.cache/rtj/kueue-<version>/crds).
+KUEUE_CRDS="$("$PY" -c 'from rtj_local.tools import kueue_crds; print(kueue_crds())')"
 
 rm -rf "$RUN" && mkdir -p "$RUN/certs"
 export RTJ_RUN_DIR="$RUN/cluster" KUBECONFIG="$RUN/cluster/kubeconfig"
 cleanup() {
+  [[ -f "$RUN/operator.pid" ]] && kill "$(cat "$RUN/operator.pid")" 2>/dev/null || true
   [[ -f "$RUN/kueue.pid" ]] && kill "$(cat "$RUN/kueue.pid")" 2>/dev/null || true
   "$PY" -m rtj_local.cluster down >/dev/null 2>&1 || true
   rm -rf "$METRICS_CERTS" && rmdir "${METRICS_CERTS%/*}" "${METRICS_CERTS%/*/*}" 2>/dev/null || true
 }
 trap cleanup EXIT
-"$PY" -m rtj_local.cluster up --nodes 1 >/dev/null
+"$PY" -m rtj_local.cluster up --nodes 4 >/dev/null
 k() { "$KUBECTL" "$@"; }
-k apply --server-side -f "$KUEUE_SRC/config/components/crd/bases/" >/dev/null
+k apply --server-side -f "$KUEUE_CRDS" >/dev/null
 k apply --server-side -f "$ROOT/crds/" >/dev/null
 k create namespace kueue-system >/dev/null
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=kueue -keyout "$RUN/certs/tls.key" \
   -out "$RUN/certs/tls.crt" 2>/dev/null
 mkdir -p "$METRICS_CERTS" && cp "$RUN/certs/tls.crt" "$RUN/certs/tls.key" "$METRICS_CERTS/"
+# externalFrameworks: `Kind.version.group` (Kueue's Configuration API, v1beta2).
 cat >"$RUN/config.yaml" <<EOF
 apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
@@ -49,21 +55,30 @@ leaderElection: {leaderElect: false}
 internalCertManagement: {enable: false}
 integrations:
   frameworks: ["batch/job"]
-  externalFrameworks: ["ResilientTrainingJob.$(
-    "$PY" -c 'from rtj import contract; print(f"{contract.API_VERSION}.{contract.API_GROUP}")')"]
+  externalFrameworks: ["$("$PY" -c 'from rtj.ladder.kueue_admission import EXTERNAL_FRAMEWORK as F; print(F)')"]
 EOF
 "$KUEUE" --config "$RUN/config.yaml" --kubeconfig "$KUBECONFIG" --feature-gates=VisibilityOnDemand=false \
   >"$RUN/kueue.log" 2>&1 &
 echo $! >"$RUN/kueue.pid"
+# Our operator as the chart runs it with kueue.enabled=true (here with the admin kubeconfig).
+RTJ_KUEUE_ENABLED=true RTJ_METRICS_PORT=0 "$PY" -m rtj --namespace=team-a --log-format=plain \
+  >"$RUN/operator.log" 2>&1 &
+echo $! >"$RUN/operator.pid"
 
 k apply -f - >/dev/null <<'EOF'
 apiVersion: v1
 kind: Namespace
 metadata: {name: team-a}
 ---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: rtj-trainer, namespace: team-a}
+---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor
-metadata: {name: default}
+metadata: {name: p5}
+spec:
+  nodeLabels: {node.kubernetes.io/instance-type: p5.48xlarge}
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
@@ -71,10 +86,14 @@ metadata: {name: cq}
 spec:
   namespaceSelector: {}
   resourceGroups:
-  - coveredResources: [cpu, memory]
+  - coveredResources: [cpu, memory, nvidia.com/gpu, vpc.amazonaws.com/efa]
     flavors:
-    - name: default
-      resources: [{name: cpu, nominalQuota: "100"}, {name: memory, nominalQuota: 1000Gi}]
+    - name: p5
+      resources:
+      - {name: cpu, nominalQuota: "64"}
+      - {name: memory, nominalQuota: 1000Gi}
+      - {name: nvidia.com/gpu, nominalQuota: "16"}
+      - {name: vpc.amazonaws.com/efa, nominalQuota: "64"}
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
@@ -90,22 +109,77 @@ spec:
     spec:
       restartPolicy: Never
       containers: [{name: c, image: busybox, resources: {requests: {cpu: "1", memory: 1Gi}}}]
----
+EOF
+
+rtj() { # NAME: a labelled 2-node job of 8 GPUs per node (the ClusterQueue has 16), no spec.suspend
+  k apply -f - >/dev/null <<EOF
 apiVersion: training.resilient.dev/v1alpha1
 kind: ResilientTrainingJob
-metadata: {name: queued, namespace: team-a, labels: {kueue.x-k8s.io/queue-name: team-a}}
+metadata: {name: $1, namespace: team-a, labels: {kueue.x-k8s.io/queue-name: team-a}}
 spec:
   image: trainer:1
   command: [python, train.py]
   nodes: 2
-  suspend: true
-  checkpoint: {pvc: {claimName: ckpt}}
+  resources: {cpu: "8", memory: 64Gi}
+  faultTolerance: {startupTimeoutSeconds: 3600}
+  checkpoint:
+    fsx: {fileSystemId: fs-0123456789abcdef0, mountName: abcdefgh,
+          dnsName: fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com}
 EOF
+}
+field() { k -n team-a get "$1" "$2" -o jsonpath="$3" 2>/dev/null || true; }
+until_is() { # SECONDS EXPECTED KIND NAME JSONPATH: poll until the field equals EXPECTED
+  for _ in $(seq "$1"); do [[ "$(field "$3" "$4" "$5")" == "$2" ]] && return 0; sleep 1; done
+  echo "timed out waiting for $3/$4 $5 == $2 (is: $(field "$3" "$4" "$5"))" >&2
+  tail -20 "$RUN/operator.log" >&2
+  return 1
+}
+show() {
+  echo "--- $1"
+  k -n team-a get rtj -o custom-columns='JOB:.metadata.name,STATE:.status.state,REASON:.status.reason'
+  k -n team-a get pods -o custom-columns='POD:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName,PODSET:.metadata.labels.kueue\.x-k8s\.io/podset'
+  k -n team-a get workloads.kueue.x-k8s.io
+  k -n team-a get workloads.kueue.x-k8s.io -o jsonpath='{range .items[*]}{.metadata.name}: {range .status.conditions[*]}{.type}={.status}({.reason}) {end}{"\n"}{end}'
+  k get clusterqueue cq -o jsonpath='ClusterQueue cq: admittedWorkloads={.status.admittedWorkloads} reservingWorkloads={.status.reservingWorkloads} pendingWorkloads={.status.pendingWorkloads}{"\n"}  usage of flavor p5: {range .status.flavorsUsage[0].resources[*]}{.name}={.total} {end}{"\n"}'
+}
+
+until_is 60 false job plain '{.spec.suspend}'
+echo "batch Job plain: suspend=$(field job plain '{.spec.suspend}')   # Kueue's own integration"
+start=$(date +%s)
+rtj first
+until_is 90 False rtj first '{.status.conditions[?(@.type=="Suspended")].status}'
+echo "first: started $(($(date +%s) - start)) s after it was created (Workload created, admitted by Kueue, pods created)"
+rtj second
+until_is 60 WaitingForAdmission rtj second '{.status.reason}'
+sleep 5 # Kueue has tried the second Workload by now: no GPU quota left
+sleep 3 # first's pods run (KWOK)
+show "first admitted and started; second queued (the ClusterQueue's 16 GPUs are in use)"
+echo "second: $(field rtj second '{.status.conditions[?(@.type=="Suspended")].message}')"
+k -n team-a delete rtj first --wait=false >/dev/null
+start=$(date +%s)
+until_is 120 False rtj second '{.status.conditions[?(@.type=="Suspended")].status}'
+echo "second: started $(($(date +%s) - start)) s after first was deleted (its Workload garbage collected, quota released)"
+sleep 3
+show "first deleted; second admitted and started"
+
+# A real eviction: stopping the ClusterQueue (stopPolicy HoldAndDrain) makes Kueue evict its admitted
+# Workloads; the job stops like a suspend and the operator releases the Workload's quota; starting the
+# ClusterQueue again re-admits it, and the job starts again with no fault counted.
+k patch clusterqueue cq --type=merge -p '{"spec":{"stopPolicy":"HoldAndDrain"}}' >/dev/null
+until_is 60 WorkloadEvicted rtj second '{.status.reason}'
 for _ in $(seq 60); do
-  [[ "$(k -n team-a get job plain -o jsonpath='{.spec.suspend}')" == false ]] && break
+  [[ -z "$(k -n team-a get pods -l training.resilient.dev/job-name=second -o name)" ]] && break
   sleep 1
 done
-sleep 10 # the RTJ gets the same time again
-echo "batch Job plain: suspend=$(k -n team-a get job plain -o jsonpath='{.spec.suspend}')"
-echo "ResilientTrainingJob queued: suspend=$(k -n team-a get rtj queued -o jsonpath='{.spec.suspend}')"
-k -n team-a get workloads.kueue.x-k8s.io
+reserved() { k -n team-a get workloads.kueue.x-k8s.io -l training.resilient.dev/job-name=second \
+  -o jsonpath='{.items[0].status.conditions[?(@.type=="QuotaReserved")].status}'; }
+for _ in $(seq 60); do [[ "$(reserved)" == False ]] && break; sleep 1; done
+echo "second's Workload: QuotaReserved=$(reserved) (the operator cleared the admission once no pod was left)"
+show "ClusterQueue stopped (HoldAndDrain): second evicted, its pods stopped, its quota released"
+echo "second: $(field rtj second '{.status.conditions[?(@.type=="Suspended")].message}')"
+k patch clusterqueue cq --type=merge -p '{"spec":{"stopPolicy":"None"}}' >/dev/null
+until_is 120 False rtj second '{.status.conditions[?(@.type=="Suspended")].status}'
+sleep 3
+show "ClusterQueue started again: second re-admitted and started"
+echo "second restarts: $(field rtj second '{.status.restarts}')"
+k -n team-a get events --field-selector involvedObject.name=second -o custom-columns='REASON:.reason,MESSAGE:.message'

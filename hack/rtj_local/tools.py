@@ -21,6 +21,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from rtj_local.versions import cache_dir, versions
+
 
 def _jsii_tgz_from_installed(dist_name: str) -> bytes | None:
     try:
@@ -93,3 +95,29 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def kueue_crds() -> Path:
+    """Kueue's CRDs (config/components/crd/bases) of KUEUE_VERSION, from its Go module: `go mod
+    download` (the module proxy) on first use, then copied under the cache dir
+    (~/.cache/rtj/kueue-<version>/crds) and reused. Used by the Kueue integration test and demo."""
+    version = versions()["KUEUE_VERSION"]
+    out = cache_dir() / f"kueue-{version}" / "crds"
+    if out.is_dir() and any(out.glob("*.yaml")):
+        return out
+    info = json.loads(
+        subprocess.run(
+            ["go", "mod", "download", "-json", f"sigs.k8s.io/kueue@{version}"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        ).stdout
+    )
+    src = Path(info["Dir"]) / "config" / "components" / "crd" / "bases"
+    tmp = out.with_name("crds.tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.glob("*.yaml")):
+        (tmp / f.name).write_bytes(f.read_bytes())
+    tmp.rename(out)
+    return out

@@ -15,6 +15,7 @@ from rtj import contract
 from rtj.api.instances import INSTANCE_DEFAULTS
 from rtj.api.models import CHECKPOINT_VOLUME, SHM_MOUNT_PATH, SHM_VOLUME, ResilientTrainingJob
 from rtj.contract import CAUSE_ANNOTATION, LABEL_JOB_NAMESPACE, LABEL_SPARE_INDEX, TRAINER_CONTAINER
+from rtj.ladder import kueue_admission as ka
 from rtj.settings import Settings
 
 RDZV_PORT = 29400
@@ -494,3 +495,62 @@ def fsx_persistent_volume_claim(job: ResilientTrainingJob) -> dict[str, Any] | N
 
 def quarantine_taint(job_name: str) -> dict[str, str]:
     return {"key": contract.QUARANTINE_TAINT_KEY, "value": job_name, "effect": "NoSchedule"}
+
+
+# --- Kueue (rtj.ladder.kueue_admission) --------------------------------------------------------------
+#: What of a pod's spec a Workload pod set's template keeps: what Kueue reads to count quota (the
+#: containers' requests and limits, overhead) and to pick flavors (node selector, affinity,
+#: tolerations), not the pod's environment or volumes.
+_PODSET_SPEC_KEYS = (
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "priorityClassName",
+    "runtimeClassName",
+    "overhead",
+)
+
+
+def _podset(name: str, count: int, pod: dict[str, Any]) -> dict[str, Any]:
+    spec = pod["spec"]
+    template_spec: dict[str, Any] = {k: spec[k] for k in _PODSET_SPEC_KEYS if spec.get(k)}
+    for key in ("initContainers", "containers"):
+        if spec.get(key):
+            template_spec[key] = [
+                {"name": c["name"], "image": c["image"], "resources": c.get("resources") or {}}
+                for c in spec[key]
+            ]
+    template_spec["restartPolicy"] = spec.get("restartPolicy", "Never")
+    return {"name": name, "count": count, "template": {"spec": template_spec}}
+
+
+def workload(job: ResilientTrainingJob, settings: BuildSettings | None = None) -> dict[str, Any]:
+    """The job's Kueue Workload (kueue.x-k8s.io/v1beta2): one pod set per kind of pod the job runs,
+    each with the requests, limits and placement of the pods the operator will create."""
+    bs = settings or BuildSettings()
+    podsets = [_podset(ka.PODSET_WORKERS, job.spec.nodes, worker_pod(job, 0, 0, "", (), bs))]
+    if job.spec.hot_spares:
+        podsets.append(_podset(ka.PODSET_SPARES, job.spec.hot_spares, spare_pod(job, 0, 0, (), bs)))
+    podsets.append(_podset(ka.PODSET_RENDEZVOUS, 1, rendezvous_pod(job, bs)))
+    return {
+        "apiVersion": f"{ka.WORKLOAD_GROUP}/{ka.WORKLOAD_VERSION}",
+        "kind": "Workload",
+        "metadata": {
+            "name": ka.workload_name(_name(job), str(job.metadata.get("uid", ""))),
+            "namespace": _ns(job),
+            "labels": {contract.LABEL_JOB: _name(job), ka.JOB_UID_LABEL: str(job.metadata.get("uid", ""))},
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {"queueName": ka.queue_name(job), "podSets": podsets},
+    }
+
+
+def place(pod: dict[str, Any], node_selector: dict[str, str], tolerations: tuple[dict[str, Any], ...],
+          labels: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """The pod with what its Kueue admission adds (jobframework's RunWithPodSetsInfo): the flavor's
+    node labels merged into its nodeSelector, its tolerations appended, Kueue's pod set label."""
+    spec = {**pod["spec"], "nodeSelector": {**(pod["spec"].get("nodeSelector") or {}), **node_selector}}
+    if tolerations:
+        spec["tolerations"] = [*(pod["spec"].get("tolerations") or []), *tolerations]
+    meta = {**pod["metadata"], "labels": {**(pod["metadata"].get("labels") or {}), **labels}}
+    return {**pod, "metadata": meta, "spec": spec}

@@ -48,24 +48,27 @@ from rtj.ladder import (
     CreateRendezvousService,
     CreateSparePod,
     CreateWorkerPod,
+    CreateWorkload,
     Decision,
     DeleteJob,
     DeletePod,
     LadderConfig,
     Observed,
+    PatchWorkloadStatus,
     PromoteSpare,
     TaintNode,
     create_refusals,
     decide,
     event_outbox,
     goodput,
+    kueue_admission,
     lease_from_dict,
     node_from_dict,
     pod_from_dict,
     wakeups,
 )
 from rtj.ladder.conditions import set_condition
-from rtj.ladder.observe import CreateRefusal
+from rtj.ladder.observe import CreateRefusal, FlavorObs, WorkloadObs, flavor_from_dict, workload_from_dict
 from rtj.settings import Settings
 
 SETTINGS = Settings.from_env()
@@ -186,6 +189,32 @@ def rtj_nodes(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
             if (job_loop := _LOOPS.get(key)) is not None:
                 job_loop.wake.set()
     return {name: node}
+
+
+def rtj_workloads(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """The job's Kueue Workload (rtj.ladder.kueue_admission): what the policy reads, not its pod sets."""
+    key = (namespace, labels[contract.LABEL_JOB])
+    status = dict(body.get("status") or {})
+    return {
+        key: {
+            "metadata": dict(body.metadata),
+            "spec": {"queueName": (body.get("spec") or {}).get("queueName")},
+            "status": {k: status[k] for k in ("conditions", "admission", "admissionChecks") if k in status},
+        }
+    }
+
+
+def wake_on_workload_change(namespace: str, labels: kopf.Labels, **_: Any) -> None:
+    """Kueue admitted, evicted or finished the job's Workload (or it is gone): run the job's pass now."""
+    job_loop = _LOOPS.get((namespace, labels.get(contract.LABEL_JOB, "")))
+    if job_loop is not None:
+        job_loop.wake.set()
+
+
+if SETTINGS.kueue_enabled:  # only then may the operator read Workloads (the chart's kueue.enabled)
+    _WORKLOADS = (kube.KUEUE_GROUP, kube.KUEUE_VERSION, "workloads")
+    kopf.index(*_WORKLOADS, labels=OURS)(rtj_workloads)
+    kopf.on.event(*_WORKLOADS, labels=OURS)(wake_on_workload_change)
 
 
 #: Node -> jobs that had a pod bound to it (may name jobs whose pods have left: a spare wake-up).
@@ -336,7 +365,7 @@ async def track_job(
     rtj_leases: kopf.Index,
     rtj_services: kopf.Index,
     rtj_nodes: kopf.Index,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     """Start, feed and stop each job's loop of passes.
 
@@ -355,7 +384,8 @@ async def track_job(
     if current is None:
         current = _LOOPS[key] = _JobLoop(uid, body, memo)
         indexes = (rtj_pods, rtj_leases, rtj_services, rtj_nodes)  # live: kopf updates them in place
-        current.task = asyncio.create_task(job_passes(current, namespace, name, *indexes))
+        workloads = kwargs.get("rtj_workloads")  # with the Kueue integration only
+        current.task = asyncio.create_task(job_passes(current, namespace, name, *indexes, workloads))
     else:
         # The next pass reads it. Most events are this loop's own status writes: only a new
         # generation (spec), a deletion or a namesake wakes the pass.
@@ -387,6 +417,7 @@ async def job_passes(
     rtj_leases: kopf.Index,
     rtj_services: kopf.Index,
     rtj_nodes: kopf.Index,
+    rtj_workloads: kopf.Index | None = None,
 ) -> None:
     """The job's passes: on a change, at the next heartbeat deadline, at the slow resync."""
     wake = job_loop.wake
@@ -397,8 +428,9 @@ async def job_passes(
         delay = SETTINGS.reconcile_interval_seconds
         try:
             deadline_in = await run_pass(
-                job_loop.body, job_loop.memo, namespace, name, rtj_pods, rtj_leases, rtj_services, rtj_nodes
-            )
+                job_loop.body, job_loop.memo, namespace, name, rtj_pods, rtj_leases, rtj_services, rtj_nodes,
+                rtj_workloads,
+            )  # fmt: skip
             if deadline_in is not None:
                 delay = min(delay, max(0.0, deadline_in - (time.perf_counter() - started)))
         except Exception:  # a pass never crashes the operator; the next one retries
@@ -422,6 +454,7 @@ async def run_pass(
     leases: kopf.Index,
     services: kopf.Index,
     nodes: kopf.Index,
+    workloads: kopf.Index | None = None,
 ) -> float | None:
     """One pass; returns the seconds until it must run again: the job's next heartbeat deadline,
     sooner when something is left to retry (None: no deadline, the resync will do)."""
@@ -439,6 +472,8 @@ async def run_pass(
         job = job.model_copy(update={"status": last[2]})
     now = datetime.now(UTC)
     job_pods = {p.name: p for p in pods.get((namespace, name), [])}
+    workload = _workload(workloads, namespace, name, str(body.metadata.get("uid", "")))
+    flavors = await _flavors(k, memo, workload)
     observed = Observed(
         pods=job_pods,
         leases={
@@ -451,11 +486,15 @@ async def run_pass(
         refused=getattr(memo, "refused", {}).get(body.metadata.get("uid"), ""),
         create_refusal=getattr(memo, "create_refusal", None),
         events_posted=getattr(memo, "events_posted", None),
+        workload=workload,
+        flavors=flavors,
     )
     config = LadderConfig(
         fault_grace_seconds=SETTINGS.fault_grace_seconds,
         heartbeat_status_resolution_seconds=SETTINGS.heartbeat_status_resolution_seconds,
+        kueue_enabled=SETTINGS.kueue_enabled,
     )
+    placement = kueue_admission.placement(job, workload, flavors, SETTINGS.kueue_enabled)
     decision = decide(job, observed, now, config)
     if decision.status != job.status:
         try:
@@ -469,9 +508,9 @@ async def run_pass(
             raise
         memo.last_write = (rv, new_rv, decision.status)
         metrics.committed(namespace, name, decision.restarts, decision.recoveries)
-        outcome = await act(k, job, decision)
+        outcome = await act(k, job, decision, placement)
     else:
-        outcome = await act(k, job, decision)
+        outcome = await act(k, job, decision, placement)
     # Committed either way (just written, or unchanged since our write): post what it holds.
     await post_events(k, memo, body, decision.status)
     if outcome.invalid:
@@ -493,6 +532,34 @@ async def run_pass(
     ft = job.spec.fault_tolerance
     memo.watched_leases = wakeups.watched_leases(status, decision.heartbeat_ages, ft)
     return wakeups.next_deadline(decision.heartbeat_ages, ft)
+
+
+def _workload(workloads: kopf.Index | None, namespace: str, name: str, uid: str) -> WorkloadObs | None:
+    """The job's own Workload (by its deterministic name: not a namesake's) from the index."""
+    if workloads is None:
+        return None
+    wanted = kueue_admission.workload_name(name, uid)
+    for obj in workloads.get((namespace, name), []):
+        if (obj.get("metadata") or {}).get("name") == wanted:
+            return workload_from_dict(obj)
+    return None
+
+
+async def _flavors(k: kube.Kube, memo: kopf.Memo, workload: WorkloadObs | None) -> dict[str, FlavorObs]:
+    """The ResourceFlavors the Workload's admission names, read once per admission (a failed read
+    fails the pass, which is retried: no pod is created without its admission's placement)."""
+    cached: tuple[str, dict[str, FlavorObs]] = getattr(memo, "flavors", ("", {}))
+    if workload is None or not workload.admitted:
+        return {}
+    key = repr(sorted(workload.assigned_flavors.items()))
+    flavors = cached[1] if cached[0] == key else {}
+    for name in sorted(kueue_admission.missing_flavors(workload, flavors)):
+        obj = await k.get("ResourceFlavor", None, name)
+        if obj is None:
+            raise kube.KubeError(404, "NotFound", f"ResourceFlavor {name} named by Workload {workload.name}")
+        flavors[name] = flavor_from_dict(obj)
+    memo.flavors = (key, flavors)
+    return flavors
 
 
 def _parsed(memo: kopf.Memo, body: kopf.Body) -> ResilientTrainingJob | None:
@@ -550,14 +617,30 @@ def remember_refusal(memo: kopf.Memo, namespace: str, name: str, outcome: ActOut
     return False
 
 
-async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> ActOutcome:
-    """Execute a decision's actions, bounded in parallel (failures are retried by the next pass)."""
+async def act(
+    k: kube.Kube,
+    job: ResilientTrainingJob,
+    decision: Decision,
+    placement: dict[str, kueue_admission.Placement] | None = None,
+) -> ActOutcome:
+    """Execute a decision's actions, bounded in parallel (failures are retried by the next pass).
+    `placement`: what a Kueue admission adds to the pods of each pod set (rtj.ladder.kueue_admission)."""
     ns, name = job.metadata["namespace"], job.metadata["name"]
     bs = builders.BuildSettings(
         trainer_service_account=SETTINGS.trainer_service_account,
         termination_grace_seconds=SETTINGS.termination_grace_seconds,
     )
     gate = asyncio.Semaphore(PARALLEL_CALLS)
+
+    def placed(pod: dict[str, Any]) -> dict[str, Any]:
+        role = pod["metadata"]["labels"].get(contract.LABEL_ROLE, "")
+        where = (placement or {}).get(kueue_admission.PODSET_OF_ROLE.get(role, ""))
+        return (
+            pod
+            if where is None
+            else builders.place(pod, where.node_selector, where.tolerations, where.labels)
+        )
+
     outcome = ActOutcome()
     refusals: list[tuple[int, kube.KubeError]] = []
 
@@ -569,16 +652,20 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> Ac
                         await k.delete("Pod", ns, action.name, action.uid, action.grace_seconds)
                     case CreateWorkerPod():
                         await k.create(
-                            builders.worker_pod(
-                                job, action.slot, action.attempt, action.cause, action.avoid_nodes, bs
+                            placed(
+                                builders.worker_pod(
+                                    job, action.slot, action.attempt, action.cause, action.avoid_nodes, bs
+                                )
                             )
                         )
                     case CreateSparePod():
                         await k.create(
-                            builders.spare_pod(job, action.index, action.attempt, action.avoid_nodes, bs)
+                            placed(
+                                builders.spare_pod(job, action.index, action.attempt, action.avoid_nodes, bs)
+                            )
                         )
                     case CreateRendezvousPod():
-                        await k.create(builders.rendezvous_pod(job, bs))
+                        await k.create(placed(builders.rendezvous_pod(job, bs)))
                     case CreateRendezvousService():
                         await k.create(builders.rendezvous_service(job))
                     case TaintNode():
@@ -599,6 +686,10 @@ async def act(k: kube.Kube, job: ResilientTrainingJob, decision: Decision) -> Ac
                         )
                     case DeleteJob():
                         await k.delete_job(ns, name, str(job.metadata.get("uid", "")))
+                    case CreateWorkload():
+                        await k.create(builders.workload(job, bs))
+                    case PatchWorkloadStatus():
+                        await k.patch_workload_status(ns, action.name, action.status, action.resource_version)
             except kube.KubeError as exc:  # the next pass retries (level-based)
                 if isinstance(action, CREATES) and create_refusals.is_retryable_refusal(exc.status):
                     # Logged once per new message by remember_refusal (a refusal repeats every retry).

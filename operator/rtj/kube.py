@@ -25,10 +25,13 @@ from typing import Any
 from kubernetes import client, config
 
 from rtj import contract
+from rtj.ladder import kueue_admission
 
 logger = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+#: Kueue's API: v1beta2 is what Kueue v0.17 stores (its CRDs: storage: true) and serves.
+KUEUE_GROUP, KUEUE_VERSION = kueue_admission.WORKLOAD_GROUP, kueue_admission.WORKLOAD_VERSION
 FIELD_MANAGER = "rtj-operator"
 _PATHS = {
     "Pod": "/api/v1/namespaces/{ns}/pods",
@@ -39,6 +42,9 @@ _PATHS = {
     "Event": "/api/v1/namespaces/{ns}/events",
     "Node": "/api/v1/nodes",
     "Job": f"/apis/{contract.API_GROUP}/{contract.API_VERSION}/namespaces/{{ns}}/{contract.PLURAL}",
+    # Kueue (rtj.ladder.kueue_admission): the job's Workload, and the ResourceFlavors its admission names.
+    "Workload": f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/namespaces/{{ns}}/workloads",
+    "ResourceFlavor": f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/resourceflavors",
 }
 
 
@@ -193,6 +199,38 @@ class Kube:
                 "PATCH",
                 f"{self._collection(kind, namespace)}/{name}",
                 patch,
+                {"fieldManager": FIELD_MANAGER},
+                MERGE_PATCH,
+            )
+        except KubeError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
+
+    async def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """Read one object; None when it does not exist."""
+        try:
+            return await self.request("GET", f"{self._collection(kind, namespace)}/{name}")
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    # --- Kueue -----------------------------------------------------------------------------------------
+    async def patch_workload_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str
+    ) -> bool:
+        """Merge-patch a Workload's status (conditions are written whole: the policy computed them from
+        this resourceVersion; KubeError 409 when Kueue changed it since). False when it is gone."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            await self.request(
+                "PATCH",
+                f"{self._collection('Workload', namespace)}/{name}/status",
+                body,
                 {"fieldManager": FIELD_MANAGER},
                 MERGE_PATCH,
             )

@@ -76,6 +76,10 @@ NODE_QUARANTINED = "NodeQuarantined"
 SPARE_PROMOTED = "SparePromoted"
 SUSPENDED = "Suspended"
 RESUMED = "Resumed"
+#: Kueue (rtj.ladder.kueue_admission): a labelled job waits for its Workload's admission, or its
+#: admitted Workload was evicted (pods stopped as by a suspend; it queues again).
+WAITING_FOR_ADMISSION = "WaitingForAdmission"
+WORKLOAD_EVICTED = "WorkloadEvicted"
 FINISHED = "Finished"
 
 #: Pod causes (the builders' CAUSE annotation): a pod created for these is not a reschedule.

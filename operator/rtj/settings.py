@@ -38,6 +38,12 @@ class Settings(BaseModel):
         description="false: jobs with spec.checkpoint.fsx fail at once (the chart sets it from fsx.enabled "
         "and grants PersistentVolume permissions only when true).",
     )
+    kueue_enabled: bool = Field(
+        False,
+        description="Kueue integration (docs/kueue.md): a job labelled kueue.x-k8s.io/queue-name gets a "
+        "Kueue Workload and runs only while Kueue admits it. The chart sets it from kueue.enabled and "
+        "grants Workload permissions only when true; false: the label is ignored.",
+    )
     reconcile_interval_seconds: float = Field(
         30.0,
         gt=0,

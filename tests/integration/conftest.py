@@ -22,6 +22,7 @@ from kubernetes import client
 from operator_harness import OperatorEnv, operator_env_factory
 from rtj import contract
 from rtj.api import crdgen
+from rtj_local.tools import kueue_crds
 from rtj_local.versions import REPO_ROOT, bin_path
 from rtj_local.wait import wait_for
 
@@ -181,3 +182,25 @@ def env(
         yield start
     finally:
         teardown()
+
+
+# Kueue's API (docs/kueue.md): its CRDs from the Go module, applied to the session's cluster.
+@pytest.fixture(scope="session")
+def kueue_api(kube: client.ApiClient, kubectl: Any) -> client.CustomObjectsApi:
+    """Kueue's CRDs (KUEUE_VERSION's Go module, rtj_local.tools.kueue_crds) applied, idempotently, and
+    served (tests/integration/test_operator_kueue.py, the chart's Kueue RBAC)."""
+    kubectl("apply", "--server-side", "-f", str(kueue_crds()), timeout=180)
+    ext = client.ApiextensionsV1Api(kube)
+
+    def established() -> bool:
+        return all(
+            any(
+                c.type == "Established" and c.status == "True"
+                for c in ext.read_custom_resource_definition(f"{plural}.kueue.x-k8s.io").status.conditions
+                or []
+            )
+            for plural in ("workloads", "resourceflavors")
+        )
+
+    wait_for(established, timeout=60, message="Kueue's CRDs established")
+    return client.CustomObjectsApi(kube)

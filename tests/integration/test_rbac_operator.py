@@ -62,6 +62,20 @@ OPERATOR_NO = [
     ("impersonate", "serviceaccounts", ()),
     ("create", "serviceaccounts", ("--subresource=token",)),
 ]
+#: Only with kueue.enabled=true (docs/kueue.md): the job's Workload and the flavors its admission names.
+WORKLOADS = "workloads.kueue.x-k8s.io"
+KUEUE_NAMESPACED_YES = [
+    *[(v, WORKLOADS, ()) for v in ("create", "list", "watch")],
+    ("patch", WORKLOADS, ("--subresource=status",)),
+]
+KUEUE_CLUSTER_YES = [("get", "resourceflavors.kueue.x-k8s.io", ())]
+KUEUE_NO = [
+    *[(v, WORKLOADS, ()) for v in ("get", "update", "patch", "delete")],
+    ("update", WORKLOADS, ("--subresource=status",)),
+    *[(v, "resourceflavors.kueue.x-k8s.io", ()) for v in ("list", "create", "patch", "delete")],
+    *[(v, "clusterqueues.kueue.x-k8s.io", ()) for v in ("get", "patch")],
+    *[(v, "localqueues.kueue.x-k8s.io", ()) for v in ("get", "create")],
+]
 TRAINER_YES = [(v, "leases.coordination.k8s.io", ()) for v in ("create", "patch")]
 TRAINER_NO = [
     *[(v, "leases.coordination.k8s.io", ()) for v in ("get", "update", "list", "watch", "delete")],
@@ -101,7 +115,7 @@ def operator_sa(namespace: str, release: str) -> str:
     return f"system:serviceaccount:{namespace}:{release}-resilient-training-operator"
 
 
-def test_operator_all_namespaces(kubectl, install_chart, namespace: str) -> None:
+def test_operator_all_namespaces(kubectl, install_chart, namespace: str, kueue_api) -> None:
     release = install_chart("rbac-all", namespace, "fsx.enabled=true")
     sa = operator_sa(namespace, release.name)
     check(kubectl, sa, OPERATOR_NAMESPACED_YES, namespace, expected=True)
@@ -115,6 +129,21 @@ def test_operator_all_namespaces(kubectl, install_chart, namespace: str) -> None
         True,
     )
     check(kubectl, sa, OPERATOR_NO, None, expected=False)
+    # kueue.enabled is false by default: no Kueue rights at all.
+    check(kubectl, sa, [*KUEUE_NAMESPACED_YES, *KUEUE_NO], namespace, expected=False)
+    check(kubectl, sa, KUEUE_CLUSTER_YES, None, expected=False)
+
+
+def test_operator_gets_the_kueue_rights_it_uses_only_with_kueue_enabled(
+    kubectl, install_chart, namespace: str, kueue_api
+) -> None:
+    """kueue_api: Kueue's CRDs are served (kubectl resolves the resource names through discovery)."""
+    release = install_chart("rbac-kueue", namespace, "kueue.enabled=true")
+    sa = operator_sa(namespace, release.name)
+    check(kubectl, sa, KUEUE_NAMESPACED_YES, namespace, expected=True)
+    check(kubectl, sa, KUEUE_CLUSTER_YES, None, expected=True)
+    check(kubectl, sa, KUEUE_NO, namespace, expected=False)
+    check(kubectl, sa, OPERATOR_NAMESPACED_YES, namespace, expected=True)  # the rest unchanged
 
 
 def test_operator_watching_one_namespace_gets_namespaced_rights_only_there(

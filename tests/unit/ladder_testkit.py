@@ -52,6 +52,10 @@ class JobBuilder:
         self._spec["faultTolerance"].update(fields)
         return self
 
+    def labels(self, **labels: str) -> JobBuilder:
+        self._meta["labels"] = {**self._meta.get("labels", {}), **labels}
+        return self
+
     def spec(self, **fields: Any) -> JobBuilder:
         self._spec.update(fields)
         return self

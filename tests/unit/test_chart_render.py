@@ -131,9 +131,13 @@ def test_rbac_has_no_secrets_and_no_wildcards(values: Path | None) -> None:
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
 
 
-@pytest.mark.parametrize("fsx", [False, True], ids=["fsx-off", "fsx-on"])
-def test_operator_rbac_grants_exactly_what_the_operator_uses(fsx: bool) -> None:
-    docs = render(f"fsx.enabled={str(fsx).lower()}")
+@pytest.mark.parametrize(
+    ("fsx", "kueue"),
+    [(False, False), (True, False), (False, True)],
+    ids=["fsx-off", "fsx-on", "kueue-on"],
+)
+def test_operator_rbac_grants_exactly_what_the_operator_uses(fsx: bool, kueue: bool) -> None:
+    docs = render(f"fsx.enabled={str(fsx).lower()}", f"kueue.enabled={str(kueue).lower()}")
     granted = {
         (group, resource, verb)
         for d in by_kind(docs, "ClusterRole")
@@ -163,8 +167,17 @@ def test_operator_rbac_grants_exactly_what_the_operator_uses(fsx: bool) -> None:
     # Cluster-wide PersistentVolume rights only for FSx checkpoints, which need them.
     if fsx:
         expected |= g("", "persistentvolumes", "create", "delete")
+    # Kueue's Workloads only with the integration on: created and watched, status patched (Finished,
+    # admission cleared after an eviction), ResourceFlavors read by name; never update or delete.
+    if kueue:
+        expected |= (
+            g("kueue.x-k8s.io", "workloads", "create", "list", "watch")
+            | g("kueue.x-k8s.io", "workloads/status", "patch")
+            | g("kueue.x-k8s.io", "resourceflavors", "get")
+        )
     assert granted == expected
     assert env_of(one(docs, "Deployment"))["RTJ_FSX_ENABLED"] == str(fsx).lower()
+    assert env_of(one(docs, "Deployment"))["RTJ_KUEUE_ENABLED"] == str(kueue).lower()
 
 
 def test_trainer_role_only_touches_leases() -> None:

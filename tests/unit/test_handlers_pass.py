@@ -19,16 +19,20 @@ from rtj.api.models import ResilientTrainingJob
 from rtj.ladder import (
     AssignLease,
     CreateWorkerPod,
+    CreateWorkload,
     Decision,
     DeletePod,
     JobEvent,
     LadderConfig,
     Observed,
+    PatchWorkloadStatus,
     PromoteSpare,
     TaintNode,
     decide,
 )
+from rtj.ladder import kueue_admission as ka
 from rtj.ladder.event_outbox import record
+from rtj.settings import Settings
 
 pytestmark = pytest.mark.unit
 
@@ -366,3 +370,71 @@ def test_unposted_events_in_status_are_posted_once_under_their_own_names() -> No
     posted = [c.body["metadata"]["name"] for c in fake.calls if c.path.endswith("/events")]
     assert posted == names_
     assert memo.events_posted == seqs[-1]
+
+
+# --- Kueue (rtj.ladder.kueue_admission) -----------------------------------------------------------------
+WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads"
+
+
+def test_act_creates_the_workload_and_patches_its_status_under_its_resource_version() -> None:
+    job = make_job().labels(**{"kueue.x-k8s.io/queue-name": "team-a"}).obj()
+    fake = FakeKube()
+    status = {"conditions": [{"type": "Finished", "status": "True"}], "admission": None}
+    decision = Decision(actions=[CreateWorkload(), PatchWorkloadStatus("wl-1", "42", status)])
+    assert asyncio.run(handlers.act(fake, job, decision)) == handlers.ActOutcome()
+    assert sorted(fake.calls, key=lambda c: c.method) == [
+        Call(
+            "PATCH",
+            f"{WORKLOADS}/wl-1/status",
+            {"status": status, "metadata": {"resourceVersion": "42"}},
+            FM,
+            MERGE,
+        ),
+        Call("POST", WORKLOADS, builders.workload(job, handlers_build_settings()), FM),
+    ]
+
+
+def handlers_build_settings() -> builders.BuildSettings:
+    return builders.BuildSettings(
+        trainer_service_account=handlers.SETTINGS.trainer_service_account,
+        termination_grace_seconds=handlers.SETTINGS.termination_grace_seconds,
+    )
+
+
+def test_an_admitted_pass_reads_the_flavor_once_and_places_the_pods(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handlers, "SETTINGS", Settings(kueue_enabled=True))
+    job = make_job().labels(**{ka.QUEUE_LABEL: "team-a"}).obj()
+    wl_name = ka.workload_name("train", "uid-train")
+    admitted = {
+        "metadata": {"name": wl_name, "resourceVersion": "5"},
+        "spec": {"queueName": "team-a"},
+        "status": {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "True"},
+                {"type": "Admitted", "status": "True"},
+            ],
+            "admission": {
+                "clusterQueue": "cq",
+                "podSetAssignments": [
+                    {"name": "workers", "flavors": {"cpu": "p5"}},
+                    {"name": "rendezvous", "flavors": {"cpu": "p5"}},
+                ],
+            },
+        },
+    }
+    flavor_path = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors/p5"
+    fake = FakeKube(
+        {("GET", flavor_path): {"metadata": {"name": "p5"}, "spec": {"nodeLabels": {"pool": "a"}}}}
+    )
+    memo = kopf.Memo()
+    memo.kube = fake
+    index = {("ns", "train"): [admitted]}
+    for _ in range(2):
+        asyncio.run(handlers.run_pass(job_body(job), memo, "ns", "train", {}, {}, {}, {}, index))
+    assert [c.path for c in fake.calls if c.method == "GET"] == [flavor_path]  # read once, then cached
+    pods = [c.body for c in fake.calls if c.method == "POST" and c.path == PODS]
+    assert {p["metadata"]["name"] for p in pods} >= {"train-n0-a0", "train-n1-a0", "train-rdzv"}
+    for pod in pods:
+        assert pod["spec"]["nodeSelector"]["pool"] == "a"
+        assert pod["metadata"]["labels"][ka.PODSET_LABEL] in ("workers", "rendezvous")
+    assert not [c for c in fake.calls if c.path.startswith(WORKLOADS)]  # the Workload exists: no create

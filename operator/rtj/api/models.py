@@ -833,6 +833,8 @@ class JobState(StrEnum):
     RUNNING = "Running"
     RECOVERING = "Recovering"
     SUSPENDED = "Suspended"
+    #: Kueue: the job waits for its Workload's admission (or was evicted and queues again).
+    QUEUED = "Queued"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 

@@ -3,7 +3,8 @@ job, executing them is rtj.kube's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,21 @@ class DeleteJob:
     """ttlSecondsAfterFinished expired."""
 
 
+@dataclass(frozen=True)
+class CreateWorkload:
+    """Create the job's Kueue Workload (rtj.builders.workload; AlreadyExists is success)."""
+
+
+@dataclass(frozen=True)
+class PatchWorkloadStatus:
+    """Merge-patch the job's Workload status (Finished; admission cleared after an eviction),
+    under the resourceVersion it was computed from (a conflict: the next pass recomputes)."""
+
+    name: str
+    resource_version: str
+    status: dict[str, Any] = field(default_factory=dict, hash=False, compare=True)
+
+
 Action = (
     CreateWorkerPod
     | CreateSparePod
@@ -80,6 +96,8 @@ Action = (
     | PromoteSpare
     | AssignLease
     | DeleteJob
+    | CreateWorkload
+    | PatchWorkloadStatus
 )
 
 

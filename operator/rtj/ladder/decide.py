@@ -31,6 +31,7 @@ from rtj.ladder import (
     endings,
     event_outbox,
     job_level,
+    kueue_admission,
     outage_hold,
     progress_watchdog,
     rendezvous,
@@ -52,20 +53,31 @@ def run(ps: Pass) -> Decision:
         endings.finished(ps)
     elif ps.spec.suspend:
         suspended(ps)
+    elif (held := kueue_admission.hold(ps.job, ps.obs.workload, ps.cfg.kueue_enabled)) is not None:
+        suspended(ps, held.reason, held.message, JobState.QUEUED)
     else:
         active(ps)
         slots.apply_heartbeat_times(ps)
         if ps.st.state not in (JobState.FAILED, JobState.SUCCEEDED):
             create_refusal(ps)
-    if ps.st.state in (JobState.FAILED, JobState.SUCCEEDED, JobState.SUSPENDED):
+    if ps.st.state in (JobState.FAILED, JobState.SUCCEEDED, JobState.SUSPENDED, JobState.QUEUED):
         ps.st.steps_per_second = None  # no pod trains: a last rate would read as training
     ps.st.node_slots = ps.slots
+    ps.d.actions += kueue_admission.workload_actions(
+        ps.job, ps.obs.workload, ps.st, ps.obs.pods, ps.cfg.kueue_enabled, ps.now
+    )
     event_outbox.record(ps.st, ps.d.events, ps.obs.events_posted, ps.now)
     ps.d.status = ps.st
     return ps.d
 
 
-def suspended(ps: Pass) -> None:
+def suspended(
+    ps: Pass,
+    reason: str = reasons.SUSPENDED,
+    message: str = "spec.suspend is true",
+    state: str = JobState.SUSPENDED,
+) -> None:
+    """No pods: spec.suspend, or (rtj.ladder.kueue_admission) a queued job Kueue has not admitted."""
     ps.delete_live_pods({contract.ROLE_WORKER, contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS})
     for slot in ps.slots:
         slot.pod, slot.node, slot.state = "", "", SlotState.SUSPENDED
@@ -73,14 +85,15 @@ def suspended(ps: Pass) -> None:
     ps.st.spares = []
     ps.st.rendezvous_pod_uid = ""  # the one recreated on resume is not a recovery
     summary.close_degraded(ps)
-    if not is_true(ps.old.conditions, ConditionType.SUSPENDED):
-        ps.event(NORMAL, reasons.SUSPENDED, "job suspended: pods removed; status and checkpoints kept")
-    ps.cond(ConditionType.SUSPENDED, True, reasons.SUSPENDED, "spec.suspend is true")
-    ps.cond(ConditionType.RUNNING, False, reasons.SUSPENDED, "")
-    ps.cond(ConditionType.RECOVERING, False, reasons.SUSPENDED, "")
-    ps.cond(ConditionType.DEGRADED, False, reasons.SUSPENDED, "")
+    if summary.condition_reason(ps.old.conditions, ConditionType.SUSPENDED) != reason:
+        kept = "job suspended: pods removed; status and checkpoints kept"
+        ps.event(NORMAL, reason, kept if reason == reasons.SUSPENDED else message)
+    ps.cond(ConditionType.SUSPENDED, True, reason, message)
+    ps.cond(ConditionType.RUNNING, False, reason, "")
+    ps.cond(ConditionType.RECOVERING, False, reason, "")
+    ps.cond(ConditionType.DEGRADED, False, reason, "")
     ps.st.nodes_ready = 0
-    ps.st.state, ps.st.reason = JobState.SUSPENDED, reasons.SUSPENDED
+    ps.st.state, ps.st.reason = JobState(state), reason
 
 
 def active(ps: Pass) -> None:
@@ -96,7 +109,14 @@ def active(ps: Pass) -> None:
             slot.in_process_restarts = slot.in_job_restarts = 0
             causes[slot.slot] = reasons.CAUSE_RESUME
         ps.cond(ConditionType.SUSPENDED, False, reasons.RESUMED, "")
-        ps.event(NORMAL, reasons.RESUMED, "job resumed: pods recreated (attempt numbers continue)")
+        ran = ps.st.start_time is not None
+        ps.event(
+            NORMAL,
+            reasons.RESUMED,
+            "job resumed: pods recreated (attempt numbers continue)"
+            if ran
+            else "job started: it was created suspended or queued; its first pods created",
+        )
     rendezvous.reconcile(ps)
     faults: list[tuple[NodeSlotStatus, PodObs | None, str, str]] = []
     for slot in ps.slots:

@@ -100,6 +100,10 @@ class Observed:
     #: Highest Event sequence number this operator process posted for the job (None: none known,
     #: e.g. after a restart); see rtj.ladder.event_outbox.
     events_posted: int | None = None
+    #: The job's Kueue Workload (None: none seen; only watched with the Kueue integration on).
+    workload: WorkloadObs | None = None
+    #: ResourceFlavors named by the Workload's admission, read by the operator (by name).
+    flavors: dict[str, FlavorObs] = field(default_factory=dict)
 
 
 def pod_from_dict(obj: dict[str, Any]) -> PodObs:
@@ -176,3 +180,110 @@ def node_from_dict(obj: dict[str, Any]) -> NodeObs:
         if isinstance(t, dict)
     )
     return NodeObs(name=str(meta.get("name", "")), ready=ready, taints=taints)
+
+
+@dataclass(frozen=True)
+class PodSetUpdateObs:
+    """An admission check's podSetUpdates entry (what Kueue asks to add to a pod set's pods)."""
+
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkloadObs:
+    """The job's Kueue Workload (kueue.x-k8s.io/v1beta2), as rtj.ladder.kueue_admission reads it."""
+
+    name: str
+    resource_version: str = ""
+    generation: int | None = None
+    deleting: bool = False
+    queue_name: str = ""
+    quota_reserved: bool = False
+    admitted: bool = False
+    evicted: bool = False
+    evicted_reason: str = ""
+    evicted_message: str = ""
+    finished: bool = False
+    #: QuotaReserved False's message (why Kueue has not admitted it yet), if any.
+    pending_message: str = ""
+    cluster_queue: str = ""
+    #: Pod set name -> the ResourceFlavors its admission assigned (status.admission.podSetAssignments).
+    assigned_flavors: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    podset_updates: dict[str, PodSetUpdateObs] = field(default_factory=dict)
+    #: status.conditions as stored (the policy writes the list back with one condition changed).
+    conditions: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class FlavorObs:
+    """A Kueue ResourceFlavor: what its admission adds to the pods (spec.nodeLabels, tolerations)."""
+
+    name: str
+    node_labels: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _dicts(value: Any) -> tuple[dict[str, Any], ...]:
+    return tuple(dict(x) for x in value if isinstance(x, dict)) if isinstance(value, list) else ()
+
+
+def workload_from_dict(obj: dict[str, Any]) -> WorkloadObs:
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    conditions = _dicts(status.get("conditions"))
+    by_type = {str(c.get("type")): c for c in conditions}
+
+    def true(type_: str) -> bool:
+        return by_type.get(type_, {}).get("status") == "True"
+
+    quota = by_type.get("QuotaReserved", {})
+    evicted = by_type.get("Evicted", {})
+    admission = status.get("admission") if isinstance(status.get("admission"), dict) else None
+    flavors: dict[str, tuple[str, ...]] = {}
+    for a in (admission or {}).get("podSetAssignments") or []:
+        if isinstance(a, dict) and a.get("name"):
+            flavors[str(a["name"])] = tuple(sorted({str(v) for v in _str_map(a.get("flavors")).values()}))
+    updates: dict[str, PodSetUpdateObs] = {}
+    for check in status.get("admissionChecks") or []:
+        for u in (check.get("podSetUpdates") or []) if isinstance(check, dict) else []:
+            if isinstance(u, dict) and u.get("name"):
+                prev = updates.get(str(u["name"]), PodSetUpdateObs())
+                updates[str(u["name"])] = PodSetUpdateObs(
+                    {**prev.node_selector, **_str_map(u.get("nodeSelector"))},
+                    prev.tolerations + _dicts(u.get("tolerations")),
+                    {**prev.labels, **_str_map(u.get("labels"))},
+                )
+    generation = meta.get("generation")
+    return WorkloadObs(
+        name=str(meta.get("name", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        generation=generation if isinstance(generation, int) else None,
+        deleting=bool(meta.get("deletionTimestamp")),
+        queue_name=str((obj.get("spec") or {}).get("queueName") or ""),
+        quota_reserved=true("QuotaReserved") and admission is not None,
+        admitted=true("Admitted") and admission is not None,
+        evicted=true("Evicted"),
+        evicted_reason=str(evicted.get("reason") or "") if true("Evicted") else "",
+        evicted_message=str(evicted.get("message") or "") if true("Evicted") else "",
+        finished=true("Finished"),
+        pending_message=str(quota.get("message") or "") if quota.get("status") == "False" else "",
+        cluster_queue=str((admission or {}).get("clusterQueue") or ""),
+        assigned_flavors=flavors,
+        podset_updates=updates,
+        conditions=conditions,
+    )
+
+
+def flavor_from_dict(obj: dict[str, Any]) -> FlavorObs:
+    spec = obj.get("spec") or {}
+    return FlavorObs(
+        name=str((obj.get("metadata") or {}).get("name", "")),
+        node_labels=_str_map(spec.get("nodeLabels")),
+        tolerations=_dicts(spec.get("tolerations")),
+    )

@@ -24,6 +24,8 @@ class LadderConfig:
     #: lastHeartbeatTime in status is refreshed at most this often (unless something else
     #: changed): per-heartbeat status writes at 1,000 jobs x 8 pods would be ~800 writes/s.
     heartbeat_status_resolution_seconds: float = 60.0
+    #: Kueue integration (rtj.ladder.kueue_admission): a job labelled with a queue runs only admitted.
+    kueue_enabled: bool = False
 
 
 @dataclass
