@@ -376,12 +376,23 @@ def test_unposted_events_in_status_are_posted_once_under_their_own_names() -> No
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads"
 
 
+def test_a_workload_create_the_server_refuses_is_a_create_refusal_not_a_log_line() -> None:
+    """Kueue's CRDs not installed: the Workload's POST is a 404. It is reported as a refusal (condition
+    CreateRefused + one Event, retried with backoff: rtj.ladder.create_refusals), not a failure."""
+    job = make_job().labels(**{"kueue.x-k8s.io/queue-name": "team-a"}).obj()
+    missing = kube.KubeError(404, "Not Found", "the server could not find the requested resource")
+    fake = FakeKube({("POST", WORKLOADS): missing})
+    outcome = asyncio.run(handlers.act(fake, job, Decision(actions=[CreateWorkload()])))
+    assert outcome.refused is not None and outcome.refused[0] == 404, outcome
+    assert not outcome.failed and not outcome.created
+
+
 def test_act_creates_the_workload_and_patches_its_status_under_its_resource_version() -> None:
     job = make_job().labels(**{"kueue.x-k8s.io/queue-name": "team-a"}).obj()
     fake = FakeKube()
     status = {"conditions": [{"type": "Finished", "status": "True"}], "admission": None}
     decision = Decision(actions=[CreateWorkload(), PatchWorkloadStatus("wl-1", "42", status)])
-    assert asyncio.run(handlers.act(fake, job, decision)) == handlers.ActOutcome()
+    assert asyncio.run(handlers.act(fake, job, decision)) == handlers.ActOutcome(created=True)
     assert sorted(fake.calls, key=lambda c: c.method) == [
         Call(
             "PATCH",

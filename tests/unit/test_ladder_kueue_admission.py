@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from rtj.ladder import (
     decide,
 )
 from rtj.ladder import kueue_admission as ka
-from rtj.ladder.observe import FlavorObs, flavor_from_dict, workload_from_dict
+from rtj.ladder.observe import CreateRefusal, FlavorObs, flavor_from_dict, workload_from_dict
 
 pytestmark = pytest.mark.unit
 
@@ -324,6 +325,22 @@ def test_pass(case: PassCase) -> None:
         and case.events == [reasons.RESUMED]
     ):
         assert d.status.restarts.pod_reschedules == 0
+
+
+def test_a_refused_workload_create_shows_on_the_queued_job_and_waits_out_its_backoff() -> None:
+    """Kueue's CRDs missing (404 on the Workload's create): condition CreateRefused and one Event on
+    the queued job, reason CreateRefused; the create waits out the backoff (rtj.ladder.create_refusals)."""
+    refusal = CreateRefusal(404, "NotFound", "the server could not find the requested resource", NOW, 3)
+    d = decide(labelled().obj(), Observed(pods={}, create_refusal=refusal), NOW, ON)
+    assert d.status.state == "Queued" and d.status.reason == reasons.CREATE_REFUSED
+    refused = next(c for c in d.status.conditions if c.type == "CreateRefused")
+    assert refused.status == "True" and "could not find the requested resource" in refused.message
+    assert reasons.CREATE_REFUSED in [e.reason for e in d.events]
+    assert not any(isinstance(a, CreateWorkload) for a in d.actions), "held back during the backoff"
+    later = decide(
+        labelled().obj(), Observed(pods={}, create_refusal=refusal), NOW + timedelta(seconds=5), ON
+    )
+    assert any(isinstance(a, CreateWorkload) for a in later.actions), "retried after the backoff (4 s)"
 
 
 def test_eviction_then_readmission_counts_no_fault() -> None:

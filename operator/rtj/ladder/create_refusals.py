@@ -1,7 +1,8 @@
 """Creates the API server refuses for reasons outside the spec, shown on the job and retried.
 
 A 403 (the namespace lacks the trainer ServiceAccount, Pod Security `restricted` refuses the pod, an
-admission webhook says no), a 404 (the namespace is going away) or another 4xx other than 409 and
+admission webhook says no), a 404 (the namespace is going away; Kueue's CRDs not installed for a
+queued job's Workload) or another 4xx other than 409 and
 429 can end once an administrator acts, so it is retried, with exponential backoff; before this
 policy it was visible only in the operator's log, about three lines a second, and the job sat
 `Pending PodsPending` with no Event (issue 13, case 5). A 422 (Invalid) is different: the same
@@ -26,11 +27,12 @@ from rtj.ladder.actions import (
     CreateRendezvousService,
     CreateSparePod,
     CreateWorkerPod,
+    CreateWorkload,
 )
 from rtj.ladder.observe import CreateRefusal
 
 #: Actions that create an object from the spec (what a refusal holds back).
-CREATES = (CreateWorkerPod, CreateSparePod, CreateRendezvousPod, CreateRendezvousService)
+CREATES = (CreateWorkerPod, CreateSparePod, CreateRendezvousPod, CreateRendezvousService, CreateWorkload)
 BACKOFF_BASE_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 60.0
 

@@ -58,14 +58,14 @@ def run(ps: Pass) -> Decision:
     else:
         active(ps)
         slots.apply_heartbeat_times(ps)
-        if ps.st.state not in (JobState.FAILED, JobState.SUCCEEDED):
-            create_refusal(ps)
-    if ps.st.state in (JobState.FAILED, JobState.SUCCEEDED, JobState.SUSPENDED, JobState.QUEUED):
-        ps.st.steps_per_second = None  # no pod trains: a last rate would read as training
-    ps.st.node_slots = ps.slots
     ps.d.actions += kueue_admission.workload_actions(
         ps.job, ps.obs.workload, ps.st, ps.obs.pods, ps.cfg.kueue_enabled, ps.now
     )
+    if ps.st.state not in (JobState.FAILED, JobState.SUCCEEDED, JobState.SUSPENDED):
+        create_refusal(ps)  # a queued job's Workload create too (Kueue's CRDs missing: 404)
+    if ps.st.state in (JobState.FAILED, JobState.SUCCEEDED, JobState.SUSPENDED, JobState.QUEUED):
+        ps.st.steps_per_second = None  # no pod trains: a last rate would read as training
+    ps.st.node_slots = ps.slots
     event_outbox.record(ps.st, ps.d.events, ps.obs.events_posted, ps.now)
     ps.d.status = ps.st
     return ps.d
@@ -203,7 +203,7 @@ def create_refusal(ps: Pass) -> None:
             f"{message}; retried with backoff until it is accepted",
         )
     ps.cond(ConditionType.CREATE_REFUSED, True, refusal.reason or reasons.CREATE_REFUSED, message)
-    if ps.st.state == JobState.PENDING:
+    if ps.st.state in (JobState.PENDING, JobState.QUEUED):
         ps.st.reason = reasons.CREATE_REFUSED
 
 
