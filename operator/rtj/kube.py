@@ -192,12 +192,15 @@ class Kube:
             raise
         return True
 
-    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict[str, Any]) -> bool:
-        """Merge-patch; False when the object is gone."""
+    async def patch(
+        self, kind: str, namespace: str | None, name: str, patch: dict[str, Any], subresource: str = ""
+    ) -> bool:
+        """Merge-patch (the object, or its `subresource`); False when the object is gone."""
+        path = f"{self._collection(kind, namespace)}/{name}" + (f"/{subresource}" if subresource else "")
         try:
             await self.request(
                 "PATCH",
-                f"{self._collection(kind, namespace)}/{name}",
+                path,
                 patch,
                 {"fieldManager": FIELD_MANAGER},
                 MERGE_PATCH,
@@ -226,19 +229,7 @@ class Kube:
         body: dict[str, Any] = {"status": status}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
-        try:
-            await self.request(
-                "PATCH",
-                f"{self._collection('Workload', namespace)}/{name}/status",
-                body,
-                {"fieldManager": FIELD_MANAGER},
-                MERGE_PATCH,
-            )
-        except KubeError as exc:
-            if exc.not_found:
-                return False
-            raise
-        return True
+        return await self.patch("Workload", namespace, name, body, subresource="status")
 
     # --- the job -------------------------------------------------------------------------------------
     async def patch_job_status(

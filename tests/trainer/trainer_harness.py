@@ -183,19 +183,16 @@ class ToyJob:
     # --- faults -----------------------------------------------------------------------------
     def kill_pod(self, name: str) -> float:
         """SIGKILL everything the pod runs at once; returns the time of the kill."""
-        root = psutil.Process(self.pods[name].proc.pid)
-        procs = [root, *root.children(recursive=True)]
-        t = time.time()
-        for p in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-        psutil.wait_procs(procs, timeout=10)
-        return t
+        return self._kill_tree(self.pods[name].proc.pid)
 
     def kill_rendezvous(self) -> float:
         """SIGKILL the rendezvous "pod" (entrypoint and nvrx-control); returns the time of the kill."""
         assert self.rdzv is not None
-        root = psutil.Process(self.rdzv.pid)
+        return self._kill_tree(self.rdzv.pid)
+
+    @staticmethod
+    def _kill_tree(pid: int) -> float:
+        root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
         t = time.time()
         for p in procs:
