@@ -15,6 +15,9 @@ Channels:
   Leases by that label): written by the trainer's heartbeat agent, read by the operator.
   `spec.renewTime` is the heartbeat; the `HEARTBEAT_ANNOTATION` holds a `Heartbeat`.
 - The pod's exit code: written by the trainer entrypoint, read by the operator's ladder.
+- Inside the pod, each rank's status file `<RTJ_STATUS_DIR>/rank-<LOCAL_RANK>.json`: a `RankReport`,
+  written by the rank's `rtj_trainer.report.RankReporter`, read by the pod's heartbeat agent, which
+  folds the ranks' reports into the Lease's `Heartbeat`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,16 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
 API_GROUP = "training.resilient.dev"
 API_VERSION = "v1alpha1"
@@ -142,6 +154,33 @@ class FaultSeverity(StrEnum):
 FAULT_SEVERITY_RANK = {FaultSeverity.SOFT: 0, FaultSeverity.HARD: 1, FaultSeverity.PERMANENT: 2}
 
 
+class FaultReason(StrEnum):
+    """The `Fault.reason`s the trainer runtime reports (writer: rtj_trainer; reader: the operator,
+    which shows them in status.lastFault and its Events). A training script may report reasons of
+    its own, and a rank's `PermanentError` reports its class name (e.g. `WorldSizeMismatch`)."""
+
+    #: In-process restart: the rank where the fault began.
+    RANK_EXCEPTION = "RankException"
+    #: In-process restart: a rank whose collectives broke because another rank failed (collateral).
+    PEER_FAILURE = "PeerFailure"
+    #: The launcher lost the job's rendezvous and is started again in the same pod (Soft).
+    RENDEZVOUS_LOST = "RendezvousLost"
+    #: The launcher's in-job restart budget is spent (Hard; exit code 70).
+    LAUNCHER_BUDGET_EXHAUSTED = "LauncherBudgetExhausted"
+    #: NVRx saw no progress across restart cycles, or a doNotRestartExitCode (Soft; exit code 93).
+    NO_PROGRESS = "NoProgress"
+    #: A checkpoint shard could not be written: the volume is full (ENOSPC, EDQUOT), or another error.
+    CHECKPOINT_STORAGE_FULL = "CheckpointStorageFull"
+    CHECKPOINT_WRITE_FAILED = "CheckpointWriteFailed"
+    #: The ranks could not agree to commit a checkpoint; it is abandoned, the previous one stays.
+    CHECKPOINT_COMMIT_ABANDONED = "CheckpointCommitAbandoned"
+    MEMORY_SNAPSHOT_FAILED = "MemorySnapshotFailed"
+
+
+#: Fault reasons that are consequences of a fault elsewhere: a pod's heartbeat carries the root cause.
+COLLATERAL_FAULT_REASONS = frozenset({FaultReason.PEER_FAILURE})
+
+
 Counter = Annotated[int, Field(ge=0, le=MAX_COUNTER)]
 
 
@@ -199,6 +238,71 @@ def parse_heartbeat(annotations: dict[str, Any] | None) -> Heartbeat | None:
     try:
         return Heartbeat.model_validate_json(raw)
     except (ValidationError, ValueError):
+        return None
+
+
+# --- Rank status files (writer: rtj_trainer.report.RankReporter, one per rank; reader: the pod's
+# heartbeat agent, rtj_trainer.heartbeat) ---------------------------------------------------------
+RANK_FILE_PREFIX = "rank-"
+RANK_FILE_SUFFIX = ".json"
+
+
+def rank_file_name(local_rank: int) -> str:
+    """`rank-<LOCAL_RANK>.json`, in the pod-local ENV_STATUS_DIR."""
+    return f"{RANK_FILE_PREFIX}{local_rank}{RANK_FILE_SUFFIX}"
+
+
+# Strict numbers: a bool or a float is not a count, as in the heartbeat agent's reader before.
+RankCounter = Annotated[int, Field(ge=0, le=MAX_COUNTER, strict=True)]
+
+
+class RankReport(BaseModel):
+    """One rank's status file: what the rank is doing, rewritten atomically as it changes.
+
+    Mutable: the writer keeps one and updates it in place. The reader never fails on a field: a
+    malformed one reads as its default (the file is written by the training script's process)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    rank: RankCounter | None = None
+    local_rank: RankCounter | None = Field(None, alias="localRank")
+    #: The worker process; a new PID in a local rank is an in-job restart of the pod's workers.
+    pid: RankCounter | None = None
+    state: PodState = PodState.STARTING
+    step: RankCounter | None = None
+    #: Counted per worker process (a restarted worker starts from 0 again).
+    in_process_restarts: RankCounter = Field(0, alias="inProcessRestarts")
+    #: The launcher's TORCHELASTIC_RESTART_COUNT when the worker started.
+    in_job_restarts: RankCounter = Field(0, alias="inJobRestarts")
+    checkpoint: CheckpointRef | None = None
+    memory_snapshot_step: RankCounter | None = Field(None, alias="memorySnapshotStep")
+    persist_seconds: float | None = Field(
+        None, alias="persistSeconds", ge=0, le=MAX_PERSIST_SECONDS, strict=True, allow_inf_nan=False
+    )
+    checkpoints_skipped: RankCounter = Field(0, alias="checkpointsSkipped")
+    fault: Fault | None = None
+    updated: datetime | None = None
+
+    @field_validator("*", mode="wrap")
+    @classmethod
+    def _malformed_reads_as_default(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            assert info.field_name is not None
+            return cls.model_fields[info.field_name].get_default()
+
+    def to_file(self) -> str:
+        return self.model_dump_json(by_alias=True)
+
+
+def parse_rank_report(raw: str | bytes) -> RankReport | None:
+    """A rank file's content as a RankReport; None when it is not a JSON object."""
+    try:
+        return RankReport.model_validate_json(raw)
+    except ValidationError:
         return None
 
 

@@ -1,9 +1,12 @@
 """Condition and Event reasons: CamelCase constants in one place (jobset style).
 
-Each is used both as a condition `reason` and as the Event reason of the transition.
+Each is used both as a condition `reason` and as the Event reason of the transition. Where the
+operator names what a pod reports too, the word is the pod's (`rtj.contract.FaultReason`).
 """
 
 from __future__ import annotations
+
+from rtj.contract import FaultReason
 
 # --- Level 1 / 2: soft faults, recovered inside the pod (pods untouched) -----------------------
 IN_PROCESS_RESTART = "InProcessRestart"
@@ -12,7 +15,7 @@ IN_JOB_RESTART = "InJobRestart"
 # --- Level 3: hard faults, the operator replaces one pod ----------------------------------------
 HEARTBEAT_TIMEOUT = "HeartbeatTimeout"
 STARTUP_TIMEOUT = "StartupTimeout"
-LAUNCHER_BUDGET_EXHAUSTED = "LauncherBudgetExhausted"
+LAUNCHER_BUDGET_EXHAUSTED = FaultReason.LAUNCHER_BUDGET_EXHAUSTED
 POD_FAILED = "PodFailed"
 POD_EVICTED = "PodEvicted"
 POD_DELETED = "PodDeleted"
@@ -33,7 +36,7 @@ NODE_SUSPECT = frozenset(
 
 # --- Job level: one recovery for a fault that is not the pods' own (rtj.ladder.job_level) ----------
 #: The rendezvous pod was lost and is recreated (one job restart; the workers rejoin it).
-RENDEZVOUS_LOST = "RendezvousLost"
+RENDEZVOUS_LOST = FaultReason.RENDEZVOUS_LOST
 #: Workers failed right after the rendezvous pod was lost.
 RENDEZVOUS_RESTART = "RendezvousRestart"
 #: Several workers failed in the same pass (a shared cause).
@@ -58,7 +61,7 @@ CREATES_ACCEPTED = "CreatesAccepted"
 # --- Progress watchdog (rtj.ladder.progress_watchdog): condition Stalled, then the job fails -------
 STALLED = "Stalled"
 PROGRESSING = "Progressing"
-NO_PROGRESS = "NoProgress"
+NO_PROGRESS = FaultReason.NO_PROGRESS
 
 # --- Lifecycle --------------------------------------------------------------------------------------
 PODS_PENDING = "PodsPending"

@@ -57,7 +57,10 @@ def test_children_and_soft_faults_counted_without_touching_pods(env: Callable[..
 
     # Level 1: two in-process restarts in slot 1.
     fault = contract.Fault(
-        severity=contract.FaultSeverity.SOFT, reason="RankException", message="boom", time=datetime.now(UTC)
+        severity=contract.FaultSeverity.SOFT,
+        reason=contract.FaultReason.RANK_EXCEPTION,
+        message="boom",
+        time=datetime.now(UTC),
     )
     t.heartbeats["train-n1-a0"] = contract.Heartbeat(
         state=contract.PodState.IN_PROCESS_RESTARTING, in_process_restarts=2, fault=fault

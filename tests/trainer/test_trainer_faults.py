@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rtj.contract import ExitCode
+from rtj.contract import ExitCode, FaultReason
 from rtj_local.wait import wait_for
 from trainer_harness import ToyJob, first_step_after
 
@@ -75,7 +75,9 @@ def test_rank_exception_is_restarted_in_process(make_job) -> None:
         assert hb["inJobRestarts"] == 0
         assert hb["fault"]["severity"] == "Soft"
         # The pod of the raising rank names the exception; the other saw its collectives break.
-        expected = "RankException" if launchers[name] == faulty_launcher else "PeerFailure"
+        expected = (
+            FaultReason.RANK_EXCEPTION if launchers[name] == faulty_launcher else FaultReason.PEER_FAILURE
+        )
         assert hb["fault"]["reason"] == expected, hb["fault"]
 
     t_fault = _fault_time(events, 1, 30)
@@ -153,7 +155,7 @@ def test_no_progress_stops_with_do_not_restart(make_job) -> None:
         hb = job.pods[name].last_heartbeat()
         # Soft: exit code 93 fails the job; a Hard fault would have the operator replace the pod first.
         assert hb["fault"]["severity"] == "Soft"
-        assert hb["fault"]["reason"] == "NoProgress"
+        assert hb["fault"]["reason"] == FaultReason.NO_PROGRESS
         assert hb["checkpoint"]["step"] == 4
         assert 2 <= hb["inJobRestarts"] < 10
 
@@ -272,7 +274,9 @@ def test_lost_rendezvous_is_rejoined_inside_the_same_pods(make_job) -> None:
     assert after and not {e["ppid"] for e in after} & launchers, "the new ranks ran under new launchers"
     for name, pod in job.pods.items():
         assert "rendezvous lost: starting ft_launcher again" in pod.log_text(), name
-        assert pod.last_heartbeat()["fault"]["reason"] == "RendezvousLost", name  # the operator's lastFault
+        assert pod.last_heartbeat()["fault"]["reason"] == FaultReason.RENDEZVOUS_LOST, (
+            name
+        )  # the operator's lastFault
     back = first_step_after(events, t_kill, exclude_pids=old_pids)
     assert back is not None
     print(f"\nRECOVERY lost rendezvous (relaunch in the pods): {back['t'] - t_kill:.2f} s from SIGKILL "

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from rtj.contract import ExitCode, PodState, lease_name, parse_heartbeat
+from rtj.contract import ExitCode, FaultReason, PodState, lease_name, parse_heartbeat
 from rtj_local.wait import wait_for
 from trainer_harness import ToyJob
 
@@ -105,7 +105,7 @@ def test_heartbeat_lease_content_and_lifecycle(
     assert final.in_process_restarts == 1
     assert final.in_job_restarts == 0
     assert final.checkpoint is not None and final.checkpoint.step == 120
-    assert final.fault is not None and final.fault.reason == "RankException"
+    assert final.fault is not None and final.fault.reason == FaultReason.RANK_EXCEPTION
 
     # Owned by the pod: garbage collection deletes it with the pod.
     core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import select
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 from ckpt_saver import State, content_hash, expected_hash
+from rtj.contract import parse_rank_report, rank_file_name
 from rtj_trainer.checkpoint import CheckpointEvent, CheckpointManager, latest_committed
 from rtj_trainer.checkpoint_format import committed_name, committed_steps, stale_entries
 from rtj_trainer.report import RankReporter
@@ -193,7 +193,8 @@ def test_slow_storage_never_blocks_training_and_reports_skips(tmp_path: Path) ->
     assert skipped > 10  # many saves fell due while one drained
     # Not blocked: the slowest call is a snapshot, far below the ~2 s one save drains for.
     assert max(call_seconds) < 0.5, f"maybe_save took {max(call_seconds):.3f} s"
-    doc = json.loads((status_dir / "rank-0.json").read_text())
-    assert doc["checkpointsSkipped"] == skipped
-    assert doc["checkpoint"]["step"] == saved[-1] == latest_committed(str(tmp_path / "ckpt"))
+    report = parse_rank_report((status_dir / rank_file_name(0)).read_bytes())
+    assert report is not None and report.checkpoints_skipped == skipped
+    assert report.checkpoint is not None
+    assert report.checkpoint.step == saved[-1] == latest_committed(str(tmp_path / "ckpt"))
     assert (tmp_path / "ckpt" / committed_name(saved[-1])).is_dir()

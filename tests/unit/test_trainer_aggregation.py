@@ -6,7 +6,16 @@ import json
 from datetime import UTC, datetime
 
 import pytest
-from rtj.contract import HEARTBEAT_ANNOTATION, FaultSeverity, Heartbeat, PodState, parse_heartbeat
+from rtj.contract import (
+    HEARTBEAT_ANNOTATION,
+    FaultReason,
+    FaultSeverity,
+    Heartbeat,
+    PodState,
+    RankReport,
+    parse_heartbeat,
+    parse_rank_report,
+)
 from rtj_trainer.heartbeat import Aggregator, LeaseWriter, PodIdentity, read_rank_files
 from rtj_trainer.report import RankReporter
 
@@ -19,7 +28,8 @@ def alive(pid: int) -> bool:
     return pid in ALIVE
 
 
-def doc(local_rank: int, pid: int, state: str = "Training", step: int | None = 10, **kw) -> dict:
+def raw_doc(local_rank: int, pid: int, state: str = "Training", step: int | None = 10, **kw) -> dict:
+    """A rank file's JSON object, as RankReporter writes it (camelCase keys)."""
     return {
         "rank": local_rank,
         "localRank": local_rank,
@@ -34,6 +44,13 @@ def doc(local_rank: int, pid: int, state: str = "Training", step: int | None = 1
         "memorySnapshotStep": kw.get("mem"),
         "persistSeconds": kw.get("persist"),
     }
+
+
+def doc(*args, **kw) -> RankReport:
+    """The rank file of raw_doc(...), read as the heartbeat agent reads it."""
+    report = parse_rank_report(json.dumps(raw_doc(*args, **kw)))
+    assert report is not None
+    return report
 
 
 def test_step_is_the_slowest_rank_and_state_the_most_severe() -> None:
@@ -130,12 +147,44 @@ def test_reporter_writes_the_persist_seconds(tmp_path) -> None:
 
 def test_malformed_rank_content_is_ignored_not_fatal() -> None:
     agg = Aggregator()
-    bad = doc(0, 100, step=-5, checkpoint={"step": "x"}, fault={"severity": "Weird"})
-    bad["state"] = "Dancing"
-    bad["pid"] = True
-    hb = agg.update([bad, doc(1, 101, step=2**60)], alive)
+    bad = raw_doc(0, 100, step=-5, checkpoint={"step": "x"}, fault={"severity": "Weird"}, ipr=1.0)
+    bad.update(state="Dancing", pid=True, persistSeconds=float("inf"), checkpointsSkipped=-1)
+    report = parse_rank_report(json.dumps(bad))
+    assert report is not None  # each malformed field reads as its default; the rest is kept
+    assert (report.local_rank, report.pid, report.state, report.step) == (0, None, PodState.STARTING, None)
+    assert (report.in_process_restarts, report.persist_seconds, report.checkpoints_skipped) == (0, None, 0)
+    hb = agg.update([report, doc(1, 101, step=2**60)], alive)
     assert hb.step == 0 and hb.checkpoint is None and hb.fault is None
     assert hb.state == PodState.STARTING
+    assert parse_rank_report(b"[1, 2]") is None and parse_rank_report(b'{"state": "Train') is None
+
+
+def test_rank_file_keeps_its_camel_case_keys(tmp_path) -> None:
+    """The file format is the contract's: these keys, in this order, null while unknown."""
+    r = RankReporter(str(tmp_path), rank=3, local_rank=1, in_job_restarts=2)
+    r.checkpoint_committed(5, datetime(2026, 1, 1, tzinfo=UTC))
+    r.fault(FaultSeverity.SOFT, FaultReason.RANK_EXCEPTION, "boom")
+    raw = json.loads((tmp_path / "rank-1.json").read_text())
+    assert list(raw) == [
+        "rank",
+        "localRank",
+        "pid",
+        "state",
+        "step",
+        "inProcessRestarts",
+        "inJobRestarts",
+        "checkpoint",
+        "memorySnapshotStep",
+        "persistSeconds",
+        "checkpointsSkipped",
+        "fault",
+        "updated",
+    ]
+    assert (raw["rank"], raw["localRank"], raw["inJobRestarts"], raw["state"]) == (3, 1, 2, "Starting")
+    assert (raw["step"], raw["memorySnapshotStep"], raw["persistSeconds"]) == (None, None, None)
+    assert raw["checkpoint"] == {"step": 5, "time": "2026-01-01T00:00:00Z"}
+    assert list(raw["fault"]) == ["severity", "reason", "message", "time"]
+    assert (raw["fault"]["severity"], raw["fault"]["reason"]) == ("Soft", "RankException")
 
 
 def test_reporter_files_feed_the_aggregator(tmp_path) -> None:
@@ -147,13 +196,13 @@ def test_reporter_files_feed_the_aggregator(tmp_path) -> None:
     r1.step(6)
     r1.checkpoint_committed(5, datetime(2026, 1, 1, tzinfo=UTC))
     r0.in_process_restart(1)
-    r0.fault(FaultSeverity.SOFT, "RankException", "boom")
+    r0.fault(FaultSeverity.SOFT, FaultReason.RANK_EXCEPTION, "boom")
     hb = Aggregator().update(read_rank_files(str(tmp_path)))
     assert hb.step == 6
     assert hb.state == PodState.IN_PROCESS_RESTARTING
     assert hb.checkpoint.step == 5
     assert hb.in_process_restarts == 1
-    assert hb.fault.reason == "RankException"
+    assert hb.fault.reason == FaultReason.RANK_EXCEPTION
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0.json", "rank-1.json"]  # no tmp left
 
 
@@ -219,7 +268,7 @@ def test_root_cause_beats_collateral_peer_failures() -> None:
         "time": "2026-01-01T00:00:04+00:00",
     }
     hb = agg.update([doc(0, 100, fault=root), doc(1, 101, fault=peer)], alive)
-    assert hb.fault.reason == "RankException"
+    assert hb.fault.reason == FaultReason.RANK_EXCEPTION
     newer = {**peer, "reason": "RankException", "time": "2026-01-01T00:01:00+00:00"}
     assert agg.update([doc(1, 101, fault=newer)], alive).fault.time.minute == 1
 
@@ -228,6 +277,9 @@ def test_classify_exception() -> None:
     import torch.distributed as dist
     from rtj_trainer.inprocess import classify_exception
 
-    assert classify_exception(RuntimeError("injected")) == "RankException"
-    assert classify_exception(RuntimeError("[gloo/transport/tcp/pair.cc:545] Read error")) == "PeerFailure"
-    assert classify_exception(dist.DistNetworkError("store closed")) == "PeerFailure"
+    assert classify_exception(RuntimeError("injected")) is FaultReason.RANK_EXCEPTION
+    assert (
+        classify_exception(RuntimeError("[gloo/transport/tcp/pair.cc:545] Read error"))
+        is FaultReason.PEER_FAILURE
+    )
+    assert classify_exception(dist.DistNetworkError("store closed")) is FaultReason.PEER_FAILURE

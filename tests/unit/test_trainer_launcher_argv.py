@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from rtj.contract import ExitCode, TrainerConfig
+from rtj.contract import ExitCode, RankReport, TrainerConfig, parse_rank_report
 from rtj_trainer.entrypoint import (
     ConfigError,
     build_launcher_argv,
@@ -190,9 +190,14 @@ def _fault(severity: str, reason: str = "WorldSizeMismatch") -> dict:
     return {"severity": severity, "reason": reason, "message": "m", "time": "2026-01-01T00:00:00Z"}
 
 
+def _reports(docs: list[dict]) -> list[RankReport]:
+    """Rank files with these JSON objects, read as the entrypoint reads them."""
+    return [r for d in docs if (r := parse_rank_report(json.dumps(d))) is not None]
+
+
 def test_a_rank_file_with_a_permanent_fault_stops_the_pod() -> None:
     docs = [{"state": "Training", "fault": _fault("Soft", "PeerFailure")}, {"fault": _fault("Permanent")}]
-    fault = reported_permanent_fault(docs)
+    fault = reported_permanent_fault(_reports(docs))
     assert fault is not None and fault.reason == "WorldSizeMismatch"
 
 
@@ -207,4 +212,4 @@ def test_a_rank_file_with_a_permanent_fault_stops_the_pod() -> None:
     ],
 )
 def test_no_permanent_fault_in_rank_files(docs: list) -> None:
-    assert reported_permanent_fault(docs) is None
+    assert reported_permanent_fault(_reports(docs)) is None

@@ -79,6 +79,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import torch
+from rtj.contract import FaultReason, FaultSeverity
 
 from .checkpoint_format import (
     CHUNK_BYTES,
@@ -117,10 +118,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["CheckpointError", "CheckpointManager", "Resumed", "latest_committed"]
 
-REASON_STORAGE_FULL = "CheckpointStorageFull"
-REASON_WRITE_FAILED = "CheckpointWriteFailed"
-REASON_COMMIT_ABANDONED = "CheckpointCommitAbandoned"
-REASON_SNAPSHOT_FAILED = "MemorySnapshotFailed"
 #: Threads copying a memory snapshot from the pinned buffer into the memory tier. 1 until
 #: bench/snapshot_write_threads.py shows a gain on a GPU node (on the 2-core CPU machine under
 #: load, 4 threads measured 0.63x in one run and 1.48x in the next: inconclusive).
@@ -773,8 +770,6 @@ class CheckpointManager:
         elif ev.kind == "persisted" and ev.seconds is not None:
             r.persisted(ev.seconds)
         elif ev.kind == "fault":
-            from rtj.contract import FaultSeverity
-
             r.fault(FaultSeverity.SOFT, ev.reason, ev.message)
 
     # --- the writer thread ------------------------------------------------------------------------
@@ -815,19 +810,27 @@ class CheckpointManager:
         except _Abandoned as e:
             self._drop(partial, mine)
             self._events.put(
-                CheckpointEvent("fault", step, datetime.now(UTC), REASON_COMMIT_ABANDONED, str(e))
+                CheckpointEvent(
+                    "fault", step, datetime.now(UTC), FaultReason.CHECKPOINT_COMMIT_ABANDONED, str(e)
+                )
             )
         except OSError as e:
-            reason = REASON_STORAGE_FULL if e.errno in (errno.ENOSPC, errno.EDQUOT) else REASON_WRITE_FAILED
+            reason = (
+                FaultReason.CHECKPOINT_STORAGE_FULL
+                if e.errno in (errno.ENOSPC, errno.EDQUOT)
+                else FaultReason.CHECKPOINT_WRITE_FAILED
+            )
             write_failed_marker(partial, self.rank, f"{reason}: {e}")
             self._drop(partial, mine)
             msg = f"checkpoint of step {step} not written: {e}"
             self._events.put(CheckpointEvent("fault", step, datetime.now(UTC), reason, msg))
         except Exception as e:
-            write_failed_marker(partial, self.rank, f"{REASON_WRITE_FAILED}: {e!r}")
+            write_failed_marker(partial, self.rank, f"{FaultReason.CHECKPOINT_WRITE_FAILED}: {e!r}")
             self._drop(partial, mine)
             msg = f"checkpoint of step {step} failed: {e!r}"
-            self._events.put(CheckpointEvent("fault", step, datetime.now(UTC), REASON_WRITE_FAILED, msg))
+            self._events.put(
+                CheckpointEvent("fault", step, datetime.now(UTC), FaultReason.CHECKPOINT_WRITE_FAILED, msg)
+            )
 
     # --- the memory tier ----------------------------------------------------------------------------
     def _write_local(self, snap: _Snapshot, persist: bool) -> None:
@@ -861,7 +864,9 @@ class CheckpointManager:
             shutil.rmtree(partial, ignore_errors=True)
             msg = f"memory snapshot of step {snap.step} not written: {e!r}"
             self._events.put(
-                CheckpointEvent("fault", snap.step, datetime.now(UTC), REASON_SNAPSHOT_FAILED, msg)
+                CheckpointEvent(
+                    "fault", snap.step, datetime.now(UTC), FaultReason.MEMORY_SNAPSHOT_FAILED, msg
+                )
             )
             if persist:
                 self._write(snap)

@@ -32,11 +32,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import psutil
 from pydantic import ValidationError
@@ -49,11 +48,14 @@ from rtj.contract import (
     ENV_STATUS_DIR,
     ENV_TERMINATION_GRACE_SECONDS,
     ENV_TRAINER_CONFIG,
+    RANK_FILE_PREFIX,
     ExitCode,
     Fault,
+    FaultReason,
     FaultSeverity,
     Heartbeat,
     PodState,
+    RankReport,
     TrainerConfig,
 )
 
@@ -62,7 +64,6 @@ from .log_filter import NoiseFilter
 from .rendezvous_host import serve_rendezvous
 from .rendezvous_loss import WAIT_SECONDS as RENDEZVOUS_WAIT_SECONDS
 from .rendezvous_loss import LostStoreWatch, max_relaunches, wait_for_rendezvous
-from .report import RANK_FILE_PREFIX
 from .runtime_env import GRACEFUL_STOP_FILE, rank_env_vars
 from .warm_launcher import ENV_PREWARM_MODULE, GO, prewarm_module
 
@@ -206,15 +207,12 @@ def map_exit_code(launcher_rc: int, *, terminated: bool, do_not_restart: Sequenc
     return ExitCode.LAUNCHER_BUDGET_EXHAUSTED
 
 
-def reported_permanent_fault(docs: Iterable[Mapping[str, Any]]) -> Fault | None:
+def reported_permanent_fault(reports: Iterable[RankReport]) -> Fault | None:
     """A Permanent fault some rank reported in its rank file, else None (pure; unit-tested)."""
-    for doc in docs:
-        raw = doc.get("fault")
-        if not isinstance(raw, dict) or raw.get("severity") != FaultSeverity.PERMANENT.value:
-            continue
-        with contextlib.suppress(ValidationError):
-            return Fault.model_validate(raw)
-    return None
+    return next(
+        (r.fault for r in reports if r.fault is not None and r.fault.severity is FaultSeverity.PERMANENT),
+        None,
+    )
 
 
 def _prepare_status_dir(pod: PodIdentity) -> str:
@@ -317,7 +315,7 @@ def launch(grace_seconds: float) -> int:
         agent.record_fault(
             Fault(
                 severity=FaultSeverity.SOFT,
-                reason="RendezvousLost",
+                reason=FaultReason.RENDEZVOUS_LOST,
                 message=f"ft_launcher lost the job's rendezvous; started again in this pod ({relaunches}/"
                 f"{relaunch_budget})",
                 time=ended,
@@ -338,7 +336,7 @@ def launch(grace_seconds: float) -> int:
     elif code == ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
         fault = Fault(
             severity=FaultSeverity.HARD,
-            reason="LauncherBudgetExhausted",
+            reason=FaultReason.LAUNCHER_BUDGET_EXHAUSTED,
             message=f"ft_launcher exited with {rc} after {agent.aggregator.in_job_restarts} in-job restarts",
             time=now,
         )
@@ -347,7 +345,7 @@ def launch(grace_seconds: float) -> int:
         # fails the job; a Hard fault here would make the operator replace the pod first.
         fault = Fault(
             severity=FaultSeverity.SOFT,
-            reason="NoProgress",
+            reason=FaultReason.NO_PROGRESS,
             message=(
                 f"ft_launcher exited with {rc}: NVRx saw no progress past checkpoint iteration "
                 f"{_read_progress(progress_file)} in {cfg.max_no_progress_cycles} restart cycles"

@@ -14,34 +14,33 @@ promotion signal (`promoted` is set; from then on the agent reports what the ran
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from pydantic import ValidationError
 from rtj.contract import (
     ASSIGNED_SLOT_ANNOTATION,
+    COLLATERAL_FAULT_REASONS,
     FAULT_SEVERITY_RANK,
     HEARTBEAT_ANNOTATION,
     LABEL_JOB,
     MAX_COUNTER,
-    MAX_PERSIST_SECONDS,
+    RANK_FILE_PREFIX,
+    RANK_FILE_SUFFIX,
     CheckpointRef,
     Fault,
     Heartbeat,
     PodState,
+    RankReport,
     lease_name,
     micro_time,
-    parse_time,
+    parse_rank_report,
 )
-
-from .report import RANK_FILE_PREFIX, RANK_FILE_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +58,9 @@ _STATE_SEVERITY = {
 }
 
 
-def read_rank_files(status_dir: str) -> list[dict[str, Any]]:
+def read_rank_files(status_dir: str) -> list[RankReport]:
     """Every readable rank file in `status_dir` (a file being replaced is simply read next time)."""
-    docs = []
+    reports = []
     try:
         names = os.listdir(status_dir)
     except OSError:
@@ -70,13 +69,13 @@ def read_rank_files(status_dir: str) -> list[dict[str, Any]]:
         if not (name.startswith(RANK_FILE_PREFIX) and name.endswith(RANK_FILE_SUFFIX)):
             continue
         try:
-            with open(os.path.join(status_dir, name)) as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
+            with open(os.path.join(status_dir, name), "rb") as f:
+                report = parse_rank_report(f.read())
+        except OSError:
             continue
-        if isinstance(doc, dict):
-            docs.append(doc)
-    return docs
+        if report is not None:
+            reports.append(report)
+    return reports
 
 
 def pid_alive(pid: int) -> bool:
@@ -87,18 +86,6 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _counter(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNTER:
-        return None
-    return value
-
-
-def _seconds(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value) if 0 <= value <= MAX_PERSIST_SECONDS else None
 
 
 @dataclass
@@ -132,49 +119,40 @@ class Aggregator:
     checkpoints_skipped: int = 0
     fault: Fault | None = None
 
-    def update(
-        self, docs: Iterable[Mapping[str, Any]], is_alive: Callable[[int], bool] = pid_alive
-    ) -> Heartbeat:
+    def update(self, reports: Iterable[RankReport], is_alive: Callable[[int], bool] = pid_alive) -> Heartbeat:
         severity = -1
         state = PodState.STARTING
         steps: list[int] = []
         memory_steps: list[int | None] = []
-        any_doc = False
-        for doc in docs:
-            any_doc = True
-            try:
-                rank_state = PodState(doc.get("state"))
-            except ValueError:
-                rank_state = PodState.STARTING
-            pid = _counter(doc.get("pid"))
+        for report in reports:
+            rank_state = report.state
+            pid = report.pid
             if rank_state is not PodState.FINISHED and pid is not None and not is_alive(pid):
                 rank_state = PodState.IN_JOB_RESTARTING
-            if _STATE_SEVERITY[rank_state] > severity:
-                severity, state = _STATE_SEVERITY[rank_state], rank_state
+            # Standby is the agent's own state, never a rank's: it counts as Starting.
+            rank_severity = _STATE_SEVERITY.get(rank_state, _STATE_SEVERITY[PodState.STARTING])
+            if rank_severity > severity:
+                severity, state = rank_severity, rank_state
 
-            step = _counter(doc.get("step"))
-            if step is not None and rank_state is not PodState.IN_JOB_RESTARTING:
-                steps.append(step)
-            generation = self._generation(_counter(doc.get("localRank")), pid)
-            self.in_job_restarts = max(
-                self.in_job_restarts, generation, _counter(doc.get("inJobRestarts")) or 0
-            )
-            ipr = _counter(doc.get("inProcessRestarts")) or 0
+            if report.step is not None and rank_state is not PodState.IN_JOB_RESTARTING:
+                steps.append(report.step)
+            generation = self._generation(report.local_rank, pid)
+            self.in_job_restarts = max(self.in_job_restarts, generation, report.in_job_restarts)
             self.in_process_by_generation[generation] = max(
-                self.in_process_by_generation.get(generation, 0), ipr
+                self.in_process_by_generation.get(generation, 0), report.in_process_restarts
             )
-            self.checkpoints_skipped = max(
-                self.checkpoints_skipped, _counter(doc.get("checkpointsSkipped")) or 0
-            )
-            self._take_checkpoint(doc.get("checkpoint"))
-            self._take_fault(doc.get("fault"))
-            memory_steps.append(_counter(doc.get("memorySnapshotStep")))
-            if (seconds := _seconds(doc.get("persistSeconds"))) is not None:
-                self.persist_seconds = max(self.persist_seconds or 0.0, seconds)
+            self.checkpoints_skipped = max(self.checkpoints_skipped, report.checkpoints_skipped)
+            if report.checkpoint is not None and (
+                self.checkpoint is None or report.checkpoint.step > self.checkpoint.step
+            ):
+                self.checkpoint = report.checkpoint
+            if report.fault is not None:
+                self.record_fault(report.fault)
+            memory_steps.append(report.memory_snapshot_step)
+            if report.persist_seconds is not None:
+                self.persist_seconds = max(self.persist_seconds or 0.0, report.persist_seconds)
         if memory_steps and None not in memory_steps:
             self.memory_snapshot_step = min(s for s in memory_steps if s is not None)
-        if not any_doc:
-            state = PodState.STARTING
         if steps:
             self.last_step = min(steps)
         return self.heartbeat(state)
@@ -201,35 +179,10 @@ class Aggregator:
         )
 
     def record_fault(self, fault: Fault) -> None:
-        """A fault classified by the entrypoint itself (e.g. the launcher gave up)."""
-        self._take_fault(fault.model_dump(mode="json"))
-
-    def _take_checkpoint(self, raw: Any) -> None:
-        if not isinstance(raw, dict):
-            return
-        step, when = _counter(raw.get("step")), parse_time(raw.get("time"))
-        if step is None or when is None:
-            return
-        if self.checkpoint is None or step > self.checkpoint.step:
-            self.checkpoint = CheckpointRef(step=step, time=when)
-
-    def _take_fault(self, raw: Any) -> None:
-        if not isinstance(raw, dict):
-            return
-        try:
-            fault = Fault.model_validate(raw)
-        except ValidationError:
-            return
-        current = self.fault
-        if current is None:
+        """A rank's fault, or one classified by the entrypoint itself (e.g. the launcher gave up):
+        kept when it outranks the one held."""
+        if self.fault is None or _fault_priority(fault) > _fault_priority(self.fault):
             self.fault = fault
-            return
-        if _fault_priority(fault) > _fault_priority(current):
-            self.fault = fault
-
-
-#: Faults that are consequences of a fault elsewhere rank below the fault itself.
-COLLATERAL_FAULT_REASONS = frozenset({"PeerFailure"})
 
 
 def _fault_priority(fault: Fault) -> tuple[int, int, datetime]:

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from rtj.contract import FaultSeverity, PodState
+from rtj.contract import FaultReason, FaultSeverity, PodState
 
 from .permanent import permanent_cause, report_permanent
 from .report import RankReporter
@@ -55,15 +55,15 @@ _PEER_FAILURE_MARKERS = ("gloo", "NCCL", "Connection reset by peer", "Connection
 _POLL_SECONDS = 0.05
 
 
-def classify_exception(exc: BaseException) -> str:
+def classify_exception(exc: BaseException) -> FaultReason:
     """`PeerFailure` for a collective that failed because of another rank, else `RankException`.
 
     On an in-process restart every rank reports why it stopped; only the rank where the fault began
     has a `RankException`, the others see their collectives break.
     """
     if isinstance(exc, dist.DistError) or any(m in str(exc) for m in _PEER_FAILURE_MARKERS):
-        return "PeerFailure"
-    return "RankException"
+        return FaultReason.PEER_FAILURE
+    return FaultReason.RANK_EXCEPTION
 
 
 def _base_store(env: RankEnv) -> dist.TCPStore:

@@ -1,9 +1,10 @@
 """How a rank tells the pod's heartbeat agent what it is doing, at no measurable cost.
 
-Each rank owns one small JSON file, `<RTJ_STATUS_DIR>/rank-<LOCAL_RANK>.json`, rewritten
-atomically (temporary file + os.replace) so the agent never reads half a file. `step()` is called
-every training step: it only compares two numbers and writes when ~0.5 s have passed since the
-last write; everything else (state changes, checkpoints, faults) is written at once.
+Each rank owns one small JSON file, `<RTJ_STATUS_DIR>/rank-<LOCAL_RANK>.json` holding a
+`contract.RankReport`, rewritten atomically (temporary file + os.replace) so the agent never reads
+half a file. `step()` is called every training step: it only compares two numbers and writes when
+~0.5 s have passed since the last write; everything else (state changes, checkpoints, faults) is
+written at once.
 
 Under ft_launcher, the same throttled tick also sends the NVRx rank heartbeat (hang detection:
 a rank that stops calling `step()` for `rankHeartbeatTimeoutSeconds` is killed and restarted).
@@ -21,14 +22,21 @@ Without RTJ_STATUS_DIR (a script run outside the trainer runtime) every method i
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
 from datetime import UTC, datetime
 from typing import Any
 
-from rtj.contract import ENV_STATUS_DIR, FaultSeverity, PodState
+from rtj.contract import (
+    ENV_STATUS_DIR,
+    CheckpointRef,
+    Fault,
+    FaultSeverity,
+    PodState,
+    RankReport,
+    rank_file_name,
+)
 
 from .runtime_env import ENV_PROGRESS_FILE
 
@@ -36,8 +44,6 @@ log = logging.getLogger(__name__)
 
 #: Minimum seconds between two writes caused by step() alone.
 STEP_WRITE_INTERVAL_SECONDS = 0.5
-RANK_FILE_PREFIX = "rank-"
-RANK_FILE_SUFFIX = ".json"
 
 
 def make_rank_monitor_client() -> Any | None:
@@ -55,18 +61,11 @@ def make_rank_monitor_client() -> Any | None:
         return None
 
 
-def rank_file_name(local_rank: int) -> str:
-    return f"{RANK_FILE_PREFIX}{local_rank}{RANK_FILE_SUFFIX}"
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat()
-
-
-def write_json_atomic(path: str, payload: dict[str, Any]) -> None:
+def write_atomic(path: str, text: str) -> None:
+    """Whole or not at all for a reader (no fsync: pod-local files that need not survive a crash)."""
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(payload, f, separators=(",", ":"))
+        f.write(text)
     os.replace(tmp, path)
 
 
@@ -89,21 +88,9 @@ class RankReporter:
         self._progress_file = progress_file
         self._interval = write_interval
         self._last_write = 0.0
-        self._doc: dict[str, Any] = {
-            "rank": rank,
-            "localRank": local_rank,
-            "pid": os.getpid(),
-            "state": PodState.STARTING.value,
-            "step": None,
-            "inProcessRestarts": 0,
-            "inJobRestarts": in_job_restarts,
-            "checkpoint": None,
-            "memorySnapshotStep": None,
-            "persistSeconds": None,
-            "checkpointsSkipped": 0,
-            "fault": None,
-            "updated": None,
-        }
+        self._report = RankReport(
+            rank=rank, local_rank=local_rank, pid=os.getpid(), in_job_restarts=in_job_restarts
+        )
         if self._path:
             os.makedirs(status_dir, exist_ok=True)  # type: ignore[arg-type]
             self._write()
@@ -127,7 +114,7 @@ class RankReporter:
     # --- the hot path -----------------------------------------------------------------------
     def step(self, n: int) -> None:
         """Record the current training step; writes at most every `write_interval` seconds."""
-        self._doc["step"] = n
+        self._report.step = n
         if self._path is None and self._ft is None:
             return
         now = time.monotonic()
@@ -144,20 +131,19 @@ class RankReporter:
 
     # --- events (written at once) -----------------------------------------------------------
     def state(self, state: PodState) -> None:
-        if self._doc["state"] != state.value:
-            self._doc["state"] = state.value
+        if self._report.state != state:
+            self._report.state = state
             self._write()
 
     def checkpoint_committed(self, step: int, when: datetime | None = None) -> None:
         """A checkpoint of `step` is complete and atomic on storage (call it on every rank)."""
-        when = when or datetime.now(UTC)
-        self._doc["checkpoint"] = {"step": int(step), "time": when.isoformat()}
+        self._report.checkpoint = CheckpointRef(step=int(step), time=when or datetime.now(UTC))
         self._write()
         self._progress()
 
     def memory_snapshot(self, step: int) -> None:
         """A node-local memory snapshot of `step` is committed by this rank (or was resumed from)."""
-        self._doc["memorySnapshotStep"] = int(step)
+        self._report.memory_snapshot_step = int(step)
         self._write()
         self._progress()
 
@@ -165,38 +151,34 @@ class RankReporter:
         """The no-progress file: one writer per pod (local rank 0) suffices. It holds the newest
         step a restart can resume from (persisted or in memory), so a restart cycle that brings
         no newer one counts as no progress."""
-        if not self._progress_file or self._doc["localRank"] != 0:
+        report = self._report
+        if not self._progress_file or report.local_rank != 0:
             return
-        step = max((self._doc["checkpoint"] or {}).get("step") or 0, self._doc.get("memorySnapshotStep") or 0)
-        tmp = f"{self._progress_file}.tmp.{os.getpid()}"
+        step = max(report.checkpoint.step if report.checkpoint else 0, report.memory_snapshot_step or 0)
         with contextlib.suppress(OSError):
-            with open(tmp, "w") as f:
-                f.write(f"{int(step)}\n")
-            os.replace(tmp, self._progress_file)
+            write_atomic(self._progress_file, f"{int(step)}\n")
 
     def persisted(self, seconds: float) -> None:
         """This rank wrote its shard of a checkpoint to the volume in `seconds` (the operator sizes
         the pods' grace period for an emergency save from the longest)."""
-        self._doc["persistSeconds"] = round(float(seconds), 3)
+        self._report.persist_seconds = round(float(seconds), 3)
         self._write()
 
     def checkpoint_skipped(self) -> None:
-        self._doc["checkpointsSkipped"] += 1
+        self._report.checkpoints_skipped += 1
         self._write()
 
     def in_process_restart(self, count: int) -> None:
         """The in-process wrapper re-entered the train function for the `count`-th time."""
-        self._doc["inProcessRestarts"] = int(count)
-        self._doc["state"] = PodState.IN_PROCESS_RESTARTING.value
+        self._report.in_process_restarts = int(count)
+        self._report.state = PodState.IN_PROCESS_RESTARTING
         self._write()
 
     def fault(self, severity: FaultSeverity, reason: str, message: str = "") -> None:
-        self._doc["fault"] = {
-            "severity": FaultSeverity(severity).value,
-            "reason": reason[:128],
-            "message": message[:1024],
-            "time": _now_iso(),
-        }
+        """`reason`: a contract.FaultReason, or a CamelCase reason of the script's own."""
+        self._report.fault = Fault(
+            severity=severity, reason=reason[:128], message=message[:1024], time=datetime.now(UTC)
+        )
         self._write()
 
     def finished(self) -> None:
@@ -206,7 +188,7 @@ class RankReporter:
         self._last_write = time.monotonic() if now is None else now
         if self._path is None:
             return
-        self._doc["updated"] = _now_iso()
+        self._report.updated = datetime.now(UTC)
         # Reporting must never break training; the agent sees a stale file instead.
         with contextlib.suppress(OSError):
-            write_json_atomic(self._path, self._doc)
+            write_atomic(self._path, self._report.to_file())
