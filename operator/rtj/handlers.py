@@ -88,8 +88,9 @@ logger = logging.getLogger("rtj.operator")
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     logging.getLogger("rtj").setLevel(SETTINGS.log_level)
-    # kopf logs "Timer 'reconcile' succeeded." for every pass of every job at INFO (and with
-    # `kopf run` as well as `python -m rtj`): its per-object log keeps warnings and errors only.
+    # kopf logs "Handler 'track_job' succeeded." at INFO for every event of every job (our own
+    # status writes included), with `kopf run` as with `python -m rtj`: its per-object log keeps
+    # warnings and errors only.
     if SETTINGS.log_level != "DEBUG":
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings.watching.server_timeout = int(SETTINGS.watch_server_timeout_seconds)  # the API wants an int

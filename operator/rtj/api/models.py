@@ -847,6 +847,8 @@ class SlotState(StrEnum):
     STARTING = "Starting"
     REPLACING = "Replacing"
     SILENT = "Silent"
+    #: The pod heartbeated before and its Lease is gone (rtj.ladder.missing_lease): not known to train.
+    LEASE_MISSING = "LeaseMissing"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
@@ -868,7 +870,7 @@ class NodeSlotStatus(ApiModel):
     state: str = Field(
         "",
         description="Pod state from its heartbeat, or the operator's: Pending, Starting, Replacing, Silent, "
-        "Succeeded, Failed, Suspended.",
+        "LeaseMissing, Succeeded, Failed, Suspended.",
     )
     last_heartbeat_time: datetime | None = Field(None, description="Last heartbeat renewal seen.")
     lease_missing_since: datetime | None = Field(

@@ -24,8 +24,6 @@ from rtj.api.models import FaultTolerance, NodeSlotStatus
 #: Renew intervals the trainer gets to recreate a deleted Lease: one renewal, plus one retry for a
 #: failed write (the agent retries on its next tick).
 RECREATE_INTERVALS = 2
-#: Slot state while its pod's Lease is missing (the pod is not known to be training).
-STATE_LEASE_MISSING = "LeaseMissing"
 
 
 def applies(slot: NodeSlotStatus, renewing: bool) -> bool:

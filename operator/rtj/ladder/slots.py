@@ -116,7 +116,7 @@ def observe(ps: Pass, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | 
     if current.phase != "Running":
         slot.state = SlotState.PENDING
     elif lease_missing:
-        slot.state = missing_lease.STATE_LEASE_MISSING
+        slot.state = SlotState.LEASE_MISSING
     elif lease is None or lease.heartbeat is None:
         slot.state = SlotState.STARTING
     elif lease.heartbeat.state == contract.PodState.CHECKPOINTING:
