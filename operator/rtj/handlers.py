@@ -489,11 +489,13 @@ async def run_pass(
         events_posted=getattr(memo, "events_posted", None),
         workload=workload,
         flavors=flavors,
+        api_failed_at=k.failed_at,
     )
     config = LadderConfig(
         fault_grace_seconds=SETTINGS.fault_grace_seconds,
         heartbeat_status_resolution_seconds=SETTINGS.heartbeat_status_resolution_seconds,
         kueue_enabled=SETTINGS.kueue_enabled,
+        api_recovery_hold_seconds=SETTINGS.api_recovery_hold_seconds,
     )
     placement = kueue_admission.placement(job, workload, flavors, SETTINGS.kueue_enabled)
     decision = decide(job, observed, now, config)
@@ -522,8 +524,11 @@ async def run_pass(
         return 0.0
     if remember_refusal(memo, namespace, name, outcome, now):
         return 0.0  # the next pass shows it on the job (condition + Event)
-    if outcome.failed or getattr(memo, "create_refusal", None) is not None:
-        return RETRY_SECONDS  # level-based: the next pass retries (refused creates wait out a backoff)
+    if outcome.failed:
+        return RETRY_SECONDS  # level-based: the next pass retries
+    refusal: CreateRefusal | None = getattr(memo, "create_refusal", None)
+    if outcome.refused is not None and refusal is not None:  # refused again: retried when its backoff ends
+        return max(0.0, (create_refusals.retry_at(refusal) - now).total_seconds())
     status = decision.status
     metrics.set_conditions(
         namespace, name, frozenset(c.type for c in status.conditions if c.status == "True")
@@ -532,7 +537,7 @@ async def run_pass(
     metrics.set_goodput(namespace, name, goodput(status, now))
     ft = job.spec.fault_tolerance
     memo.watched_leases = wakeups.watched_leases(status, decision.heartbeat_ages, ft)
-    return wakeups.next_deadline(decision.heartbeat_ages, ft)
+    return wakeups.next_deadline(decision.heartbeat_ages, ft, decision.due, now)
 
 
 def _workload(workloads: kopf.Index | None, namespace: str, name: str, uid: str) -> WorkloadObs | None:

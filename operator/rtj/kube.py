@@ -95,6 +95,9 @@ class Kube:
         # min(32, CPUs + 4) threads (6 on 2 CPUs); with a slow apiserver all 6 sat waiting for
         # responses and every other call queued behind them (bench/operator_scale.py, 50 jobs).
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rtj-kube")
+        #: When a call last failed for want of an API server (no connection, a timeout, a 5xx):
+        #: node faults seen right after are held (rtj.ladder.pass_state.Pass.node_fault).
+        self.failed_at: datetime | None = None
 
     @classmethod
     def from_environment(cls, request_timeout: float = 10.0, pool_size: int = 32) -> Kube:
@@ -146,9 +149,17 @@ class Kube:
         query: dict[str, Any] | None = None,
         content_type: str | None = None,
     ) -> dict[str, Any]:
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._request_sync, method, path, body, query, content_type
-        )
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._request_sync, method, path, body, query, content_type
+            )
+        except KubeError as exc:
+            if exc.status >= 500:
+                self.failed_at = datetime.now(UTC)
+            raise
+        except Exception:  # urllib3's connection errors and timeouts: no API server answered
+            self.failed_at = datetime.now(UTC)
+            raise
 
     @staticmethod
     def _collection(kind: str, namespace: str | None) -> str:

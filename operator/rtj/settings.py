@@ -47,10 +47,17 @@ class Settings(BaseModel):
     reconcile_interval_seconds: float = Field(
         30.0,
         gt=0,
-        description="Slow resync of each job's pass. Fault reaction does not wait for it: a pass also "
-        "runs at the job's next heartbeat deadline and on changes of the job, its pods and its "
-        "Leases' content (rtj.ladder.wakeups); it bounds only the time-based rules that publish no "
-        "deadline (startup timeout, create backoff, progress watchdog, TTL).",
+        description="Slow resync of each job's pass, a safety net only: a pass runs on changes of the "
+        "job, its pods and its Leases' content, at the job's next heartbeat deadline and when its next "
+        "time-based rule fires (startup timeout, create backoff, progress watchdog, TTL; "
+        "rtj.ladder.wakeups).",
+    )
+    api_recovery_hold_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="A node seen NotReady within this many seconds after the operator's own API calls "
+        "failed (an API server outage) is not yet a fault: its kubelet could not renew either "
+        "(rtj.ladder.pass_state.Pass.node_fault). A node still NotReady afterwards is one.",
     )
     fault_grace_seconds: int = Field(
         5, ge=0, description="Grace when deleting a faulted pod (node lost: 0, forced)."

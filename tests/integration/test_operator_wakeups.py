@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from operator_harness import OperatorEnv, running, until
+from kubernetes import client
+from operator_harness import OperatorEnv, end_pod, running, until
 from rtj import contract, reasons
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -63,3 +64,41 @@ def test_passes_wake_on_changes_and_deadlines_not_on_renewals(env: Callable[...,
     # The job's spec changes (suspend): the pass runs at once.
     e.rtj.patch(e.namespace, "train", {"spec": {"suspend": True}})
     until(lambda: not e.workers("train"), t, 30, e.explain("train"))
+
+
+def test_time_based_rules_wake_the_pass_at_their_own_deadline(env: Callable[..., OperatorEnv]) -> None:
+    """The rules that wait for a time, not a change, publish when they fire (Decision.due): with a
+    10-minute resync, a pod that never heartbeats is replaced at its startup deadline, and a finished
+    job is deleted when its TTL ends, each seconds after, not at the resync."""
+    e = env(nodes=3, RTJ_RECONCILE_INTERVAL_SECONDS="600")
+    ft = {"heartbeatIntervalSeconds": 2, "heartbeatTimeoutSeconds": 6, "startupTimeoutSeconds": 8}
+    e.create_job("train", 2, faultTolerance=ft, ttlSecondsAfterFinished=5)
+    t = e.trainers("train")
+    t.silent.add("train-n1-a0")  # never heartbeats: silent from its start
+    until(
+        lambda: "train-n1-a1" in {p.metadata.name for p in e.workers("train").values()},
+        t,
+        60,
+        e.explain("train"),
+    )
+    assert slot_state(e, "train", 1).get("lastFaultReason") == reasons.STARTUP_TIMEOUT
+
+    until(running(e, "train", 2), t, 60, e.explain("train"))
+    for pod in e.workers("train").values():
+        end_pod(e.core, e.namespace, pod.metadata.name, 0)
+    until(lambda: e.status("train").get("state") == "Succeeded", t, 30, e.explain("train"))
+    until(lambda: deleted(e, "train"), t, 30, "the finished job was not deleted after its 5 s TTL")
+
+
+def deleted(e: OperatorEnv, job: str) -> bool:
+    try:
+        e.job(job)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
+def slot_state(e: OperatorEnv, job: str, slot: int) -> dict[str, object]:
+    return next((s for s in e.status(job).get("nodeSlots") or [] if s["slot"] == slot), {})

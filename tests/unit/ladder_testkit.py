@@ -110,6 +110,7 @@ class ObservedBuilder:
         self.nodes_: dict[str, NodeObs] = {}
         self.service = True
         self.refused_ = ""
+        self.api_failed_at: datetime | None = None
 
     def node(self, name: str, ready: str = "True") -> ObservedBuilder:
         self.nodes_[name] = NodeObs(name=name, ready=ready)
@@ -193,6 +194,15 @@ class ObservedBuilder:
         self.service = False
         return self
 
+    def api_failed(self, seconds_ago: float) -> ObservedBuilder:
+        """The operator's own API calls last failed (no API server) this long ago."""
+        self.api_failed_at = ago(seconds_ago)
+        return self
+
+    def without_node(self, name: str) -> ObservedBuilder:
+        self.nodes_.pop(name, None)
+        return self
+
     def refused(self, message: str) -> ObservedBuilder:
         self.refused_ = message
         return self
@@ -204,6 +214,7 @@ class ObservedBuilder:
             nodes=dict(self.nodes_),
             service_exists=self.service,
             refused=self.refused_,
+            api_failed_at=self.api_failed_at,
         )
 
 

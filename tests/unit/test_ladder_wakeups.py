@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
@@ -47,13 +48,32 @@ def test_watched_leases_are_the_silent_and_the_half_stale_slots() -> None:
     assert watched == {contract.lease_name("train-n0-a0"), contract.lease_name("train-n1-a0")}
 
 
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+SLACK = wakeups.DEADLINE_SLACK_SECONDS
+
+
 @pytest.mark.parametrize(
-    ("ages", "expected"),
-    [({}, None), ({0: 31.0}, None), ({0: 10.0, 1: 25.0}, 5.0 + wakeups.DEADLINE_SLACK_SECONDS)],
-    ids=["no heartbeats", "all past the deadline", "the oldest live one"],
+    ("ages", "due_in", "expected"),
+    [
+        ({}, None, None),
+        ({0: 31.0}, None, None),
+        ({0: 10.0, 1: 25.0}, None, 5.0 + SLACK),
+        ({}, 12.0, 12.0 + SLACK),
+        ({0: 10.0, 1: 25.0}, 2.0, 2.0 + SLACK),
+        ({0: 10.0, 1: 25.0}, 9.0, 5.0 + SLACK),
+    ],
+    ids=[
+        "no heartbeats",
+        "all past the deadline",
+        "the oldest live one",
+        "only a rule's due time",
+        "a rule due before the heartbeat deadline",
+        "the heartbeat deadline before the rule",
+    ],
 )
-def test_next_deadline(ages: dict[int, float], expected: float | None) -> None:
-    assert wakeups.next_deadline(ages, FT) == pytest.approx(expected)
+def test_next_deadline(ages: dict[int, float], due_in: float | None, expected: float | None) -> None:
+    due = NOW + timedelta(seconds=due_in) if due_in is not None else None
+    assert wakeups.next_deadline(ages, FT, due, NOW) == pytest.approx(expected)
 
 
 def lease_event(annotations: dict[str, str], name: str = "train-n0-a0") -> None:

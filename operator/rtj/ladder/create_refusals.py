@@ -19,7 +19,7 @@ from its first create) and passes it in as `Observed.create_refusal`. Here, pure
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rtj.ladder.actions import (
     Action,
@@ -48,8 +48,13 @@ def backoff_seconds(failures: int) -> float:
     return min(BACKOFF_BASE_SECONDS * 2 ** max(0, failures - 1), BACKOFF_MAX_SECONDS)
 
 
+def retry_at(refusal: CreateRefusal) -> datetime:
+    """When the backoff after this refusal ends."""
+    return refusal.last + timedelta(seconds=backoff_seconds(refusal.failures))
+
+
 def creates_allowed(refusal: CreateRefusal | None, now: datetime) -> bool:
-    return refusal is None or (now - refusal.last).total_seconds() >= backoff_seconds(refusal.failures)
+    return refusal is None or now >= retry_at(refusal)
 
 
 def held_back(actions: list[Action], refusal: CreateRefusal | None, now: datetime) -> list[Action]:

@@ -159,6 +159,7 @@ def watch_progress(ps: Pass) -> None:
     if verdict.failed:
         endings.fail(ps, reasons.NO_PROGRESS, verdict.message)
         return
+    ps.due_at(verdict.due)
     if verdict.stalled:
         if not is_true(ps.old.conditions, ConditionType.STALLED):
             ps.event(
@@ -194,7 +195,10 @@ def create_refusal(ps: Pass) -> None:
         if old is not None and old.status == "True":
             ps.cond(ConditionType.CREATE_REFUSED, False, reasons.CREATES_ACCEPTED, "")
         return
-    ps.d.actions = create_refusals.held_back(ps.d.actions, refusal, ps.now)
+    held = create_refusals.held_back(ps.d.actions, refusal, ps.now)
+    if held != ps.d.actions:
+        ps.due_at(create_refusals.retry_at(refusal))
+    ps.d.actions = held
     message = f"the API server refused to create the job's objects ({refusal.status}): {refusal.message}"
     if old is None or old.status != "True" or old.message != message[:1024]:
         ps.event(

@@ -62,3 +62,5 @@ def finished(ps: Pass) -> None:
         ps.cond(ConditionType.DEGRADED, False, reasons.FINISHED, "")
     if p.ttl_expired(ps.st.completion_time, ps.spec.ttl_seconds_after_finished, ps.now):
         ps.d.actions.append(DeleteJob())
+    else:
+        ps.due_at(p.ttl_deadline(ps.st.completion_time, ps.spec.ttl_seconds_after_finished))

@@ -32,6 +32,15 @@ def applies(slot: NodeSlotStatus, renewing: bool) -> bool:
     return not renewing and slot.last_heartbeat_time is not None
 
 
+def deadline(slot: NodeSlotStatus, ft: FaultTolerance) -> datetime:
+    """When the pod counts as silent: both its last heartbeat and the Lease's absence are old enough."""
+    assert slot.last_heartbeat_time is not None and slot.lease_missing_since is not None
+    return max(
+        slot.last_heartbeat_time + timedelta(seconds=ft.heartbeat_timeout_seconds),
+        slot.lease_missing_since + timedelta(seconds=RECREATE_INTERVALS * ft.heartbeat_interval_seconds),
+    )
+
+
 def silence(slot: NodeSlotStatus, ft: FaultTolerance, now: datetime) -> tuple[str, str] | None:
     """Record when the Lease was first seen missing; (reason, message) once the pod counts as silent."""
     if slot.lease_missing_since is None:
@@ -39,11 +48,7 @@ def silence(slot: NodeSlotStatus, ft: FaultTolerance, now: datetime) -> tuple[st
     last = slot.last_heartbeat_time
     assert last is not None  # applies() checked it
     grace = RECREATE_INTERVALS * ft.heartbeat_interval_seconds
-    deadline = max(
-        last + timedelta(seconds=ft.heartbeat_timeout_seconds),
-        slot.lease_missing_since + timedelta(seconds=grace),
-    )
-    if now <= deadline:
+    if now <= deadline(slot, ft):
         return None
     return reasons.HEARTBEAT_TIMEOUT, (
         f"heartbeat Lease missing for {(now - slot.lease_missing_since).total_seconds():.0f}s (not "

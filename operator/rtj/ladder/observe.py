@@ -97,6 +97,9 @@ class Observed:
     refused: str = ""
     #: A create the API server refused for a reason that may end (403, ...): retried with backoff.
     create_refusal: CreateRefusal | None = None
+    #: When the operator's own last API call failed for want of an API server (connection error,
+    #: timeout, 5xx); None: none since it started (rtj.kube.Kube.failed_at).
+    api_failed_at: datetime | None = None
     #: Highest Event sequence number this operator process posted for the job (None: none known,
     #: e.g. after a restart); see rtj.ladder.event_outbox.
     events_posted: int | None = None

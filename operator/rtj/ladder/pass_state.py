@@ -4,12 +4,13 @@ small helpers every policy module of the ladder uses (events, conditions, deleti
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 
-from rtj import contract
+from rtj import contract, reasons
 from rtj.api.models import FaultStatus, JobStatus, NodeSlotStatus, ResilientTrainingJob
+from rtj.ladder import predicates as p
 from rtj.ladder.actions import Action, DeletePod, JobEvent, RecoveryObserved, RestartObserved
 from rtj.ladder.conditions import set_condition
 from rtj.ladder.observe import LeaseObs, Observed, PodObs
@@ -26,6 +27,8 @@ class LadderConfig:
     heartbeat_status_resolution_seconds: float = 60.0
     #: Kueue integration (rtj.ladder.kueue_admission): a job labelled with a queue runs only admitted.
     kueue_enabled: bool = False
+    #: NodeNotReady within this long after the operator's own API calls failed is held (Pass.node_fault).
+    api_recovery_hold_seconds: float = 30.0
 
 
 @dataclass
@@ -37,6 +40,10 @@ class Decision:
     recoveries: list[RecoveryObserved] = field(default_factory=list)
     #: Seconds since each live worker's last heartbeat, by slot (metrics only, never in status).
     heartbeat_ages: dict[int, float] = field(default_factory=dict)
+    #: When the earliest time-based rule that has not fired yet fires (a startup or missing-Lease
+    #: deadline, an overdue deletion, the progress watchdog, the TTL, a create backoff's end): the
+    #: pass is due then (rtj.ladder.wakeups). Heartbeat deadlines are in heartbeat_ages.
+    due: datetime | None = None
 
 
 def copy_status(status: JobStatus) -> JobStatus:
@@ -89,6 +96,27 @@ class Pass:
     # --- helpers ---------------------------------------------------------------------------------
     def event(self, type_: str, reason: str, message: str) -> None:
         self.d.events.append(JobEvent(type_, reason, message))
+
+    def due_at(self, when: datetime | None) -> None:
+        """A time-based rule that has not fired will fire at `when`: the next pass must run then."""
+        if when is not None and when >= self.now and (self.d.due is None or when < self.d.due):
+            self.d.due = when
+
+    def node_fault(self, pod: PodObs) -> str | None:
+        """NodeNotReady / NodeLost for the pod's node, except a NotReady seen right after the
+        operator's own API calls failed: during an API server outage kubelets cannot renew their
+        node Leases either, and the node lifecycle controller may mark healthy nodes NotReady until
+        their next renewal (the analogue of its own "full disruption" mode). Held for
+        api_recovery_hold_seconds after the last failed call; a node still NotReady then is a fault.
+        A node that is gone (NodeLost) is never held."""
+        reason = p.node_fault(pod, self.obs.nodes, self.obs.nodes_known)
+        failed = self.obs.api_failed_at
+        if reason == reasons.NODE_NOT_READY and failed is not None:
+            until = failed + timedelta(seconds=self.cfg.api_recovery_hold_seconds)
+            if self.now < until:
+                self.due_at(until)
+                return None
+        return reason
 
     def lease(self, pod: PodObs) -> LeaseObs | None:
         return self.obs.leases.get(contract.lease_name(pod.name))

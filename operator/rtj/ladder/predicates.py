@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rtj import contract, reasons
 from rtj.api.models import FaultTolerance
@@ -38,6 +38,14 @@ def node_fault(pod: PodObs, nodes: dict[str, NodeObs], nodes_known: bool) -> str
     if node.ready != "True":
         return reasons.NODE_NOT_READY
     return None
+
+
+def startup_deadline(pod: PodObs, lease: LeaseObs | None, ft: FaultTolerance) -> datetime | None:
+    """When a Running pod that never heartbeated counts as silent (None: not Running, or it heartbeats)."""
+    if pod.phase != "Running" or (lease is not None and lease.renew_time is not None):
+        return None
+    since = pod.started or pod.created
+    return since + timedelta(seconds=ft.startup_timeout_seconds) if since is not None else None
 
 
 def heartbeat_silence(
@@ -112,8 +120,14 @@ def budget_exhausted(reschedules_after: int, ft: FaultTolerance) -> bool:
     return reschedules_after > ft.max_pod_reschedules
 
 
+def ttl_deadline(completion: datetime | None, ttl: int | None) -> datetime | None:
+    """When a finished job is deleted (ttlSecondsAfterFinished), None while it runs or without a TTL."""
+    return completion + timedelta(seconds=ttl) if completion is not None and ttl is not None else None
+
+
 def ttl_expired(completion: datetime | None, ttl: int | None, now: datetime) -> bool:
-    return completion is not None and ttl is not None and seconds_since(completion, now) >= ttl
+    deadline = ttl_deadline(completion, ttl)
+    return deadline is not None and now >= deadline
 
 
 def steps_per_second(

@@ -24,7 +24,7 @@ the missing peer ends NoProgress instead of hanging.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rtj.api.models import SLOT_STATES_WITHOUT_POD, FaultTolerance, JobStatus, NodeSlotStatus, SlotState
 
@@ -34,6 +34,8 @@ class Verdict:
     stalled: bool
     failed: bool
     message: str = ""
+    #: When the verdict next changes if no pod reports progress (Stalled, then failed).
+    due: datetime | None = None
 
 
 def armed(slots: list[NodeSlotStatus]) -> bool:
@@ -69,8 +71,9 @@ def check(
         status.last_progress_time = now
         return Verdict(False, False)
     silent = (now - last).total_seconds()
+    stalls_at = last + timedelta(seconds=ft.progress_timeout_seconds)
     if silent <= ft.progress_timeout_seconds:
-        return Verdict(False, False)
+        return Verdict(False, False, due=stalls_at)
     finished = [s for s in slots if s.state == SlotState.SUCCEEDED]
     early = (
         f"; pod(s) {', '.join(s.pod or f'of slot {s.slot}' for s in finished)} exited 0 while the "
@@ -83,4 +86,5 @@ def check(
         f"no pod reported a step beyond {beyond} for {silent:.0f}s "
         f"(progressTimeoutSeconds={ft.progress_timeout_seconds}){early}"
     )
-    return Verdict(True, silent > 2 * ft.progress_timeout_seconds, message)
+    fails_at = last + timedelta(seconds=2 * ft.progress_timeout_seconds)
+    return Verdict(True, silent > 2 * ft.progress_timeout_seconds, message, due=fails_at)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from rtj import contract, reasons
 from rtj.ladder import job_level
-from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     CreateRendezvousPod,
     CreateRendezvousService,
@@ -18,7 +17,7 @@ def reconcile(ps: Pass) -> None:
     if not ps.obs.service_exists:
         ps.d.actions.append(CreateRendezvousService())
     pod = ps.rdzv
-    lost = pod is None or pod.terminal or p.node_fault(pod, ps.obs.nodes, ps.obs.nodes_known)
+    lost = pod is None or pod.terminal or ps.node_fault(pod)
     if lost and ps.st.rendezvous_pod_uid:
         # Counted when first seen lost; the uid cleared in the same status write, so the
         # replacement is adopted without a second count.

@@ -3,7 +3,7 @@ faults and replace that one pod (level 3), or at job level (rtj.ladder.job_level
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rtj import contract, reasons
 from rtj.api.models import (
@@ -55,7 +55,7 @@ def observe(ps: Pass, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | 
         if old.attempt < slot.attempt and old.live:
             ps.delete(
                 old,
-                0 if p.node_fault(old, ps.obs.nodes, ps.obs.nodes_known) else ps.cfg.fault_grace_seconds,
+                0 if ps.node_fault(old) else ps.cfg.fault_grace_seconds,
             )
     current = next((q for q in pods if q.attempt == slot.attempt), None)
     if current is None:
@@ -96,7 +96,7 @@ def observe(ps: Pass, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | 
         )
     if current.deleting:
         return current, reasons.POD_DELETED, f"pod {current.name} is being deleted"
-    node_reason = p.node_fault(current, ps.obs.nodes, ps.obs.nodes_known)
+    node_reason = ps.node_fault(current)
     if node_reason is not None:
         return current, node_reason, f"node {current.node} of pod {current.name} is not Ready or gone"
     count_soft(ps, slot, current, lease)
@@ -111,6 +111,11 @@ def observe(ps: Pass, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | 
     for check in (p.reported_hard_fault(lease), silence):
         if check is not None:
             return current, check[0], f"pod {current.name}: {check[1]}"
+    # Not silent yet: when it would be (a heartbeat's own deadline is in heartbeat_ages).
+    if lease_missing:
+        ps.due_at(missing_lease.deadline(slot, ps.ft))
+    else:
+        ps.due_at(p.startup_deadline(current, lease, ps.ft))
     if lease is not None and lease.renew_time is not None:
         ps.d.heartbeat_ages[slot.slot] = p.seconds_since(lease.renew_time, ps.now)
     if current.phase != "Running":
@@ -313,8 +318,11 @@ def fill(ps: Pass, slot: NodeSlotStatus, cause: str | None) -> None:
     if any(q.attempt == slot.attempt for q in ps.workers.get(slot.slot, [])):
         return
     for q in ps.workers.get(slot.slot, []):
-        overdue = q.delete_by is not None and (ps.now - q.delete_by).total_seconds() > _OVERDUE_SECONDS
-        if q.deleting and (overdue or p.node_fault(q, ps.obs.nodes, ps.obs.nodes_known) is not None):
+        overdue_at = q.delete_by + timedelta(seconds=_OVERDUE_SECONDS) if q.delete_by is not None else None
+        overdue = overdue_at is not None and ps.now > overdue_at
+        if q.deleting:
+            ps.due_at(overdue_at)
+        if q.deleting and (overdue or ps.node_fault(q) is not None):
             # No kubelet will finish this deletion (its node is not Ready or gone, or its grace
             # period is long over): force it, as `kubectl delete --force` would, or the slot waits.
             ps.d.actions.append(DeletePod(q.name, q.uid, 0))

@@ -9,11 +9,12 @@ A pass used to run every second for every job; at 300 jobs that alone was ~0.5 o
   (`heartbeat_digest`),
 - when a renewal arrives for a slot the last pass found stale or silent (`watched_leases`): that
   renewal can end a stale state or the outage hold,
-- at the job's next heartbeat deadline (`next_deadline`); after 1 s when the pass did not finish
-  (a status-write conflict, a failed call, a create refusal's backoff),
-- and at the slow resync interval (RTJ_RECONCILE_INTERVAL_SECONDS), which bounds the time-based
-  rules that publish no deadline here (startup timeout, create backoff, progress watchdog, TTL,
-  the once-a-minute heartbeat times in status).
+- at the job's next deadline (`next_deadline`): the first live slot's heartbeat deadline, or the
+  first time-based rule that has not fired yet, as the pass published it in `Decision.due` (a
+  startup or missing-Lease deadline, an overdue pod deletion, the progress watchdog, the TTL, the
+  end of a create refusal's backoff); after 1 s when the pass did not finish (a status-write
+  conflict, a failed call),
+- and at the slow resync interval (RTJ_RECONCILE_INTERVAL_SECONDS), a safety net only.
 An ordinary renewal of a healthy slot only moves a deadline later, so it wakes nothing.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from rtj import contract
@@ -57,8 +59,16 @@ def watched_leases(
     )
 
 
-def next_deadline(heartbeat_ages: Mapping[int, float], ft: FaultTolerance) -> float | None:
-    """Seconds until the first live slot's heartbeat deadline passes (None: no heartbeats)."""
+def next_deadline(
+    heartbeat_ages: Mapping[int, float],
+    ft: FaultTolerance,
+    due: datetime | None = None,
+    now: datetime | None = None,
+) -> float | None:
+    """Seconds until the first live slot's heartbeat deadline or the pass's `due` time passes (None:
+    neither, the resync will do)."""
     timeout = ft.heartbeat_timeout_seconds
     ahead = [timeout - age for age in heartbeat_ages.values() if age <= timeout]
+    if due is not None and now is not None:
+        ahead.append(max(0.0, (due - now).total_seconds()))
     return min(ahead) + DEADLINE_SLACK_SECONDS if ahead else None
