@@ -20,8 +20,9 @@ Figures (rank 0 prints the table; per-rank worst):
   every step, in steps and seconds, next to what committing at once at every interval gives; a
   skipped or late save leaves the previous checkpoint in place, so it counts here;
 - floor: time to copy the rank's whole state to pinned host memory (synchronous, median of 3).
-An efficiency above 100% cannot be a real figure: when the two baselines differ by more than the
-difference it is printed as "n/a (noise)"; otherwise the run stops with a measurement error.
+An efficiency above 100% cannot be a real figure and is never printed as one: within the noise (the
+two baselines' spread) it reads "n/a" with the raw ratio and the noise next to it; beyond the noise the
+run stops with a measurement error.
 Mode "ours (slow storage)" throttles our writer below what the interval needs, so saves are
 skipped/coalesced while training is never blocked.
 """
@@ -303,13 +304,14 @@ SUMMARIZED = {"total_s", "wall_s", "median_step_s", "stalls_s", "base_total_s", 
 
 def ratio_cell(value: float, noise: float, what: str, problems: list[str]) -> str:
     """A ratio that cannot exceed 1: printed when <= 1; above 1 within `noise`, the measurement
-    cannot resolve it ("n/a (noise)"); beyond it, the measurement is wrong (listed in `problems`)."""
+    cannot resolve it ("n/a", the raw ratio next to it); beyond it, the measurement is wrong (listed
+    in `problems`)."""
     if value <= 1.0:
         return f"{value:.1%}"
     if value - 1.0 <= noise:
-        return f"n/a (noise ±{noise:.1%})"
+        return f"n/a (raw {value:.1%}, within the noise ±{noise:.1%})"
     problems.append(f"{what}: {value:.1%} with baselines {noise:.1%} apart")
-    return "INVALID"
+    return f"INVALID (raw {value:.1%}, noise ±{noise:.1%})"
 
 
 def summarize(
@@ -331,9 +333,8 @@ def summarize(
         f"baselines (no saves, between the modes): {len(per_rank[0]['baseline']['totals_s'])} runs, "
         f"{min(totals):.3f}-{max(totals):.3f} s",
         "| mode | median step s | saves | skipped | stall per save s (max over ranks) | mean stall s "
-        "| efficiency @ every N steps | efficiency @ 1 save/60 s | stall / floor "
         f"| recency: mean age of newest committed ckpt, steps (at once every N: {ideal_age:.1f}) "
-        "| recency s |",
+        "| recency s | efficiency @ every N steps | efficiency @ 1 save/60 s | stall / floor |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for mode in modes:
@@ -357,8 +358,8 @@ def summarize(
         age_s = max(r.get("recency_s", 0.0) for r in rs)
         lines.append(
             f"| {mode} | {statistics.median(r['median_step_s'] for r in rs):.3f} | {n} | {skipped} | "
-            f"{', '.join(f'{s:.3f}' for s in stalls) or '-'} | {mean:.3f} | {eff_n} | {eff_60} | "
-            f"{(max(stalls) / floor if stalls else 0):.2f} | {age:.1f} | {age_s:.2f} |"
+            f"{', '.join(f'{s:.3f}' for s in stalls) or '-'} | {mean:.3f} | {age:.1f} | {age_s:.2f} | "
+            f"{eff_n} | {eff_60} | {(max(stalls) / floor if stalls else 0):.2f} |"
         )
     for mode in modes:
         extra = {k: v for k, v in per_rank[0][mode].items() if k.endswith("_s") and k not in SUMMARIZED}

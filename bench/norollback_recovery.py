@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rtj_local.procs import free_port
 from rtj_local.train_log import steps_lost
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,12 +97,6 @@ def parse_args() -> argparse.Namespace:
     return a
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Job:
     """One job directory: checkpoints, the memory tier, step logs, launcher logs."""
 
@@ -123,7 +117,7 @@ class Job:
         persist: int = 40,
         extra: list[str] | None = None,
     ) -> dict[str, str]:
-        port = _free_port()
+        port = free_port()
         args = ["--steps", str(steps), "--log-dir", str(self.logs), *self.a.model, *(extra or [])]
         if self.a.min_step_time:
             args += ["--min-step-time", str(self.a.min_step_time)]
