@@ -50,7 +50,7 @@ from urllib.parse import urlparse
 
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
-from rtj.contract import micro_time
+from rtj.contract import kube_time, micro_time
 
 from rtj_local.nodes import P5_RESOURCES, p5_node
 from rtj_local.podrun import (
@@ -79,7 +79,7 @@ KUBELET_VERSION = "v1.37.2-rtj-local"
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return kube_time(datetime.now(UTC))
 
 
 def _get(obj: Any, *keys: str) -> Any:

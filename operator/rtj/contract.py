@@ -401,10 +401,16 @@ def lease_name(pod_name: str) -> str:
     return pod_name
 
 
-# --- Kubernetes time formats (writer: trainer heartbeat agent, local tools; reader: operator) -----
+# --- Kubernetes time formats (writers: trainer heartbeat agent, operator, local tools; reader: operator)
 def micro_time(t: datetime) -> str:
     """A Kubernetes MicroTime (a Lease's renewTime/acquireTime): RFC 3339 in UTC, microseconds."""
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def kube_time(t: datetime) -> str:
+    """A Kubernetes Time (conditions' lastTransitionTime, a taint's timeAdded, an Event's times):
+    RFC 3339 in UTC, whole seconds."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(value: Any) -> datetime | None:

@@ -284,7 +284,7 @@ class Kube:
         if present:
             if same_slot:
                 return False
-            new = [*taints, {**taint, "timeAdded": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}]
+            new = [*taints, {**taint, "timeAdded": contract.kube_time(datetime.now(UTC))}]
         else:
             if not any(t.get("value") == taint["value"] for t in same_slot):
                 return False
@@ -310,7 +310,7 @@ class Kube:
         """A core/v1 Event on the job (shown by `kubectl describe rtj`). Best effort: never fails a
         pass; True when posted. With a `name`, an Event already posted under it is success too."""
         meta = job.get("metadata") or {}
-        now = (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = contract.kube_time(when or datetime.now(UTC))
         event = {
             "apiVersion": "v1",
             "kind": "Event",

@@ -38,7 +38,7 @@ def flavor(kueue_api: client.CustomObjectsApi, namespace: str) -> Iterator[str]:
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return contract.kube_time(datetime.now(UTC))
 
 
 def _cond(type_: str, status: bool, reason: str, message: str = "") -> dict[str, Any]:

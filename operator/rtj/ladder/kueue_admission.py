@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from rtj import contract, reasons
@@ -211,7 +211,7 @@ def set_condition(
                 "status": value,
                 "reason": reason,
                 "message": message[:32768],
-                "lastTransitionTime": _rfc3339(now) if changed else c.get("lastTransitionTime"),
+                "lastTransitionTime": contract.kube_time(now) if changed else c.get("lastTransitionTime"),
                 **({"observedGeneration": generation} if generation is not None else {}),
             }
         )
@@ -222,16 +222,11 @@ def set_condition(
                 "status": value,
                 "reason": reason,
                 "message": message[:32768],
-                "lastTransitionTime": _rfc3339(now),
+                "lastTransitionTime": contract.kube_time(now),
                 **({"observedGeneration": generation} if generation is not None else {}),
             }
         )
     return out
-
-
-def _rfc3339(t: datetime) -> str:
-    """metav1.Time: RFC 3339 in UTC, whole seconds."""
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
