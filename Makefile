@@ -144,7 +144,7 @@ kueue-demo: venv cluster-build ## Kueue v0.17 (built from its Go module, ~25 min
 	hack/kueue-probe.sh
 
 .PHONY: gpu-smoke
-gpu-smoke: ## On a 2-GPU machine: the product path (rendezvous + launch -> ft_launcher -> FSDP2 ~1 B) through an in-process and an in-job fault; prints JSON
+gpu-smoke: ## On a GPU machine (2 GPUs; SMOKE_ARGS="--nproc 1" on one): the product path (rendezvous + launch -> ft_launcher -> FSDP2 ~1 B) through an in-process and an in-job fault; prints JSON
 	$(PY) bench/gpu_smoke.py --out .run/gpu-smoke.json $(SMOKE_ARGS)
 
 .PHONY: bench

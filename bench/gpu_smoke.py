@@ -2,6 +2,7 @@
 
     python bench/gpu_smoke.py --out smoke.json           # 2xH200: FSDP2 at ~1.1 B parameters, NCCL
     python bench/gpu_smoke.py --cpu --out smoke.json     # anywhere: a tiny model on gloo (self-test)
+    python bench/gpu_smoke.py --nproc 1 --out smoke.json # 1 GPU: one rank, the faults in rank 0
 
 `rtj-trainer rendezvous` (nvrx-control) and `rtj-trainer launch` (heartbeat agent -> ft_launcher ->
 `rtj_trainer.examples.fsdp_train`) run exactly as in the pods, with the fault injection of
@@ -59,6 +60,7 @@ def trainer_config(args: argparse.Namespace, work: Path, port: int) -> dict[str,
 
 
 def pod_env(cfg: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[str, str]:
+    rank = min(1, args.nproc - 1)  # rank 1; rank 0 when the run has one rank (a 1-GPU machine)
     env = {
         **os.environ,
         "RTJ_TRAINER_CONFIG": json.dumps(cfg),
@@ -66,7 +68,7 @@ def pod_env(cfg: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[s
         "RTJ_NAMESPACE": "default",
         "RTJ_POD_IP": "127.0.0.1",
         "RTJ_STATUS_DIR": str(work / "status"),
-        "RTJ_FAULT_INJECT": f"exception:1:{args.exception_step};sigkill:1:{args.sigkill_step}",
+        "RTJ_FAULT_INJECT": f"exception:{rank}:{args.exception_step};sigkill:{rank}:{args.sigkill_step}",
         "PYTHONUNBUFFERED": "1",
     }
     if args.cpu:
