@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 
 
 class _Answers(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         status = 503 if self.path.startswith("/api/v1/namespaces/down") else 404
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
