@@ -55,6 +55,13 @@ copies per save instead of reusing pinned buffers, stores each shard with `torch
 with `torch.load(weights_only=False)` (unpickling code) without checksums, and its async save
 needs the AsyncCallsQueue that hung on FSDP2 (FACTS.md).
 
+The peer replica (`peer_endpoint`, rtj_trainer.peer_replica): each memory snapshot this rank
+commits is streamed, by a background thread, to the replica server of another pod (coalesced: the
+newest wins; the snapshot being streamed is neither pruned nor recycled meanwhile). At resume the
+ranks also offer the replicas their pod holds (`replica_endpoint`): a rank that lacks its own
+snapshot of a candidate (a replacement pod, memory lost with the node) fetches it from the holder
+into its memory tier and loads it like its own (source "peer").
+
 `emergency_save` (SIGTERM, a graceful stop): the in-flight persist of an older step is abandoned,
 the current step is snapshotted and persisted at once, and the call returns when it committed.
 """
@@ -113,6 +120,7 @@ from .checkpoint_format import (
     write_file_atomic,
     write_local_meta,
 )
+from .peer_replica import ReplicaError, Replicator, fetch_snapshot, held_replicas
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +132,8 @@ __all__ = ["CheckpointError", "CheckpointManager", "Resumed", "latest_committed"
 DEFAULT_LOCAL_WRITE_THREADS = 1
 SOURCE_LOCAL = "local"
 SOURCE_PERSISTENT = "persistent"
+#: A memory snapshot fetched from the pod holding this rank's replica (rtj_trainer.peer_replica).
+SOURCE_PEER = "peer"
 
 
 class Reporter(Protocol):
@@ -154,13 +164,16 @@ def snapshot_every(configured: int, write_s: float, step_s: float) -> int:
 
 @dataclass(frozen=True)
 class CheckpointEvent:
-    kind: str  # "committed" | "skipped" | "fault" | "snapshot" (a local memory snapshot) | "persisted"
+    #: "committed" | "skipped" | "fault" | "snapshot" (a local memory snapshot) | "persisted" |
+    #: "replicated" (the peer committed its replica of this rank's memory snapshot)
+    kind: str
     step: int
     time: datetime
     reason: str = ""
     message: str = ""
     #: "persisted": seconds this rank took to write its shard to the volume (before the commit);
-    #: "snapshot" (a new one, not a resume): seconds its write into the memory tier took.
+    #: "snapshot" (a new one, not a resume): seconds its write into the memory tier took;
+    #: "replicated": seconds the stream to the peer took.
     seconds: float | None = None
 
 
@@ -168,7 +181,8 @@ class CheckpointEvent:
 class Resumed:
     step: int
     extra: dict[str, Any]
-    #: SOURCE_LOCAL (the node-local memory tier) or SOURCE_PERSISTENT (root).
+    #: SOURCE_LOCAL (the node-local memory tier), SOURCE_PEER (memory snapshots, one rank's at least
+    #: fetched from the pod holding its replica) or SOURCE_PERSISTENT (root).
     source: str = SOURCE_PERSISTENT
 
 
@@ -293,6 +307,8 @@ class CheckpointManager:
         local_keep: int = 2,
         local_write_threads: int = DEFAULT_LOCAL_WRITE_THREADS,
         adapt_local_interval: bool = False,
+        peer_endpoint: str | None = None,
+        replica_endpoint: str | None = None,
     ) -> None:
         if interval_steps < 1 or keep < 1 or local_keep < 1 or local_write_threads < 1:
             raise ValueError("interval_steps, keep, local_keep and local_write_threads must be >= 1")
@@ -342,13 +358,28 @@ class CheckpointManager:
         self.saves_started = 0
         self.saves_skipped = 0
         self.last_snapshot_s = 0.0
-        os.makedirs(self.root, exist_ok=True)
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as e:  # the volume is unreadable now: resume from memory, persist later
+            log.warning("checkpoint root %s is not usable: %r", self.root, e)
         if rank == 0:
             self._cleanup_stale(keep_partial=None)
+        #: The peer replica (rtj_trainer.peer_replica): this rank's memory snapshots are streamed to
+        #: the server at peer_endpoint; replica_endpoint is this pod's own server (the replicas it
+        #: holds for other ranks, offered at resume). Both need the memory tier.
+        self.replica_endpoint = replica_endpoint if self.local_root is not None else None
+        self._replicator: Replicator | None = None
+        self._replica_source: str | None = None
+        self._local_lock = threading.Lock()  # the replicator's protected snapshot vs. pruning/recycling
+        self._peer_holders: dict[tuple[int, int], str] = {}
+        self.last_replicated: int | None = None
+        self.replicate_failures = 0
         if self.local_root is not None:
             self._local_dir = local_rank_dir(self.local_root, rank)
             os.makedirs(self._local_dir, exist_ok=True)
             self._prune_local(protect=None)  # partials a killed predecessor left
+            if peer_endpoint:
+                self._replicator = Replicator(peer_endpoint, rank, self._protect_replica, self._replicated)
 
     # --- the training-loop API ----------------------------------------------------------------
     def set_group(self, group: Any) -> None:
@@ -557,8 +588,9 @@ class CheckpointManager:
     ) -> Resumed | None:
         """Load the newest step that every rank can read intact, local or persistent; None if none.
 
-        The candidates are the same on every rank: local snapshots that every rank holds with the
-        same nonce (one save, never a mix of two), and committed steps under root. Newest first
+        The candidates are the same on every rank: memory snapshots that every rank can get with
+        the same nonce (one save, never a mix of two), from its own memory tier or from the pod
+        that holds its peer replica, and committed steps under root. Newest first
         (local before persistent for the same step), each rank reads its own shard, checking
         sizes and CRC32, and one MIN all-reduce says whether all could; a torn or corrupt shard
         anywhere moves every rank to the next candidate together. Resuming needs the world size
@@ -571,34 +603,71 @@ class CheckpointManager:
                 [SOURCE_PERSISTENT] if step in persistent else []
             )
             for source in tiers:
-                shard = self._read_candidate(step, local.get(step, 0), source)
-                if self._all_min(1 if shard is not None else 0) == 1:
+                shard, used = self._read_candidate(step, local.get(step, 0), source)
+                ok, no_peer = self._all_min(1 if shard is not None else 0, 0 if used == SOURCE_PEER else 1)
+                if ok == 1:
                     assert shard is not None
-                    return self._apply(model, optimizer, step, source, shard)
+                    agreed = SOURCE_PEER if no_peer == 0 else source
+                    return self._apply(model, optimizer, step, agreed, shard)
         self._drop_local_after(-1)
         return None
 
     def _candidates(self) -> tuple[dict[int, int], set[int]]:
-        """({step: nonce} of local snapshots every rank holds, committed steps any rank sees)."""
+        """({step: nonce} of memory snapshots every rank can get, in its own memory or from the pod
+        holding its replica; committed steps any rank sees)."""
         mine_local: list[tuple[int, int]] = []
+        held: dict[int, list[tuple[int, int]]] = {}
         if self.local_root is not None:
             mine_local = local_snapshots(self._local_dir)
+            if self.replica_endpoint:
+                held = held_replicas(self.local_root)
         mine_persistent = committed_steps(self.root)
-        views = [(mine_local, mine_persistent)]
+        views = [(mine_local, mine_persistent, held, self.replica_endpoint)]
         if self.world_size > 1 and (self._group is not None or self._dist_ready()):
             import torch.distributed as dist
 
             gathered: list[Any] = [None] * self.world_size
             dist.all_gather_object(gathered, views[0], group=self._group)
             views = gathered
-        common = set.intersection(*(set(map(tuple, loc)) for loc, _ in views))
+        # Found by what a pod holds, not by which pod a rank is on now: (rank, step, nonce) -> server.
+        holders: dict[tuple[int, int, int], str] = {}
+        for _, _, held_by, endpoint in views:
+            for r, snaps in held_by.items():
+                for s, n in snaps:
+                    holders.setdefault((int(r), int(s), int(n)), endpoint)
+        gettable = [
+            set(map(tuple, loc)) | {(s, n) for (rr, s, n) in holders if rr == r}
+            for r, (loc, _, _, _) in enumerate(views)
+        ]
+        common = set.intersection(*gettable)
         local: dict[int, int] = {}
         for step, nonce in sorted(common):  # a step saved twice with the same nonce cannot occur
             local[step] = nonce
-        persistent = set().union(*(set(p) for _, p in views))
+        self._peer_holders = {(s, n): ep for (rr, s, n), ep in holders.items() if rr == self.rank}
+        persistent = set().union(*(set(p) for _, p, _, _ in views))
         return local, persistent
 
     def _read_candidate(
+        self, step: int, nonce: int, source: str
+    ) -> tuple[tuple[Manifest, tuple[Any, list[torch.Tensor]]] | None, str]:
+        """(this rank's shard of the candidate or None, where it came from: a memory candidate is
+        read from this rank's own snapshot, else (or when that fails) fetched from its replica)."""
+        if source != SOURCE_LOCAL:
+            return self._read_tier(step, nonce, source), source
+        own = os.path.isdir(os.path.join(self._local_dir, local_name(step, nonce)))
+        if own and (shard := self._read_tier(step, nonce, SOURCE_LOCAL)) is not None:
+            return shard, SOURCE_LOCAL
+        endpoint = self._peer_holders.get((step, nonce))
+        if endpoint is None:
+            return None, SOURCE_LOCAL
+        try:
+            fetch_snapshot(endpoint, self.rank, step, nonce, self._local_dir)
+        except (OSError, ReplicaError, CheckpointError, ValueError, KeyError, TypeError) as e:
+            log.warning("could not fetch the replica of step %d from %s: %r", step, endpoint, e)
+            return None, SOURCE_PEER
+        return self._read_tier(step, nonce, SOURCE_LOCAL), SOURCE_PEER
+
+    def _read_tier(
         self, step: int, nonce: int, source: str
     ) -> tuple[Manifest, tuple[Any, list[torch.Tensor]]] | None:
         try:
@@ -675,14 +744,14 @@ class CheckpointManager:
                 with contextlib.suppress(OSError):
                     remove_local(os.path.join(self._local_dir, local_name(s, n)))
 
-    def _all_min(self, value: int) -> int:
+    def _all_min(self, *values: int) -> tuple[int, ...]:
         if self.world_size > 1 and (self._group is not None or self._dist_ready()):
             import torch.distributed as dist
 
-            t = torch.tensor([value], dtype=torch.int64)
+            t = torch.tensor(list(values), dtype=torch.int64)
             dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self._group)
-            return int(t.item())
-        return value
+            return tuple(int(x) for x in t.tolist())
+        return values
 
     # --- internals ------------------------------------------------------------------------------
     def _dist_ready(self) -> bool:
@@ -756,6 +825,8 @@ class CheckpointManager:
             self.last_committed = ev.step
         elif ev.kind == "snapshot":
             self.last_local = ev.step
+        elif ev.kind == "replicated":
+            self.last_replicated = ev.step
         if self._on_event is not None:
             self._on_event(ev)
         r = self._reporter
@@ -769,6 +840,8 @@ class CheckpointManager:
             r.memory_snapshot(ev.step)
         elif ev.kind == "persisted" and ev.seconds is not None:
             r.persisted(ev.seconds)
+        elif ev.kind == "replicated" and hasattr(r, "replicated"):
+            r.replicated(ev.step)
         elif ev.kind == "fault":
             r.fault(FaultSeverity.SOFT, ev.reason, ev.message)
 
@@ -872,6 +945,8 @@ class CheckpointManager:
                 self._write(snap)
             return
         self._events.put(CheckpointEvent("snapshot", snap.step, datetime.now(UTC), seconds=seconds))
+        if self._replicator is not None:
+            self._replicator.offer(snap.step, snap.nonce, final)
         if persist:
             self._persist_source = final
             self._persister = threading.Thread(
@@ -887,13 +962,14 @@ class CheckpointManager:
         """Make `partial`, reusing the oldest snapshot that is pruned after this one commits: its
         rename uncommits it, and overwriting its file in place skips the page allocation of a new
         tmpfs file (3-4x the write time measured here). Else a new directory."""
-        protected = {os.path.basename(p) for p in (self._persist_source,) if p}
-        old = [local_name(s, n) for s, n in local_snapshots(self._local_dir)[self.local_keep - 1 :]]
-        old = [n for n in old if n not in protected]
-        if not old:
-            os.makedirs(partial, exist_ok=True)
-            return
-        os.rename(os.path.join(self._local_dir, old[-1]), partial)
+        with self._local_lock:
+            protected = {os.path.basename(p) for p in (self._persist_source, self._replica_source) if p}
+            old = [local_name(s, n) for s, n in local_snapshots(self._local_dir)[self.local_keep - 1 :]]
+            old = [n for n in old if n not in protected]
+            if not old:
+                os.makedirs(partial, exist_ok=True)
+                return
+            os.rename(os.path.join(self._local_dir, old[-1]), partial)
         os.unlink(os.path.join(partial, LOCAL_META))
         bin_path = os.path.join(partial, shard_bin(self.rank))
         with contextlib.suppress(FileNotFoundError):
@@ -939,16 +1015,40 @@ class CheckpointManager:
     def _prune_local(self, protect: str | None) -> None:
         """Keep the newest `local_keep` local snapshots (and the one being persisted); drop the
         rest and any partial or half-deleted leftovers (only this rank's writer writes here)."""
-        keep = {local_name(s, n) for s, n in local_snapshots(self._local_dir)[: self.local_keep]}
-        keep |= {os.path.basename(p) for p in (protect, self._persist_source) if p}
-        try:
-            names = os.listdir(self._local_dir)
-        except FileNotFoundError:
+        with self._local_lock:
+            keep = {local_name(s, n) for s, n in local_snapshots(self._local_dir)[: self.local_keep]}
+            keep |= {os.path.basename(p) for p in (protect, self._persist_source, self._replica_source) if p}
+            try:
+                names = os.listdir(self._local_dir)
+            except FileNotFoundError:
+                return
+            for n in names:
+                if n not in keep:
+                    with contextlib.suppress(OSError):
+                        remove_local(os.path.join(self._local_dir, n))
+
+    # --- the peer replica ---------------------------------------------------------------------------
+    def _protect_replica(self, path: str | None) -> bool:
+        """The replicator's hold on the snapshot it streams: not pruned nor recycled meanwhile."""
+        with self._local_lock:
+            if path is not None and not os.path.isfile(os.path.join(path, LOCAL_META)):
+                return False  # pruned or recycled before its turn
+            self._replica_source = path
+            return True
+
+    def _replicated(self, step: int, seconds: float, error: BaseException | None) -> None:
+        if error is None:
+            self._events.put(CheckpointEvent("replicated", step, datetime.now(UTC), seconds=seconds))
             return
-        for n in names:
-            if n not in keep:
-                with contextlib.suppress(OSError):
-                    remove_local(os.path.join(self._local_dir, n))
+        self.replicate_failures += 1
+        if self.replicate_failures in (1, 10) or self.replicate_failures % 100 == 0:
+            log.warning("replica of step %d not sent (%d failures): %r", step, self.replicate_failures, error)
+
+    def wait_replicated(self, timeout: float | None = None) -> bool:
+        """Wait until no replica is pending or streaming (tests, the end of training)."""
+        ok = self._replicator is None or self._replicator.wait(timeout)
+        self.poll()
+        return ok
 
     def _drop(self, partial: str, mine: list[str]) -> None:
         for p in mine:

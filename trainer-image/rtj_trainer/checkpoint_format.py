@@ -108,10 +108,11 @@ def write_file_atomic(path: str, data: bytes) -> None:
 
 
 def committed_steps(root: str) -> list[int]:
-    """Steps of the committed checkpoint directories under root, newest first (not validated)."""
+    """Steps of the committed checkpoint directories under root, newest first (not validated);
+    none when root cannot be listed (absent, or a storage volume that is unreadable right now)."""
     try:
         names = os.listdir(root)
-    except FileNotFoundError:
+    except OSError:
         return []
     steps = [int(m.group(1)) for n in names if (m := _COMMITTED_RE.match(n))]
     return sorted(steps, reverse=True)
@@ -121,7 +122,7 @@ def stale_entries(root: str, keep_partial: str | None = None) -> list[str]:
     """Partial and trash directories under root (except `keep_partial`): leftovers of crashes."""
     try:
         names = os.listdir(root)
-    except FileNotFoundError:
+    except OSError:
         return []
     return [
         os.path.join(root, n)

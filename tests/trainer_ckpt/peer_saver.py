@@ -1,0 +1,122 @@
+"""Two "pods" of one rank each, every rank's memory snapshots replicated to the other pod's replica
+server (rtj_trainer.peer_replica), to SIGKILL at random moments (tests/trainer_ckpt/test_peer_replica.py).
+
+`python peer_saver.py zygote <ram_dir> <port0> <port1> <memory_interval> <persist_interval> <step_s>`
+imports torch once, then serves commands on stdin:
+  "fork <n>" -> forks incarnation n: rank 0 (pod 0) and rank 1 (pod 1), gloo over a FileStore of
+                their own; prints "<pid0> <pid1>". Pod p's memory tier is <ram_dir>/pod-<p>/shm (its
+                replica server, run by the test on port<p>, holds the other rank's replicas there);
+                the persisted tier is <ram_dir>/persist. Each rank resumes with
+                CheckpointManager.load_latest, exits 3 if what it loaded is not exactly its state of
+                the loaded step, 5 if the two ranks loaded different steps, 6 when a collective fails
+                because the other rank died, 4 on any other error; appends {"n", "rank", "step",
+                "source", "t"} to <ram_dir>/work/resumes.jsonl, then trains: steps resumed+1, ...
+                forever, each taking at least <step_s> s, writing the step reached to
+                <ram_dir>/work/step-<rank>; memory snapshots every <memory_interval> steps,
+                persisted every <persist_interval>. The state of (step, rank) is a function of both.
+  "reap"     -> waits for both, prints their two wait statuses.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from ckpt_saver import State, content_hash
+from rtj_trainer.checkpoint import CheckpointManager
+from snapshot_saver import PEER_LOST, _peer_lost, expected_hash, fill
+
+WORLD = 2
+
+
+def pod_root(ram: str, pod: int) -> str:
+    return os.path.join(ram, f"pod-{pod}", "shm")
+
+
+def _rank(
+    rank: int, n: int, ram: str, ports: list[int], mem_every: int, persist_every: int, step_s: float
+) -> None:
+    torch.set_num_threads(1)
+    work = os.path.join(ram, "work")
+    store = dist.FileStore(os.path.join(work, f"store-{n}"), WORLD)
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=20)
+    )
+    state = State()
+    mgr = CheckpointManager(
+        os.path.join(ram, "persist"),
+        rank=rank,
+        world_size=WORLD,
+        interval_steps=persist_every,
+        keep=2,
+        local_root=pod_root(ram, rank),
+        local_interval_steps=mem_every,
+        local_keep=2,
+        peer_endpoint=f"127.0.0.1:{ports[1 - rank]}",  # slot s replicates to slot s+1 mod 2
+        replica_endpoint=f"127.0.0.1:{ports[rank]}",
+    )
+    resumed = mgr.load_latest(state)
+    step = resumed.step if resumed else 0
+    if resumed and content_hash(state) != expected_hash(step, rank):
+        os._exit(3)
+    t = torch.tensor([step, -step], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    if int(t[0]) != -int(t[1]):
+        os._exit(5)
+    rec = {
+        "n": n,
+        "rank": rank,
+        "step": step,
+        "source": resumed.source if resumed else None,
+        "t": time.time(),
+    }
+    fd = os.open(os.path.join(work, "resumes.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, (json.dumps(rec) + "\n").encode())
+    os.close(fd)
+    step_fd = os.open(os.path.join(work, f"step-{rank}"), os.O_WRONLY | os.O_CREAT)
+    while True:
+        t0 = time.monotonic()
+        step += 1
+        fill(state, step, rank)
+        mgr.maybe_save(step, state)
+        os.pwrite(step_fd, f"{step:010d}".encode(), 0)
+        if step_s > 0:
+            time.sleep(max(0.0, step_s - (time.monotonic() - t0)))
+
+
+def zygote(ram: str, port0: str, port1: str, mem_every: str, persist_every: str, step_s: str) -> None:
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    warm = State()
+    set_model_state_dict(warm, get_model_state_dict(warm))
+    args = (ram, [int(port0), int(port1)], int(mem_every), int(persist_every), float(step_s))
+    pids: list[int] = []
+    for line in sys.stdin:
+        cmd, *rest = line.split()
+        if cmd == "fork":
+            n = int(rest[0])
+            pids = []
+            for rank in range(WORLD):
+                pid = os.fork()
+                if pid == 0:
+                    code = 4
+                    try:
+                        _rank(rank, n, *args)
+                    except BaseException as e:  # the exit code carries the outcome
+                        code = PEER_LOST if _peer_lost(e) else 4
+                        print(f"rank {rank} of incarnation {n}: {e!r}", file=sys.stderr, flush=True)
+                    finally:
+                        os._exit(code)
+                pids.append(pid)
+            print(*pids, flush=True)
+        elif cmd == "reap":
+            print(*(os.waitpid(pid, 0)[1] for pid in pids), flush=True)
+
+
+if __name__ == "__main__":
+    zygote(*sys.argv[2:8])

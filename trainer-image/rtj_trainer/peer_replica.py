@@ -1,0 +1,477 @@
+"""Peer replica of the memory tier: each rank's committed memory snapshot, copied to another pod.
+
+Hand-written on the standard library (sockets, threads), not NVRx 0.7 `checkpointing.local`
+(docs/peer-replica.md gives the reasons: CUDA-only state dicts, replication inside the training
+call, a second file format).
+
+    pod of slot s                                     pod of slot s+1 (its `peerEndpoint`)
+    rank r's writer commits <local>/rank-r/step-N.X   ReplicaServer (a thread of `rtj-trainer launch`)
+      -> Replicator thread streams its 3 files   -->    <local>/replicas/rank-r/step-N.X.<id>.partial
+         (CRC32 of each computed on the way)            CRC32 checked, snapshot.json (with the CRC32s)
+                                                        written, renamed to step-N.X: committed; the
+                                                        rank's older replicas are deleted
+
+The replica has the memory tier's own layout (`checkpoint_format`: a rank directory of
+`step-<N>.<nonce>` snapshots with `snapshot.json`), keyed by rank, not by the sender's slot: a
+replacement pod may be given other ranks by the rendezvous, so a shard is found by what a pod
+holds. A replica directory is complete or absent (one rename); a stream cut by a kill leaves a
+`.partial` that is never listed and is removed when the server starts.
+
+Coalescing: a rank streams one snapshot at a time; a snapshot committed meanwhile replaces the
+pending one (the newest wins). The server keeps one replica per rank, the last one committed
+(arrival order, not step order: after a resume the same step comes again with a new nonce).
+
+Fetch: a rank that lacks a snapshot asks the holder's server for (rank, step, nonce) and writes
+what comes back into its own memory-tier directory (partial -> rename), with the CRC32s the
+server checked, so the normal local load validates it (`CheckpointManager.load_latest`).
+
+Wire format (one request per TCP connection): frames of a 4-byte big-endian length and a JSON
+document; file contents follow their header raw.
+  put:  {"op": "put", "rank", "step", "nonce", "meta": {...snapshot.json}, "files": [[name, size]...]}
+        file bytes ..., {"crc32": {name: crc}}            -> {"ok": true} | {"ok": false, "error"}
+  get:  {"op": "get", "rank", "step", "nonce"}
+        -> {"ok": true, "meta": {...}, "files": [[name, size, crc]...]}, file bytes ...
+  list: {"op": "list"}                                    -> {"ok": true, "held": {rank: [[step, nonce]...]}}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import socket
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from .checkpoint_format import (
+    CHUNK_BYTES,
+    LOCAL_META,
+    CheckpointError,
+    crc32_of,
+    local_name,
+    local_rank_dir,
+    local_snapshots,
+    read_local_meta,
+    remove_local,
+    shard_bin,
+    shard_idx,
+    write_local_meta,
+)
+
+log = logging.getLogger(__name__)
+
+#: Under a pod's memory-tier root (`<memorySnapshotDir>/<job>`): the replicas its server holds.
+REPLICAS_DIR = "replicas"
+_MAX_HEADER = 1 << 20
+#: Seconds a connection may stay silent before it is given up (a dead peer, a cut network).
+IO_TIMEOUT_S = 30.0
+
+
+class ReplicaError(RuntimeError):
+    """A replica could not be sent, received or fetched."""
+
+
+def replicas_root(local_root: str) -> str:
+    return os.path.join(local_root, REPLICAS_DIR)
+
+
+def held_replicas(local_root: str) -> dict[int, list[tuple[int, int]]]:
+    """{rank: [(step, nonce), ...]} of the committed replicas under this pod's memory-tier root."""
+    root = replicas_root(local_root)
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return {}
+    held: dict[int, list[tuple[int, int]]] = {}
+    for name in names:
+        if name.startswith("rank-") and name[5:].isdigit():
+            snaps = local_snapshots(os.path.join(root, name))
+            if snaps:
+                held[int(name[5:])] = snaps
+    return held
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"endpoint {endpoint!r} is not host:port")
+    return host, int(port)
+
+
+# --- frames -----------------------------------------------------------------------------------------
+def _send_doc(sock: socket.socket, doc: dict[str, Any]) -> None:
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    sock.sendall(struct.pack(">I", len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), CHUNK_BYTES))
+        if not chunk:
+            raise ReplicaError("connection closed mid-message")
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv_doc(sock: socket.socket) -> dict[str, Any]:
+    (n,) = struct.unpack(">I", _recv_exact(sock, 4))
+    if n > _MAX_HEADER:
+        raise ReplicaError(f"header of {n} bytes refused")
+    doc = json.loads(_recv_exact(sock, n))
+    if not isinstance(doc, dict):
+        raise ReplicaError("header is not an object")
+    return doc
+
+
+def _send_file(sock: socket.socket, f: BinaryIO, size: int, abort: threading.Event | None = None) -> int:
+    """Send `size` bytes of `f`; their CRC32."""
+    crc, left = 0, size
+    while left:
+        if abort is not None and abort.is_set():
+            raise ReplicaError("aborted")
+        chunk = f.read(min(left, CHUNK_BYTES))
+        if not chunk:
+            raise ReplicaError(f"{f.name}: shorter than {size} bytes")
+        crc = crc32_of(chunk, crc)
+        sock.sendall(chunk)
+        left -= len(chunk)
+    return crc
+
+
+def _recv_file(sock: socket.socket, path: str, size: int) -> int:
+    """Receive `size` bytes into a new file at `path`; their CRC32."""
+    crc, left = 0, size
+    buf = bytearray(min(size, CHUNK_BYTES) or 1)
+    view = memoryview(buf)
+    with open(path, "wb", buffering=0) as f:
+        while left:
+            n = sock.recv_into(view[: min(left, len(buf))])
+            if not n:
+                raise ReplicaError("connection closed mid-file")
+            crc = crc32_of(view[:n], crc)
+            written = 0
+            while written < n:
+                written += f.write(view[written:n])
+            left -= n
+    return crc
+
+
+def _connect(endpoint: str, timeout: float) -> socket.socket:
+    host, port = split_endpoint(endpoint)
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.settimeout(IO_TIMEOUT_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _snapshot_files(snap_dir: str, rank: int) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+    meta = read_local_meta(snap_dir)
+    names = [shard_bin(rank), shard_idx(rank)]
+    files = [(n, int(meta["files"][n]["size"])) for n in names]
+    return meta, files
+
+
+# --- the server (receiver and holder) ---------------------------------------------------------------
+class ReplicaServer:
+    """Holds replicas of other pods' ranks under `<local_root>/replicas/` and serves them back."""
+
+    def __init__(self, local_root: str, host: str = "0.0.0.0", port: int = 0) -> None:
+        self.root = replicas_root(local_root)
+        self._lock = threading.Lock()  # a commit (and its pruning) vs. a get opening files
+        self._sock = socket.create_server((host, port), reuse_port=False)
+        self._sock.settimeout(0.5)
+        self.port = self._sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._clean()
+
+    def _clean(self) -> None:
+        """Partials and half-deleted replicas a killed predecessor left."""
+        os.makedirs(self.root, exist_ok=True)
+        for rank_dir in os.listdir(self.root):
+            path = os.path.join(self.root, rank_dir)
+            keep = {local_name(s, n) for s, n in local_snapshots(path)}
+            with contextlib.suppress(OSError):
+                for name in os.listdir(path):
+                    if name not in keep:
+                        shutil.rmtree(os.path.join(path, name), ignore_errors=True)
+
+    def start(self) -> ReplicaServer:
+        self._thread = threading.Thread(target=self.serve_forever, name="rtj-replica-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stop.is_set():
+                    return
+                raise
+            threading.Thread(target=self._handle, args=(conn,), name="rtj-replica-conn", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._sock.close()
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(IO_TIMEOUT_S)
+            try:
+                req = _recv_doc(conn)
+                op = req.get("op")
+                if op == "put":
+                    self._put(conn, req)
+                elif op == "get":
+                    self._get(conn, req)
+                elif op == "list":
+                    held = held_replicas(os.path.dirname(self.root))
+                    _send_doc(conn, {"ok": True, "held": {str(r): v for r, v in held.items()}})
+                else:
+                    _send_doc(conn, {"ok": False, "error": f"unknown op {op!r}"})
+            except (OSError, ReplicaError, CheckpointError, ValueError, KeyError, TypeError) as e:
+                log.warning("replica request failed: %r", e)
+                with contextlib.suppress(OSError):
+                    _send_doc(conn, {"ok": False, "error": repr(e)[:512]})
+
+    def _put(self, conn: socket.socket, req: dict[str, Any]) -> None:
+        rank, step, nonce = int(req["rank"]), int(req["step"]), int(req["nonce"])
+        files = [(str(n), int(s)) for n, s in req["files"]]
+        if sorted(n for n, _ in files) != sorted([shard_bin(rank), shard_idx(rank)]):
+            raise ReplicaError(f"put of rank {rank} names files {files}")
+        rank_dir = local_rank_dir(self.root, rank)
+        os.makedirs(rank_dir, exist_ok=True)
+        name = local_name(step, nonce)
+        partial = os.path.join(rank_dir, f"{name}.{uuid.uuid4().hex[:8]}.partial")
+        os.mkdir(partial)
+        try:
+            got = {n: _recv_file(conn, os.path.join(partial, n), size) for n, size in files}
+            sent = _recv_doc(conn)["crc32"]
+            if any(int(sent[n]) != crc for n, crc in got.items()):
+                raise ReplicaError(f"replica of rank {rank} step {step}: a file fails its CRC32")
+            meta = dict(req["meta"])
+            if (int(meta["rank"]), int(meta["step"]), int(meta["nonce"])) != (rank, step, nonce):
+                raise ReplicaError("replica metadata names another snapshot")
+            meta["files"] = {n: {"size": size, "crc32": got[n]} for n, size in files}
+            write_local_meta(partial, meta)
+            with self._lock:
+                final = os.path.join(rank_dir, name)
+                if os.path.isdir(final):
+                    remove_local(final)
+                os.rename(partial, final)
+                for s, n in local_snapshots(rank_dir):  # the newest arrival wins
+                    if local_name(s, n) != name:
+                        with contextlib.suppress(OSError):
+                            remove_local(os.path.join(rank_dir, local_name(s, n)))
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        _send_doc(conn, {"ok": True})
+
+    def _get(self, conn: socket.socket, req: dict[str, Any]) -> None:
+        rank, step, nonce = int(req["rank"]), int(req["step"]), int(req["nonce"])
+        snap_dir = os.path.join(local_rank_dir(self.root, rank), local_name(step, nonce))
+        with self._lock:  # open under the lock: a later prune unlinks, the open files stay whole
+            try:
+                meta, files = _snapshot_files(snap_dir, rank)
+                handles = [open(os.path.join(snap_dir, n), "rb") for n, _ in files]  # noqa: SIM115
+            except (OSError, CheckpointError, KeyError) as e:
+                _send_doc(conn, {"ok": False, "error": f"no replica of rank {rank} step {step}: {e}"})
+                return
+        try:
+            crcs = {n: meta["files"][n]["crc32"] for n, _ in files}
+            _send_doc(conn, {"ok": True, "meta": meta, "files": [[n, s, crcs[n]] for n, s in files]})
+            for f, (_, size) in zip(handles, files, strict=True):
+                _send_file(conn, f, size)
+        finally:
+            for f in handles:
+                f.close()
+
+
+# --- the client side (a rank) -----------------------------------------------------------------------
+def send_snapshot(
+    endpoint: str, snap_dir: str, rank: int, *, abort: threading.Event | None = None, timeout: float = 10.0
+) -> None:
+    """Stream this rank's committed memory snapshot `snap_dir` to the server at `endpoint`."""
+    meta, files = _snapshot_files(snap_dir, rank)
+    with _connect(endpoint, timeout) as sock:
+        handles = [open(os.path.join(snap_dir, n), "rb") for n, _ in files]  # noqa: SIM115
+        try:
+            for f, (_, size) in zip(handles, files, strict=True):
+                if os.fstat(f.fileno()).st_size != size:
+                    raise ReplicaError(f"{snap_dir}: {f.name} does not have its committed size")
+            req = {"op": "put", "rank": rank, "step": meta["step"], "nonce": meta["nonce"]}
+            _send_doc(sock, {**req, "meta": {k: v for k, v in meta.items() if k != "files"}, "files": files})
+            crcs = {n: _send_file(sock, f, size, abort) for f, (n, size) in zip(handles, files, strict=True)}
+        finally:
+            for f in handles:
+                f.close()
+        _send_doc(sock, {"crc32": crcs})
+        reply = _recv_doc(sock)
+    if not reply.get("ok"):
+        raise ReplicaError(f"{endpoint} refused the replica of step {meta['step']}: {reply.get('error')}")
+
+
+def fetch_snapshot(
+    endpoint: str, rank: int, step: int, nonce: int, rank_dir: str, timeout: float = 10.0
+) -> str:
+    """Fetch rank's replica (step, nonce) from `endpoint` into `rank_dir` as a committed memory
+    snapshot (partial -> rename, with the CRC32s the holder checked); its path."""
+    name = local_name(step, nonce)
+    partial = os.path.join(rank_dir, f"{name}.fetch.partial")
+    final = os.path.join(rank_dir, name)
+    os.makedirs(rank_dir, exist_ok=True)
+    shutil.rmtree(partial, ignore_errors=True)
+    os.mkdir(partial)
+    try:
+        with _connect(endpoint, timeout) as sock:
+            _send_doc(sock, {"op": "get", "rank": rank, "step": step, "nonce": nonce})
+            head = _recv_doc(sock)
+            if not head.get("ok"):
+                raise ReplicaError(str(head.get("error")))
+            for n, size, crc in head["files"]:
+                if _recv_file(sock, os.path.join(partial, n), int(size)) != int(crc):
+                    raise ReplicaError(f"{n} of rank {rank} step {step} from {endpoint} fails its CRC32")
+        meta = head["meta"]
+        if (int(meta["rank"]), int(meta["step"]), int(meta["nonce"])) != (rank, step, nonce):
+            raise ReplicaError(f"{endpoint} sent another snapshot than rank {rank} step {step}")
+        write_local_meta(partial, meta)
+        if os.path.isdir(final):
+            remove_local(final)
+        os.rename(partial, final)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return final
+
+
+def list_held(endpoint: str, timeout: float = 5.0) -> dict[int, list[tuple[int, int]]]:
+    """What the server at `endpoint` holds: {rank: [(step, nonce)]}."""
+    with _connect(endpoint, timeout) as sock:
+        _send_doc(sock, {"op": "list"})
+        reply = _recv_doc(sock)
+    if not reply.get("ok"):
+        raise ReplicaError(str(reply.get("error")))
+    return {int(r): [(int(s), int(n)) for s, n in v] for r, v in reply["held"].items()}
+
+
+@dataclass(frozen=True)
+class Offer:
+    step: int
+    nonce: int
+    path: str
+
+
+class Replicator:
+    """A rank's background sender: `offer` a committed snapshot, the newest pending one is sent
+    once the current stream ends (coalesced), never in the caller's thread.
+
+    `protect(path)` is called before a snapshot is opened and must return False when it is gone
+    (pruned or recycled), `protect(None)` after the stream: the owner must not delete or overwrite
+    the protected snapshot meanwhile. `on_done(step, seconds, error)` reports each attempt."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        rank: int,
+        protect: Callable[[str | None], bool],
+        on_done: Callable[[int, float, BaseException | None], None],
+        retry_s: float = 1.0,
+    ) -> None:
+        split_endpoint(endpoint)
+        self.endpoint = endpoint
+        self.rank = rank
+        self._protect = protect
+        self._on_done = on_done
+        self._retry_s = retry_s
+        self._cv = threading.Condition()
+        self._pending: Offer | None = None
+        self._thread: threading.Thread | None = None
+        self.abort = threading.Event()
+        self.coalesced = 0
+
+    def offer(self, step: int, nonce: int, path: str) -> None:
+        with self._cv:
+            if self._pending is not None:
+                self.coalesced += 1
+            self._pending = Offer(step, nonce, path)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="rtj-replicator", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    @property
+    def busy(self) -> bool:
+        with self._cv:
+            return self._pending is not None or (self._thread is not None and self._thread.is_alive())
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is pending or in flight (tests, the end of training)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            t = self._thread
+            if t is None or not t.is_alive():
+                return True
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if deadline is not None and time.monotonic() >= deadline:
+                return not t.is_alive()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                offer, self._pending = self._pending, None
+                if offer is None:
+                    self._thread = None
+                    return
+            if self.abort.is_set():
+                continue
+            error: BaseException | None = None
+            t0 = time.monotonic()
+            if not self._protect(offer.path):
+                continue  # pruned before its turn: a newer one is pending or will be
+            try:
+                send_snapshot(self.endpoint, offer.path, self.rank, abort=self.abort)
+            except (OSError, ReplicaError, CheckpointError, ValueError, KeyError) as e:
+                error = e
+            finally:
+                self._protect(None)
+            self._on_done(offer.step, time.monotonic() - t0, error)
+            if error is not None:
+                with self._cv:  # retry the newest later (the peer may be restarting)
+                    if self._pending is None and not self.abort.is_set():
+                        self._pending = offer
+                    self._cv.wait(self._retry_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rtj_trainer.peer_replica serve <local_root> <port>` (tests; pods run the server
+    inside `rtj-trainer launch`)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="rtj_trainer.peer_replica")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("local_root")
+    s.add_argument("port", type=int)
+    args = p.parse_args(argv)
+    server = ReplicaServer(args.local_root, host="127.0.0.1", port=args.port)
+    print(f"serving {LOCAL_META} replicas on {server.port}", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
