@@ -37,7 +37,7 @@ from rtj_local.components import (
 from rtj_local.kubeconfig import build_kubeconfig, write_kubeconfig
 from rtj_local.pki import make_pki
 from rtj_local.procs import free_port, log_tail, read_pidfile, spawn, stop, write_pidfile
-from rtj_local.rest import KubeRest
+from rtj_local.rawapi import RawApi
 from rtj_local.versions import BUILD_SCRIPT, REPO_ROOT, bin_path, missing_binaries, versions
 from rtj_local.wait import WaitTimeout, wait_for
 
@@ -319,34 +319,34 @@ class LocalCluster:
         log = self.log_file(component)
         return f"{component} {what}; last lines of {log}:\n{log_tail(log, 40)}"
 
-    def rest(self) -> KubeRest:
-        """Minimal admin REST client (see rtj_local.rest); tests should prefer the `kube` fixture."""
-        return KubeRest(self.server, self.ca_file, self.admin_token)
+    def raw(self) -> RawApi:
+        """Plain-JSON requests as admin (see rtj_local.rawapi)."""
+        return RawApi.for_kubeconfig(self.kubeconfig)
 
     def _wait_default_service_account(self) -> None:
         # Pods cannot be created in a namespace before its "default" ServiceAccount exists: a cheap
         # end-to-end check that the controller-manager works.
-        rest = self.rest()
+        raw = self.raw()
         wait_for(
-            lambda: rest.get("/api/v1/namespaces/default/serviceaccounts/default"),
+            lambda: raw.get("/api/v1/namespaces/default/serviceaccounts/default"),
             60,
             0.2,
             "ServiceAccount default/default (created by kube-controller-manager)",
         )
 
     def _create_nodes(self, node_objects: Sequence[dict]) -> list[str]:
-        rest = self.rest()
+        raw = self.raw()
         for node in node_objects:
-            rest.create("/api/v1/nodes", node)
+            raw.create("/api/v1/nodes", node)
         return [n["metadata"]["name"] for n in node_objects]
 
     def _wait_nodes_ready(self, names: Sequence[str], timeout: float) -> None:
-        rest = self.rest()
+        raw = self.raw()
 
         def not_ready() -> list[str]:
             out = []
             for name in names:
-                node = rest.get(f"/api/v1/nodes/{name}") or {}
+                node = raw.get(f"/api/v1/nodes/{name}") or {}
                 conditions = node.get("status", {}).get("conditions", [])
                 if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
                     out.append(name)

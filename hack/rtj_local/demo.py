@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import config
 from rtj_trainer.entrypoint import is_launcher
 
 from rtj_local.cluster import LocalCluster
@@ -122,7 +121,7 @@ class Demo:
         t0 = time.monotonic()
         self.out("== local control plane (etcd, kube-apiserver, scheduler, controller-manager)")
         self.cluster.up(nodes=0, fresh=True)
-        raw = RawApi(config.new_client_from_config(config_file=str(self.cluster.kubeconfig)))
+        raw = self.cluster.raw()
         self.out(f"   {self.cluster.server}, kubeconfig {self.cluster.kubeconfig}")
         self.out(f"== node agent (kubelet stand-in, LOCAL USE ONLY): nodes {', '.join(NODES)}")
         self.agent = NodeAgent(

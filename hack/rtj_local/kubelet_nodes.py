@@ -546,14 +546,14 @@ class KubeletNodes:
         )
 
     def _wait_ready(self, node: NodeLayout, timeout: float) -> None:
-        rest = self.cluster.rest()
+        raw = self.cluster.raw()
 
         def ready() -> bool:
             if read_pidfile(self._pidfile(f"{node.name}-kubelet")) is None:
                 raise ClusterError(
                     f"kubelet of {node.name} exited:\n{log_tail(self._log(f'{node.name}-kubelet'), 40)}"
                 )
-            obj = rest.get(f"/api/v1/nodes/{node.name}") or {}
+            obj = raw.get(f"/api/v1/nodes/{node.name}") or {}
             conds = obj.get("status", {}).get("conditions", [])
             return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
 

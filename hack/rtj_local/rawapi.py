@@ -1,4 +1,5 @@
-"""Plain-JSON requests to the API server for the local tools (node agent, demo, timeline).
+"""Plain-JSON requests to the API server for the local tools (cluster bootstrap, node agent, demo,
+timeline).
 
 The generated kubernetes client validates request bodies against its typed models, which reject the
 partial objects a kubelet stand-in sends (e.g. a Node whose nodeInfo is filled in later); dicts in and
@@ -8,8 +9,10 @@ dicts out keep these tools small.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+from kubernetes import config
 from kubernetes.client import ApiClient
 from kubernetes.client.rest import ApiException
 
@@ -20,6 +23,10 @@ MERGE = "application/merge-patch+json"
 class RawApi:
     def __init__(self, api: ApiClient) -> None:
         self.api = api
+
+    @classmethod
+    def for_kubeconfig(cls, kubeconfig: Path) -> RawApi:
+        return cls(config.new_client_from_config(config_file=str(kubeconfig)))
 
     def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json", **query: Any
@@ -48,3 +55,13 @@ class RawApi:
             if e.status == 404:
                 return None
             raise
+
+    def create(self, path: str, obj: dict[str, Any]) -> bool:
+        """POST `obj` to a collection; True if created, False if it already existed."""
+        try:
+            self.request("POST", path, obj)
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+        return True

@@ -24,7 +24,6 @@ from e2e_helpers import (
     nodes_schedulable,
     set_unschedulable,
 )
-from kubernetes import config
 from kubernetes.client.rest import ApiException
 from rtj_local import node_kinds
 from rtj_local.cluster import LocalCluster
@@ -97,7 +96,7 @@ def kubelet_stack(
 @pytest.fixture(scope="module")
 def e2e_stack(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[E2EStack]:
     run_dir = REPO_ROOT / ".run" / f"e2e-{time.strftime('%H%M%S')}"
-    raw = RawApi(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    raw = cluster.raw()
     kind = node_kinds.e2e_nodes(os.environ)
     ours = KUBELET_LABEL if kind == node_kinds.KUBELET else AGENT_LABEL
     others = [

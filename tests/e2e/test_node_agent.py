@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import config
 from rtj_local.cluster import LocalCluster
 from rtj_local.node_agent import NodeAgent
 from rtj_local.rawapi import RawApi
@@ -30,7 +29,7 @@ def agent(cluster: LocalCluster) -> Iterator[NodeAgent]:
 
 @pytest.fixture
 def raw(cluster: LocalCluster) -> RawApi:
-    return RawApi(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    return cluster.raw()
 
 
 def pod(name: str, script: str, grace: int = 30) -> dict:
