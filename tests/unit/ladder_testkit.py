@@ -290,6 +290,17 @@ def slot_status(n: int, overrides: dict[int, dict[str, Any]]) -> list[dict[str, 
     return base
 
 
+def replacing(reason: str) -> dict[str, Any]:
+    """slot_status overrides of a slot whose first pod was deleted 3 s ago for `reason`."""
+    return {
+        "attempt": 1,
+        "pod": "",
+        "state": "Replacing",
+        "recoveringSince": ago(3).isoformat(),
+        "lastFaultReason": reason,
+    }
+
+
 def check(case: Case) -> None:
     """decide() on the row's job and observation gives exactly the row's actions, counts and events."""
     d = decide(case.job, case.observed, NOW)

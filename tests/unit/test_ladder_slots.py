@@ -13,6 +13,7 @@ from ladder_testkit import (
     hb,
     make_job,
     observe,
+    replacing,
     running_job,
     running_status,
     slot_status,
@@ -296,15 +297,7 @@ CASES = [
         running_job(
             nodeSlots=slot_status(
                 2,
-                {
-                    1: {
-                        "attempt": 1,
-                        "pod": "",
-                        "state": "Replacing",
-                        "recoveringSince": ago(3).isoformat(),
-                        "lastFaultReason": "X",
-                    }
-                },
+                {1: replacing("X")},
             ),
             restarts={"podReschedules": 1},
         ).obj(),
@@ -318,15 +311,7 @@ CASES = [
         running_job(
             nodeSlots=slot_status(
                 2,
-                {
-                    1: {
-                        "attempt": 1,
-                        "pod": "",
-                        "state": "Replacing",
-                        "recoveringSince": ago(3).isoformat(),
-                        "lastFaultReason": reasons.HEARTBEAT_TIMEOUT,
-                    }
-                },
+                {1: replacing(reasons.HEARTBEAT_TIMEOUT)},
             ),
             restarts={"podReschedules": 1},
             quarantinedNodes=["node-1"],

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from ladder_testkit import (
     Case,
-    ago,
     check,
     hb,
     observe,
+    replacing,
     running_job,
     slot_status,
 )
@@ -67,15 +67,7 @@ CASES = [
         .status(
             nodeSlots=slot_status(
                 2,
-                {
-                    1: {
-                        "attempt": 1,
-                        "pod": "",
-                        "state": "Replacing",
-                        "recoveringSince": ago(3).isoformat(),
-                        "lastFaultReason": "PodFailed",
-                    }
-                },
+                {1: replacing("PodFailed")},
             ),
             restarts={"podReschedules": 1},
             spares=[{"index": 0, "pod": "train-spare-0-a0"}, {"index": 1, "pod": "train-spare-1-a0"}],
@@ -105,15 +97,7 @@ CASES = [
         .status(
             nodeSlots=slot_status(
                 2,
-                {
-                    1: {
-                        "attempt": 1,
-                        "pod": "",
-                        "state": "Replacing",
-                        "recoveringSince": ago(3).isoformat(),
-                        "lastFaultReason": "PodFailed",
-                    }
-                },
+                {1: replacing("PodFailed")},
             ),
             restarts={"podReschedules": 1},
             spares=[{"index": 0, "pod": "train-spare-0-a0"}],
