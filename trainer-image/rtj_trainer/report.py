@@ -88,6 +88,8 @@ class RankReporter:
         self._progress_file = progress_file
         self._interval = write_interval
         self._last_write = 0.0
+        #: The hot path's step, a plain attribute (cheaper to set than a model's); written with the report.
+        self._step: int | None = None
         self._report = RankReport(
             rank=rank, local_rank=local_rank, pid=os.getpid(), in_job_restarts=in_job_restarts
         )
@@ -114,7 +116,7 @@ class RankReporter:
     # --- the hot path -----------------------------------------------------------------------
     def step(self, n: int) -> None:
         """Record the current training step; writes at most every `write_interval` seconds."""
-        self._report.step = n
+        self._step = n
         if self._path is None and self._ft is None:
             return
         now = time.monotonic()
@@ -188,6 +190,7 @@ class RankReporter:
         self._last_write = time.monotonic() if now is None else now
         if self._path is None:
             return
+        self._report.step = self._step
         self._report.updated = datetime.now(UTC)
         # Reporting must never break training; the agent sees a stale file instead.
         with contextlib.suppress(OSError):
