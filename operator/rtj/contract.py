@@ -192,7 +192,10 @@ class Fault(_Model):
     """A fault the pod classified itself."""
 
     severity: FaultSeverity
-    reason: str = Field(max_length=128, description="CamelCase reason, e.g. RankException, GpuXid.")
+    reason: str = Field(
+        max_length=128,
+        description="CamelCase: a FaultReason, or one of the training script's own (e.g. GpuXid).",
+    )
     message: str = Field(default="", max_length=1024)
     time: datetime
 
