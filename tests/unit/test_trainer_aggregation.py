@@ -159,6 +159,11 @@ def test_malformed_rank_content_is_ignored_not_fatal() -> None:
     assert parse_rank_report(b"[1, 2]") is None and parse_rank_report(b'{"state": "Train') is None
 
 
+def test_a_rank_reporting_the_agents_own_standby_state_reads_as_starting() -> None:
+    hb = Aggregator().update([doc(0, 100, "Standby"), doc(1, 101, "Training")], alive)
+    assert hb.state == PodState.STARTING
+
+
 def test_rank_file_keeps_its_camel_case_keys(tmp_path) -> None:
     """The file format is the contract's: these keys, in this order, null while unknown."""
     r = RankReporter(str(tmp_path), rank=3, local_rank=1, in_job_restarts=2)

@@ -125,14 +125,13 @@ class Aggregator:
         steps: list[int] = []
         memory_steps: list[int | None] = []
         for report in reports:
-            rank_state = report.state
+            # Standby is the agent's own state, never a rank's: it reads as Starting.
+            rank_state = report.state if report.state in _STATE_SEVERITY else PodState.STARTING
             pid = report.pid
             if rank_state is not PodState.FINISHED and pid is not None and not is_alive(pid):
                 rank_state = PodState.IN_JOB_RESTARTING
-            # Standby is the agent's own state, never a rank's: it counts as Starting.
-            rank_severity = _STATE_SEVERITY.get(rank_state, _STATE_SEVERITY[PodState.STARTING])
-            if rank_severity > severity:
-                severity, state = rank_severity, rank_state
+            if _STATE_SEVERITY[rank_state] > severity:
+                severity, state = _STATE_SEVERITY[rank_state], rank_state
 
             if report.step is not None and rank_state is not PodState.IN_JOB_RESTARTING:
                 steps.append(report.step)
