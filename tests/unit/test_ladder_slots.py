@@ -295,10 +295,7 @@ CASES = [
     Case(
         "replacement waits while the old pod still terminates (never two live pods per slot)",
         running_job(
-            nodeSlots=slot_status(
-                2,
-                {1: replacing("X")},
-            ),
+            nodeSlots=slot_status(2, {1: replacing("X")}),
             restarts={"podReschedules": 1},
         ).obj(),
         observe().running(2).worker(1, deleting=True).obj(),
@@ -309,10 +306,7 @@ CASES = [
     Case(
         "replacement created once the old pod is gone, off quarantined nodes",
         running_job(
-            nodeSlots=slot_status(
-                2,
-                {1: replacing(reasons.HEARTBEAT_TIMEOUT)},
-            ),
+            nodeSlots=slot_status(2, {1: replacing(reasons.HEARTBEAT_TIMEOUT)}),
             restarts={"podReschedules": 1},
             quarantinedNodes=["node-1"],
         ).obj(),

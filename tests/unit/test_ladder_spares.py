@@ -65,10 +65,7 @@ CASES = [
         running_job()
         .spares(2)
         .status(
-            nodeSlots=slot_status(
-                2,
-                {1: replacing("PodFailed")},
-            ),
+            nodeSlots=slot_status(2, {1: replacing(reasons.POD_FAILED)}),
             restarts={"podReschedules": 1},
             spares=[{"index": 0, "pod": "train-spare-0-a0"}, {"index": 1, "pod": "train-spare-1-a0"}],
         )
@@ -95,10 +92,7 @@ CASES = [
         running_job()
         .spares(1)
         .status(
-            nodeSlots=slot_status(
-                2,
-                {1: replacing("PodFailed")},
-            ),
+            nodeSlots=slot_status(2, {1: replacing(reasons.POD_FAILED)}),
             restarts={"podReschedules": 1},
             spares=[{"index": 0, "pod": "train-spare-0-a0"}],
         )
