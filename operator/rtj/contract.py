@@ -310,8 +310,10 @@ def parse_rank_report(raw: str | bytes) -> RankReport | None:
 
 
 # TrainerConfig: no defaults (the operator writes every field, from the job spec, whose defaults are
-# the API's: rtj.api.models) and bounds that make a config the trainer can run; the API's limits
-# are narrower. Validation errors name the field by its JSON name.
+# the API's: rtj.api.models) but the off state of the optional features (memory tier, standby), so a
+# config that does not name them (an operator older than the trainer image) runs without them; and
+# bounds that make a config the trainer can run (the API's limits are narrower). Validation errors
+# name the field by its JSON name.
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 PositiveCount = Annotated[int, Field(ge=1, le=MAX_COUNTER)]
 ExitStatus = Annotated[int, Field(ge=1, le=255)]
@@ -352,14 +354,20 @@ class TrainerConfig(_Model):
     checkpoints_to_keep: PositiveCount = Field(alias="checkpointsToKeep")
     #: Node-local memory snapshots (writer: operator, from spec.checkpoint; reader: ranks, via
     #: RankEnv): every this many steps into memory_snapshot_dir, a memory-backed volume of the pod;
-    #: in-job restarts resume from them. 0 (the default) turns the memory tier off.
+    #: in-job restarts resume from them. 0 (off) when absent; then the directory may be absent too.
     memory_snapshot_interval_steps: Counter = Field(0, alias="memorySnapshotIntervalSteps")
-    memory_snapshot_dir: str = Field("/dev/shm/rtj-snapshots", alias="memorySnapshotDir", min_length=1)
+    memory_snapshot_dir: str | None = Field(None, alias="memorySnapshotDir", min_length=1)
     max_no_progress_cycles: PositiveCount = Field(alias="maxNoProgressCycles")
     do_not_restart_exit_codes: list[ExitStatus] = Field(alias="doNotRestartExitCodes")
     #: Hot spare (writer: operator pod builder; reader: trainer entrypoint): heartbeat in state
     #: STANDBY and wait for ASSIGNED_SLOT_ANNOTATION on the own Lease before launching.
     standby: bool = False
+
+    @model_validator(mode="after")
+    def _memory_tier_has_a_directory(self) -> TrainerConfig:
+        if self.memory_snapshot_interval_steps > 0 and self.memory_snapshot_dir is None:
+            raise ValueError("memorySnapshotDir must be set when memorySnapshotIntervalSteps is above 0")
+        return self
 
     @property
     def rdzv_port(self) -> int:

@@ -123,6 +123,7 @@ def test_exit_code_mapping(rc: int, terminated: bool, expected: int) -> None:
         (json.dumps({**CFG, "rdzvEndpoint": "llama-rdzv.ml.svc"}), "rdzvEndpoint"),
         (json.dumps({**CFG, "doNotRestartExitCodes": [0]}), "doNotRestartExitCodes"),
         (json.dumps({k: v for k, v in CFG.items() if k != "checkpointsToKeep"}), "checkpointsToKeep"),
+        (json.dumps({**CFG, "memorySnapshotIntervalSteps": 10}), "memorySnapshotDir"),
         (
             json.dumps({**CFG, "inProcess": {**CFG["inProcess"], "hardTimeoutSeconds": 60}}),
             "hardTimeoutSeconds",
@@ -157,6 +158,8 @@ def test_rank_env_round_trips_through_rank_env() -> None:
     assert (r.in_process.soft_timeout_seconds, r.in_process.hard_timeout_seconds) == (60, 90)
     assert r.collective_timeout_seconds < r.in_process.hard_timeout_seconds
     assert r.dist_backend == "gloo"
+    # CFG names neither the memory tier nor standby (an operator older than the image): both off.
+    assert (r.memory_snapshot_dir, r.memory_snapshot_interval_steps, cfg.standby) == (None, 0, False)
 
 
 def test_exit_watch_fires_once_after_all_ranks_finished_for_the_timeout() -> None:

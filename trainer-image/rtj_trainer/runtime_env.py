@@ -144,7 +144,7 @@ def rank_env_vars(cfg: TrainerConfig, *, status_dir: str, progress_file: str) ->
         ENV_CHECKPOINT_DIR: cfg.checkpoint_dir,
         ENV_CHECKPOINT_INTERVAL_STEPS: str(cfg.checkpoint_interval_steps),
         ENV_CHECKPOINTS_TO_KEEP: str(cfg.checkpoints_to_keep),
-        ENV_MEMORY_SNAPSHOT_DIR: cfg.memory_snapshot_dir,
+        ENV_MEMORY_SNAPSHOT_DIR: cfg.memory_snapshot_dir or "",
         ENV_MEMORY_SNAPSHOT_INTERVAL_STEPS: str(cfg.memory_snapshot_interval_steps),
         ENV_PROGRESS_FILE: progress_file,
         ENV_INPROCESS_ENABLED: "1" if ip.enabled else "0",
