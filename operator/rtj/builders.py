@@ -19,6 +19,8 @@ from rtj.ladder import kueue_admission as ka
 from rtj.settings import Settings
 
 RDZV_PORT = 29400
+#: The peer replica: slot s's replica server listens on this port + s (contract.replica_endpoints).
+REPLICA_PORT = 29600
 RDZV_PORT_NAME = "rdzv"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
@@ -106,6 +108,7 @@ def trainer_config(job: ResilientTrainingJob, standby: bool = False) -> contract
         checkpoints_to_keep=spec.checkpoint.keep,
         memory_snapshot_interval_steps=spec.checkpoint.memory_snapshot_interval_steps,
         memory_snapshot_dir=f"{SHM_MOUNT_PATH}/rtj-snapshots",
+        peer_replica_port=REPLICA_PORT if spec.checkpoint.peer_replica else 0,
         max_no_progress_cycles=ft.max_no_progress_cycles,
         do_not_restart_exit_codes=list(ft.do_not_restart_exit_codes),
         standby=standby,
@@ -437,6 +440,32 @@ def rendezvous_service(job: ResilientTrainingJob) -> dict[str, Any]:
             "ports": [
                 {"name": RDZV_PORT_NAME, "port": RDZV_PORT, "targetPort": RDZV_PORT, "protocol": "TCP"}
             ],
+        },
+    }
+
+
+def replica_service(job: ResilientTrainingJob, slot: int) -> dict[str, Any] | None:
+    """The headless Service naming slot `slot`'s replica server (None: peer replica off). It selects
+    the slot's worker pod by label, so every attempt and a promoted spare get the same DNS name;
+    not-ready addresses are published, as the replica is needed while pods start."""
+    if not job.spec.checkpoint.peer_replica:
+        return None
+    selector = {contract.LABEL_JOB: _name(job), contract.LABEL_ROLE: contract.ROLE_WORKER}
+    port = REPLICA_PORT + slot
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": contract.replica_service_name(_name(job), slot),
+            "namespace": _ns(job),
+            "labels": {contract.LABEL_JOB: _name(job), contract.LABEL_SLOT: str(slot)},
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {**selector, contract.LABEL_SLOT: str(slot)},
+            "ports": [{"name": "replica", "port": port, "targetPort": port, "protocol": "TCP"}],
         },
     }
 

@@ -22,6 +22,7 @@ Channels:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from datetime import UTC, datetime
@@ -218,6 +219,9 @@ class Heartbeat(_Model):
     #: The newest node-local memory snapshot (TrainerConfig.memorySnapshotDir) every rank of the pod
     #: holds; an in-job restart resumes from it. Reader: the operator (status.memorySnapshotStep).
     memory_snapshot_step: Counter | None = Field(None, alias="memorySnapshotStep")
+    #: The newest memory snapshot whose peer replica (TrainerConfig.peerReplicaPort) every rank of the
+    #: pod has seen committed by the pod holding it. Reader: the operator (status.replicaStep).
+    replica_step: Counter | None = Field(None, alias="replicaStep")
     #: The longest a rank of the pod took to write its shard of a checkpoint to the volume
     #: (seconds). Reader: the operator, which sizes new pods' terminationGracePeriodSeconds with it.
     persist_seconds: float | None = Field(None, alias="persistSeconds", ge=0, le=MAX_PERSIST_SECONDS)
@@ -279,6 +283,8 @@ class RankReport(BaseModel):
     in_job_restarts: RankCounter = Field(0, alias="inJobRestarts")
     checkpoint: CheckpointRef | None = None
     memory_snapshot_step: RankCounter | None = Field(None, alias="memorySnapshotStep")
+    #: The newest memory snapshot of this rank that the peer pod committed as its replica.
+    replica_step: RankCounter | None = Field(None, alias="replicaStep")
     persist_seconds: float | None = Field(
         None, alias="persistSeconds", ge=0, le=MAX_PERSIST_SECONDS, strict=True, allow_inf_nan=False
     )
@@ -357,6 +363,11 @@ class TrainerConfig(_Model):
     #: in-job restarts resume from them. 0 (off) when absent; then the directory may be absent too.
     memory_snapshot_interval_steps: Counter = Field(0, alias="memorySnapshotIntervalSteps")
     memory_snapshot_dir: str | None = Field(None, alias="memorySnapshotDir", min_length=1)
+    #: The peer replica (writer: operator, from spec.checkpoint.peerReplica; readers: the entrypoint,
+    #: which serves replicas, and the ranks, via the status dir's PEER_REPLICA_FILE): slot s listens
+    #: on this port + s and streams its memory snapshots to slot (s + 1) mod nnodes, on another node
+    #: (replica_endpoints). 0 (the default) turns it off; it needs the memory tier.
+    peer_replica_port: int = Field(0, alias="peerReplicaPort", ge=0, le=65535)
     max_no_progress_cycles: PositiveCount = Field(alias="maxNoProgressCycles")
     do_not_restart_exit_codes: list[ExitStatus] = Field(alias="doNotRestartExitCodes")
     #: Hot spare (writer: operator pod builder; reader: trainer entrypoint): heartbeat in state
@@ -367,6 +378,12 @@ class TrainerConfig(_Model):
     def _memory_tier_has_a_directory(self) -> TrainerConfig:
         if self.memory_snapshot_interval_steps > 0 and self.memory_snapshot_dir is None:
             raise ValueError("memorySnapshotDir must be set when memorySnapshotIntervalSteps is above 0")
+        return self
+
+    @model_validator(mode="after")
+    def _replica_ports_fit(self) -> TrainerConfig:
+        if self.peer_replica_port and not 1024 <= self.peer_replica_port <= 65536 - self.nnodes:
+            raise ValueError("peerReplicaPort + nnodes - 1 must be a port number from 1024 to 65535")
         return self
 
     @property
@@ -405,6 +422,32 @@ def spare_pod_name(job: str, index: int, attempt: int) -> str:
 def rendezvous_name(job: str) -> str:
     """The rendezvous pod's and Service's name (a DNS label: the job name is at most 58 long)."""
     return f"{job}-rdzv"
+
+
+# --- Peer replica (writer: operator builders, Services; readers: the trainer entrypoint and ranks) --
+#: In a worker pod's status dir (ENV_STATUS_DIR): {"replicaEndpoint", "peerEndpoint"} of its slot,
+#: written by the entrypoint before its ranks start (a hot spare learns its slot at promotion).
+PEER_REPLICA_FILE = "peer-replica.json"
+
+
+def replica_service_name(job: str, slot: int) -> str:
+    """The headless Service selecting the worker pod of `slot` (whatever its attempt, a promoted
+    spare included): the stable name of that slot's replica server. A DNS label (<= 63)."""
+    suffix = f"-p{slot}"
+    if len(job) + len(suffix) > 63:  # long job names: a prefix and a hash keep it unique
+        job = f"{job[:50]}-{hashlib.sha256(job.encode()).hexdigest()[:6]}"
+    return f"{job}{suffix}"
+
+
+def replica_endpoints(job: str, namespace: str, slot: int, nnodes: int, base_port: int) -> tuple[str, str]:
+    """(this slot's replica server, the one it replicates to: slot (s + 1) mod nnodes) as host:port;
+    each slot has its own port (base + slot), so pods sharing a host (the local cluster) never clash."""
+    peer = (slot + 1) % nnodes
+
+    def endpoint(s: int) -> str:
+        return f"{replica_service_name(job, s)}.{namespace}.svc:{base_port + s}"
+
+    return endpoint(slot), endpoint(peer)
 
 
 def lease_name(pod_name: str) -> str:

@@ -657,6 +657,10 @@ async def act(
                     case DeletePod():
                         await k.delete("Pod", ns, action.name, action.uid, action.grace_seconds)
                     case CreateWorkerPod():
+                        # The slot's replica Service first (AlreadyExists is success): created with
+                        # the slot's first pod, kept for the job's life (owner reference).
+                        if (svc := builders.replica_service(job, action.slot)) is not None:
+                            await k.create(svc)
                         await k.create(
                             placed(
                                 builders.worker_pod(

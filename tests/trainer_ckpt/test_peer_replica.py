@@ -271,3 +271,59 @@ def test_kills_of_ranks_and_replica_servers_never_load_a_torn_or_mixed_state(ram
     assert len(by_n.get(KILLS, [])) == 2, "the final incarnation did not resume on both ranks"
     print(f"{KILLS} kills, {checked} resumes checked, final step {by_n[KILLS][0]['step']}: {dict(outcomes)}")
     assert outcomes["resumed from peer"] > 0 and outcomes["replica partial left (a stream cut)"] > 0, outcomes
+
+
+def test_the_entrypoint_serves_replicas_on_its_slots_port_and_tells_its_ranks(tmp_path: Path) -> None:
+    """`rtj-trainer launch`'s part: the replica server on peerReplicaPort + slot, and the status
+    dir's file naming it and the next slot's, which the ranks read (RankEnv.peer_replica)."""
+    from rtj.contract import TrainerConfig, replica_endpoints
+    from rtj_trainer.entrypoint import start_peer_replica
+    from rtj_trainer.peer_replica import list_held
+    from rtj_trainer.runtime_env import RankEnv
+
+    base = free_port()
+    cfg = TrainerConfig.model_validate(
+        {
+            "jobName": "train",
+            "command": ["python"],
+            "args": [],
+            "nnodes": 3,
+            "nprocPerNode": 1,
+            "rdzvEndpoint": "train-rdzv.ml.svc:29400",
+            "rdzvId": "x",
+            "maxInJobRestarts": 1,
+            "heartbeatIntervalSeconds": 1,
+            "rankHeartbeatTimeoutSeconds": 10,
+            "rankInitialTimeoutSeconds": 10,
+            "inProcess": {
+                "enabled": False,
+                "softTimeoutSeconds": 1,
+                "hardTimeoutSeconds": 2,
+                "maxRestarts": 0,
+            },
+            "checkpointDir": str(tmp_path / "ckpt"),
+            "checkpointIntervalSteps": 10,
+            "checkpointsToKeep": 2,
+            "memorySnapshotIntervalSteps": 2,
+            "memorySnapshotDir": str(tmp_path / "shm"),
+            "maxNoProgressCycles": 3,
+            "doNotRestartExitCodes": [93],
+            "peerReplicaPort": base,
+        }
+    )
+    status = tmp_path / "status"
+    status.mkdir()
+    server = start_peer_replica(cfg, "ml", 2, str(status))
+    assert server is not None
+    try:
+        assert server.port == base + 2
+        assert list_held(f"127.0.0.1:{base + 2}") == {}
+        env = RankEnv.from_env({"RTJ_STATUS_DIR": str(status), "RTJ_JOB_NAME": "train"})
+        assert env.peer_replica() == replica_endpoints("train", "ml", 2, 3, base)
+        assert server.root == str(tmp_path / "shm" / "train" / "replicas")
+    finally:
+        server.stop()
+    # Off (no port, or one node): no server and no file, the ranks do not replicate.
+    off = cfg.model_copy(update={"peer_replica_port": 0})
+    assert start_peer_replica(off, "ml", 2, str(status)) is None
+    assert RankEnv.from_env({"RTJ_STATUS_DIR": str(status)}).peer_replica() is None

@@ -89,12 +89,15 @@ def hb(
     fault: dict[str, Any] | None = None,
     mem: int | None = None,
     persist: float | None = None,
+    replica: int | None = None,
 ) -> contract.Heartbeat:
     data: dict[str, Any] = {"state": state, "inProcessRestarts": ip, "inJobRestarts": ij, "step": step}
     if mem is not None:
         data["memorySnapshotStep"] = mem
     if persist is not None:
         data["persistSeconds"] = persist
+    if replica is not None:
+        data["replicaStep"] = replica
     if ckpt is not None:
         data["checkpoint"] = {"step": ckpt, "time": ago(10).isoformat()}
     if fault is not None:

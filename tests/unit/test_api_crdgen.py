@@ -174,6 +174,8 @@ def test_printer_columns() -> None:
         "Steps/s": ".status.stepsPerSecond",
         # issue 14: the newest step a restart resumes from in memory (Ckpt-Step: the newest persisted).
         "Mem-Step": ".status.memorySnapshotStep",
+        # issue 14: the newest step a replacement pod resumes from its peer's replica.
+        "Replica-Step": ".status.replicaStep",
         "Last-Fault": ".status.lastFault.reason",
         "Fault-Node": ".status.lastFault.node",
         "Fault-Age": ".status.lastFault.time",

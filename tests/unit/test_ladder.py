@@ -84,6 +84,25 @@ def test_memory_snapshot_step_is_the_newest_every_pod_holds_refreshed_with_heart
     assert decide(later, soon.obj(), NOW).status.memory_snapshot_step == 10
 
 
+def test_replica_step_is_the_newest_every_pods_peer_holds_next_to_the_memory_snapshot_step() -> None:
+    job = running_job().obj()
+    both = (
+        observe()
+        .running(2)
+        .lease("train-n0-a0", -100, hb(mem=30, replica=28))
+        .lease("train-n1-a0", -100, hb(mem=30, replica=30))
+    )
+    st = decide(job, both.obj(), NOW).status
+    assert (st.memory_snapshot_step, st.replica_step) == (30, 28)
+    one = (
+        observe()
+        .running(2)
+        .lease("train-n0-a0", -100, hb(mem=30, replica=30))
+        .lease("train-n1-a0", -100, hb())
+    )
+    assert decide(job, one.obj(), NOW).status.replica_step is None  # a pod without a replica yet
+
+
 def test_persist_seconds_is_the_longest_any_pod_measured_and_never_shrinks() -> None:
     job = running_job(persistSeconds=12.5).obj()
     obs = (

@@ -43,6 +43,7 @@ def raw_doc(local_rank: int, pid: int, state: str = "Training", step: int | None
         "fault": kw.get("fault"),
         "memorySnapshotStep": kw.get("mem"),
         "persistSeconds": kw.get("persist"),
+        "replicaStep": kw.get("replica"),
     }
 
 
@@ -131,6 +132,20 @@ def test_memory_snapshot_step_is_the_newest_every_rank_holds() -> None:
     assert hb is not None and hb.memory_snapshot_step == 40
 
 
+def test_replica_step_is_the_newest_every_rank_of_the_pod_saw_replicated() -> None:
+    agg = Aggregator()
+    assert agg.update([doc(0, 100, replica=20), doc(1, 101)], alive).replica_step is None
+    assert agg.update([doc(0, 100, replica=20), doc(1, 101, replica=18)], alive).replica_step == 18
+    hb = parse_heartbeat(
+        {
+            HEARTBEAT_ANNOTATION: agg.update(
+                [doc(0, 100, replica=24), doc(1, 101, replica=22)], alive
+            ).to_annotation()
+        }
+    )
+    assert hb is not None and hb.replica_step == 22
+
+
 def test_persist_seconds_is_the_longest_any_rank_measured() -> None:
     agg = Aggregator()
     assert agg.update([doc(0, 100), doc(1, 101)], alive).persist_seconds is None
@@ -180,6 +195,7 @@ def test_rank_file_keeps_its_camel_case_keys(tmp_path) -> None:
         "inJobRestarts",
         "checkpoint",
         "memorySnapshotStep",
+        "replicaStep",
         "persistSeconds",
         "checkpointsSkipped",
         "fault",

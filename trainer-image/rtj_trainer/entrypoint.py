@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.metadata
+import json
 import logging
 import os
 import signal
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +49,7 @@ from rtj.contract import (
     ENV_STATUS_DIR,
     ENV_TERMINATION_GRACE_SECONDS,
     ENV_TRAINER_CONFIG,
+    PEER_REPLICA_FILE,
     RANK_FILE_PREFIX,
     ExitCode,
     Fault,
@@ -57,14 +59,18 @@ from rtj.contract import (
     PodState,
     RankReport,
     TrainerConfig,
+    parse_worker_pod_name,
+    replica_endpoints,
 )
 
+from .checkpoint_format import write_file_atomic
 from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client, read_rank_files
 from .log_filter import NoiseFilter
+from .peer_replica import ReplicaServer
 from .rendezvous_host import serve_rendezvous
 from .rendezvous_loss import WAIT_SECONDS as RENDEZVOUS_WAIT_SECONDS
 from .rendezvous_loss import LostStoreWatch, max_relaunches, wait_for_rendezvous
-from .runtime_env import GRACEFUL_STOP_FILE, rank_env_vars
+from .runtime_env import GRACEFUL_STOP_FILE, memory_tier_root, rank_env_vars
 from .warm_launcher import ENV_PREWARM_MODULE, GO, prewarm_module
 
 log = logging.getLogger("rtj_trainer")
@@ -215,6 +221,29 @@ def reported_permanent_fault(reports: Iterable[RankReport]) -> Fault | None:
     )
 
 
+def start_peer_replica(
+    cfg: TrainerConfig, namespace: str, slot: int | None, status_dir: str
+) -> ReplicaServer | None:
+    """The pod's replica server (port + slot) and, for its ranks, PEER_REPLICA_FILE naming it and
+    the peer's; None (and no file) when the peer replica is off or the server cannot listen: the
+    ranks then snapshot into memory without replicating."""
+    path = os.path.join(status_dir, PEER_REPLICA_FILE)
+    Path(path).unlink(missing_ok=True)
+    if not cfg.peer_replica_port or not cfg.memory_snapshot_interval_steps or cfg.nnodes < 2 or slot is None:
+        return None
+    own, peer = replica_endpoints(cfg.job_name, namespace, slot, cfg.nnodes, cfg.peer_replica_port)
+    try:
+        server = ReplicaServer(
+            memory_tier_root(cfg.memory_snapshot_dir, cfg.job_name), port=cfg.peer_replica_port + slot
+        ).start()
+    except OSError as e:
+        log.warning("peer replica off: its server cannot listen on %s: %r", own, e)
+        return None
+    write_file_atomic(path, json.dumps({"replicaEndpoint": own, "peerEndpoint": peer}).encode())
+    log.info("peer replica: serving replicas at %s, replicating to %s", own, peer)
+    return server
+
+
 def _prepare_status_dir(pod: PodIdentity) -> str:
     status_dir = os.environ.get(ENV_STATUS_DIR) or os.path.join(
         tempfile.gettempdir(), f"rtj-status-{pod.name}"
@@ -243,6 +272,9 @@ def launch(grace_seconds: float) -> int:
         return ExitCode.CONFIG_ERROR
     agent = HeartbeatAgent(status_dir, pod, cfg.heartbeat_interval_seconds, api_client, standby=cfg.standby)
     agent.start()
+    slot = parse_worker_pod_name(pod.name)
+    if not cfg.standby:  # a hot spare starts it once it learns its slot
+        start_peer_replica(cfg, pod.namespace, slot[0] if slot else None, status_dir)
 
     def argv_for(standby: bool) -> list[str]:
         return build_launcher_argv(
@@ -294,7 +326,12 @@ def launch(grace_seconds: float) -> int:
         assert proc.stderr is not None
         log_filter = NoiseFilter(proc.stderr, sys.stderr.buffer, observe=lost_store).start()
         if cfg.standby and relaunches == 0:
-            _await_promotion(agent, proc, terminate)
+            _await_promotion(
+                agent,
+                proc,
+                terminate,
+                on_promoted=lambda s: start_peer_replica(cfg, pod.namespace, s, status_dir),
+            )
         rc, permanent = _supervise(proc, agent, exit_watch, terminate, status_dir, grace_seconds)
         ended = datetime.now(UTC)
         # Workers the launcher left behind (e.g. it was SIGKILLed) must not outlive it.
@@ -410,10 +447,14 @@ def _read_progress(progress_file: str) -> str:
 
 
 def _await_promotion(
-    agent: HeartbeatAgent, proc: subprocess.Popen[bytes], terminate: threading.Event
+    agent: HeartbeatAgent,
+    proc: subprocess.Popen[bytes],
+    terminate: threading.Event,
+    on_promoted: Callable[[int | None], object] | None = None,
 ) -> None:
-    """Block until the operator assigns a slot, then let the warm launcher go. A stop (or the warm
-    launcher's death) first: it ends without launching, and the caller's loop sees it exit."""
+    """Block until the operator assigns a slot, then (`on_promoted(slot)` first) let the warm
+    launcher go. A stop (or the warm launcher's death) first: it ends without launching, and the
+    caller's loop sees it exit."""
     assert proc.stdin is not None
     waited = time.monotonic()
     while not agent.promoted.wait(0.1):
@@ -421,6 +462,9 @@ def _await_promotion(
             with contextlib.suppress(OSError):
                 proc.stdin.close()
             return
+    if on_promoted is not None:
+        slot = agent.assigned_slot
+        on_promoted(int(slot) if slot is not None and slot.isdigit() else None)
     with contextlib.suppress(OSError):  # BrokenPipe: it died just now; the caller's loop sees that
         proc.stdin.write(f"{GO}\n".encode())
         proc.stdin.close()

@@ -102,7 +102,8 @@ class Aggregator:
     - in-process restarts: counted per worker generation (a restarted worker starts from 0
       again) and summed, so the reported total never goes down and never double-counts.
     - memory snapshot: the newest step every rank holds in the pod's memory tier (the minimum over
-      ranks); while some rank has not reported one (a restarted worker), the last known.
+      ranks); while some rank has not reported one (a restarted worker), the last known. The
+      replica step (the newest snapshot the peer pod holds for every rank) follows the same rule.
     - persist seconds: the longest any rank took to write its shard to the volume (never shrinks).
     - checkpoint: newest committed; faults: hard over soft, a root cause over a collateral
       `PeerFailure`, then the newest.
@@ -115,6 +116,7 @@ class Aggregator:
     pids_by_local_rank: dict[int, list[int]] = field(default_factory=dict)
     checkpoint: CheckpointRef | None = None
     memory_snapshot_step: int | None = None
+    replica_step: int | None = None
     persist_seconds: float | None = None
     checkpoints_skipped: int = 0
     fault: Fault | None = None
@@ -124,6 +126,7 @@ class Aggregator:
         state = PodState.STARTING
         steps: list[int] = []
         memory_steps: list[int | None] = []
+        replica_steps: list[int | None] = []
         for report in reports:
             # Standby is the agent's own state, never a rank's: it reads as Starting.
             rank_state = report.state if report.state in _STATE_SEVERITY else PodState.STARTING
@@ -148,10 +151,13 @@ class Aggregator:
             if report.fault is not None:
                 self.record_fault(report.fault)
             memory_steps.append(report.memory_snapshot_step)
+            replica_steps.append(report.replica_step)
             if report.persist_seconds is not None:
                 self.persist_seconds = max(self.persist_seconds or 0.0, report.persist_seconds)
         if memory_steps and None not in memory_steps:
             self.memory_snapshot_step = min(s for s in memory_steps if s is not None)
+        if replica_steps and None not in replica_steps:
+            self.replica_step = min(s for s in replica_steps if s is not None)
         if steps:
             self.last_step = min(steps)
         return self.heartbeat(state)
@@ -172,6 +178,7 @@ class Aggregator:
             step=self.last_step,
             checkpoint=self.checkpoint,
             memory_snapshot_step=self.memory_snapshot_step,
+            replica_step=self.replica_step,
             persist_seconds=self.persist_seconds,
             checkpoints_skipped=self.checkpoints_skipped,
             fault=self.fault,

@@ -149,6 +149,11 @@ class RankReporter:
         self._write()
         self._progress()
 
+    def replicated(self, step: int) -> None:
+        """The peer pod committed its replica of this rank's memory snapshot of `step`."""
+        self._report.replica_step = int(step)
+        self._write()
+
     def _progress(self) -> None:
         """The no-progress file: one writer per pod (local rank 0) suffices. It holds the newest
         step a restart can resume from (persisted or in memory), so a restart cycle that brings

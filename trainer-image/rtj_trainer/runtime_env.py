@@ -14,11 +14,12 @@ Only the standard library and the contract are imported, so this is cheap to imp
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rtj.contract import ENV_STATUS_DIR, TrainerConfig
+from rtj.contract import ENV_STATUS_DIR, PEER_REPLICA_FILE, TrainerConfig
 
 ENV_JOB_NAME = "RTJ_JOB_NAME"
 ENV_CHECKPOINT_DIR = "RTJ_CHECKPOINT_DIR"
@@ -79,6 +80,23 @@ class RankEnv:
     dist_backend: str
     collective_timeout_seconds: float
 
+    def memory_tier_root(self, memory_dir: str | None = None) -> str | None:
+        """This job's directory in the pod's memory tier (None: the tier is off)."""
+        mem_dir = memory_dir or self.memory_snapshot_dir
+        return memory_tier_root(mem_dir, self.job_name) if mem_dir else None
+
+    def peer_replica(self) -> tuple[str, str] | None:
+        """(this pod's replica server, the peer's) when the peer replica is on (the entrypoint
+        wrote them into the status dir before starting the ranks), else None."""
+        if not self.status_dir:
+            return None
+        try:
+            with open(os.path.join(self.status_dir, PEER_REPLICA_FILE)) as f:
+                doc = json.load(f)
+            return str(doc["replicaEndpoint"]), str(doc["peerEndpoint"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RankEnv:
         env = os.environ if environ is None else environ
@@ -121,6 +139,12 @@ class RankEnv:
             # restarts in-process) long before the hard timeout kills the rank.
             collective_timeout_seconds=_float(ENV_COLLECTIVE_TIMEOUT, max(1.0, hard_timeout / 3)),
         )
+
+
+def memory_tier_root(memory_dir: str, job_name: str) -> str:
+    """One directory per job in a pod's memory volume: its ranks' snapshots and the peer replicas
+    its replica server holds (a pod's memory never mixes two jobs' snapshots)."""
+    return os.path.join(memory_dir, job_name)
 
 
 def _resolve_backend(value: str) -> str:

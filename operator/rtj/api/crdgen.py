@@ -202,6 +202,7 @@ def _printer_columns() -> list[dict[str, Any]]:
         col("Step", "integer", ".status.step", "Newest training step the pods reported.", 1),
         col("Steps/s", "number", ".status.stepsPerSecond", "Training steps per second, recently.", 1),
         col("Mem-Step", "integer", ".status.memorySnapshotStep", "Newest step every pod holds in memory.", 1),
+        col("Replica-Step", "integer", ".status.replicaStep", "Newest step every pod's peer holds.", 1),
         col("Last-Fault", "string", ".status.lastFault.reason", "Reason of the newest fault.", 1),
         col("Fault-Node", "string", ".status.lastFault.node", "Node of the newest fault.", 1),
         col("Fault-Age", "date", ".status.lastFault.time", "When the newest fault was seen.", 1),

@@ -322,6 +322,9 @@ class FsxSource(ApiModel):
     storage_capacity: PositiveQuantity = Field("1200Gi", description="Capacity recorded on the static PV.")
 
 
+PEER_REPLICA_NEEDS_SNAPSHOTS = "checkpoint.peerReplica needs checkpoint.memorySnapshotIntervalSteps > 0"
+
+
 class Checkpoint(ApiModel):
     """Where and how often checkpoints are written. Exactly one of pvc or fsx."""
 
@@ -335,6 +338,11 @@ class Checkpoint(ApiModel):
             ),
             immutable_optional("pvc", "checkpoint.pvc", _STORAGE),
             immutable_optional("fsx", "checkpoint.fsx", _STORAGE),
+            (
+                "!self.peerReplica || self.memorySnapshotIntervalSteps > 0",
+                PEER_REPLICA_NEEDS_SNAPSHOTS,
+                ".peerReplica",
+            ),
         )
     )
 
@@ -353,6 +361,13 @@ class Checkpoint(ApiModel):
         100, description="Save a checkpoint every this many training steps.", ge=1, le=10_000_000
     )
     keep: int = Field(2, description="How many committed checkpoints to keep.", ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _peer_replica_needs_snapshots(self) -> Checkpoint:
+        if self.peer_replica and self.memory_snapshot_interval_steps == 0:
+            raise ValueError(PEER_REPLICA_NEEDS_SNAPSHOTS)
+        return self
+
     memory_snapshot_interval_steps: int = Field(
         0,
         description="Also snapshot the state into each pod's memory (/dev/shm, sized by "
@@ -360,6 +375,14 @@ class Checkpoint(ApiModel):
         "snapshot every rank holds. 0 disables. Persisting to the volume keeps intervalSteps.",
         ge=0,
         le=10_000_000,
+    )
+    peer_replica: bool = Field(
+        False,
+        description="Replicate each pod's memory snapshots, in the background, to the pod of the next "
+        "node slot (slot s to s+1 mod nodes: another node); a replacement pod (its node lost) fetches "
+        "its shards from there instead of the volume (status.replicaStep). Needs "
+        "memorySnapshotIntervalSteps > 0; does nothing with one node. resources.sharedMemorySize must "
+        "hold three snapshots of a pod's state (two own, one replica), plus what NCCL uses.",
     )
     persist_seconds: int | None = Field(
         None,
@@ -957,6 +980,12 @@ class JobStatus(ApiModel):
         description="Newest step every worker pod holds in its memory snapshot tier (an in-job restart "
         "resumes from it; checkpoint.memorySnapshotIntervalSteps). Refreshed with the slots' "
         "lastHeartbeatTime; lastCheckpoint is the newest persisted step.",
+    )
+    replica_step: int | None = Field(
+        None,
+        description="Newest memory snapshot step whose peer replica every worker pod's ranks saw "
+        "committed on the next slot's pod (checkpoint.peerReplica): a replacement pod resumes from at "
+        "least this step without the volume. Refreshed like memorySnapshotStep.",
     )
     node_slots: list[NodeSlotStatus] = Field(default_factory=list, description="Per-node details.")
     quarantined_nodes: list[str] = Field(default_factory=list, description="Nodes this job quarantined.")

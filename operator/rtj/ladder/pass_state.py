@@ -92,6 +92,8 @@ class Pass:
         self.steps: list[int] = []
         #: Per slot with a heartbeat, its pod's newest memory snapshot step (status.memorySnapshotStep).
         self.memory_steps: list[int | None] = []
+        #: Per slot with a heartbeat, the newest step its peer holds a replica of (status.replicaStep).
+        self.replica_steps: list[int | None] = []
 
     # --- helpers ---------------------------------------------------------------------------------
     def event(self, type_: str, reason: str, message: str) -> None:

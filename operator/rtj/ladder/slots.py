@@ -200,6 +200,7 @@ def refresh_heartbeat_time(ps: Pass, slot: NodeSlotStatus, lease: LeaseObs | Non
     if lease is not None and lease.heartbeat is not None:
         ps.steps.append(lease.heartbeat.step)
         ps.memory_steps.append(lease.heartbeat.memory_snapshot_step)
+        ps.replica_steps.append(lease.heartbeat.replica_step)
 
 
 def apply_heartbeat_times(ps: Pass) -> None:
@@ -221,9 +222,14 @@ def apply_heartbeat_times(ps: Pass) -> None:
             step, seen = max(ps.steps), max(renew for _, renew in ps.renewals)
             ps.st.steps_per_second = p.steps_per_second(ps.st.step, before, step, seen)
             ps.st.step = step
-        held = ps.memory_steps
-        complete = len(held) == ps.spec.nodes and None not in held
-        ps.st.memory_snapshot_step = min(s for s in held if s is not None) if complete else None
+        ps.st.memory_snapshot_step = _every_slot(ps, ps.memory_steps)
+        ps.st.replica_step = _every_slot(ps, ps.replica_steps)
+
+
+def _every_slot(ps: Pass, held: list[int | None]) -> int | None:
+    """The newest step every slot's heartbeat reports holding (None until every slot reports one)."""
+    complete = len(held) == ps.spec.nodes and None not in held
+    return min(s for s in held if s is not None) if complete else None
 
 
 def _replace_pod(

@@ -343,8 +343,8 @@ def main(argv: list[str] | None = None) -> None:
         else args.memory_snapshot_interval
     )
     mem_dir = args.memory_snapshot_dir or env.memory_snapshot_dir or "/dev/shm/rtj-snapshots"
-    # One directory per job and checkpoint root: a pod's memory never mixes two jobs' snapshots.
-    local_root = os.path.join(mem_dir, env.job_name) if mem_interval > 0 else None
+    local_root = env.memory_tier_root(mem_dir) if mem_interval > 0 else None
+    replica = env.peer_replica() if local_root else None  # (this pod's replica server, the peer's)
     ckpt = (
         None
         if args.no_checkpoint
@@ -359,6 +359,8 @@ def main(argv: list[str] | None = None) -> None:
             local_root=local_root,
             local_interval_steps=mem_interval or None,
             adapt_local_interval=True,  # a snapshot write longer than the interval widens it
+            replica_endpoint=replica[0] if replica else None,
+            peer_endpoint=replica[1] if replica else None,
             **({"local_write_threads": args.snapshot_write_threads} if args.snapshot_write_threads else {}),
         )
     )
