@@ -83,19 +83,19 @@ def replicas_root(local_root: str) -> str:
 
 
 def held_replicas(local_root: str) -> dict[int, list[tuple[int, int]]]:
-    """{rank: [(step, nonce), ...]} of the committed replicas under this pod's memory-tier root."""
-    root = replicas_root(local_root)
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return {}
-    held: dict[int, list[tuple[int, int]]] = {}
-    for name in names:
-        if name.startswith("rank-") and name[5:].isdigit():
-            snaps = local_snapshots(os.path.join(root, name))
-            if snaps:
-                held[int(name[5:])] = snaps
-    return held
+    """{rank: [(step, nonce), ...]} of the committed snapshots this pod can serve: the replicas its
+    server holds, and the memory snapshots of ranks that ran in this pod (after a replacement the
+    rendezvous may give the pod other ranks: what an earlier rank left is still that rank's)."""
+    held: dict[int, set[tuple[int, int]]] = {}
+    for root in (replicas_root(local_root), local_root):
+        try:
+            names = os.listdir(root)
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith("rank-") and name[5:].isdigit():
+                held.setdefault(int(name[5:]), set()).update(local_snapshots(os.path.join(root, name)))
+    return {r: sorted(snaps, reverse=True) for r, snaps in held.items() if snaps}
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
@@ -184,6 +184,7 @@ class ReplicaServer:
     """Holds replicas of other pods' ranks under `<local_root>/replicas/` and serves them back."""
 
     def __init__(self, local_root: str, host: str = "0.0.0.0", port: int = 0) -> None:
+        self.local_root = local_root
         self.root = replicas_root(local_root)
         self._lock = threading.Lock()  # a commit (and its pruning) vs. a get opening files
         self._sock = socket.create_server((host, port), reuse_port=False)
@@ -238,7 +239,7 @@ class ReplicaServer:
                 elif op == "get":
                     self._get(conn, req)
                 elif op == "list":
-                    held = held_replicas(os.path.dirname(self.root))
+                    held = held_replicas(self.local_root)
                     _send_doc(conn, {"ok": True, "held": {str(r): v for r, v in held.items()}})
                 else:
                     _send_doc(conn, {"ok": False, "error": f"unknown op {op!r}"})
@@ -284,6 +285,8 @@ class ReplicaServer:
     def _get(self, conn: socket.socket, req: dict[str, Any]) -> None:
         rank, step, nonce = int(req["rank"]), int(req["step"]), int(req["nonce"])
         snap_dir = os.path.join(local_rank_dir(self.root, rank), local_name(step, nonce))
+        if not os.path.isdir(snap_dir):  # a rank that ran in this pod before (held_replicas)
+            snap_dir = os.path.join(local_rank_dir(self.local_root, rank), local_name(step, nonce))
         with self._lock:  # open under the lock: a later prune unlinks, the open files stay whole
             try:
                 meta, files = _snapshot_files(snap_dir, rank)
