@@ -327,3 +327,40 @@ def test_the_entrypoint_serves_replicas_on_its_slots_port_and_tells_its_ranks(tm
     off = cfg.model_copy(update={"peer_replica_port": 0})
     assert start_peer_replica(off, "ml", 2, str(status)) is None
     assert RankEnv.from_env({"RTJ_STATUS_DIR": str(status)}).peer_replica() is None
+
+
+def test_a_pod_serves_the_memory_snapshots_of_a_rank_that_ran_in_it_before(tmp_path: Path) -> None:
+    """After a replacement the rendezvous may give a surviving pod other ranks: the snapshots its
+    earlier rank left (memory tier: no CRC32 stored) are served with a CRC32 computed on the way,
+    and the fetched copy loads with it checked."""
+    from ckpt_saver import State, content_hash, expected_hash
+    from rtj_trainer.checkpoint import CheckpointManager
+    from rtj_trainer.peer_replica import ReplicaServer, fetch_snapshot, held_replicas
+
+    survivor, replacement = tmp_path / "pod-0", tmp_path / "pod-1"
+    mgr = CheckpointManager(
+        str(tmp_path / "persist"), rank=1, world_size=1, interval_steps=100,
+        local_root=str(survivor), local_interval_steps=2,
+    )  # fmt: skip
+    state = State()
+    for step in range(1, 6):
+        state.fill(step)
+        mgr.maybe_save(step, state)
+        assert mgr.wait_local(30)
+    assert held_replicas(str(survivor)) == {1: local_snapshots(local_rank_dir(str(survivor), 1))}
+    (step, nonce), _ = local_snapshots(local_rank_dir(str(survivor), 1))
+    server = ReplicaServer(str(survivor), host="127.0.0.1").start()
+    try:
+        fetch_snapshot(f"127.0.0.1:{server.port}", 1, step, nonce, local_rank_dir(str(replacement), 1))
+    finally:
+        server.stop()
+    fetched = read_local_meta(
+        os.path.join(local_rank_dir(str(replacement), 1), f"step-{step:010d}.{nonce:x}")
+    )
+    assert all(f["crc32"] is not None for f in fetched["files"].values())
+    fresh = State()
+    resumed = CheckpointManager(
+        str(tmp_path / "persist"), rank=1, world_size=1, interval_steps=100,
+        local_root=str(replacement), local_interval_steps=2,
+    ).load_latest(fresh)  # fmt: skip
+    assert resumed is not None and resumed.step == step == 4 and content_hash(fresh) == expected_hash(4)

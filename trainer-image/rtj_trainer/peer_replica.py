@@ -30,7 +30,8 @@ document; file contents follow their header raw.
   put:  {"op": "put", "rank", "step", "nonce", "meta": {...snapshot.json}, "files": [[name, size]...]}
         file bytes ..., {"crc32": {name: crc}}            -> {"ok": true} | {"ok": false, "error"}
   get:  {"op": "get", "rank", "step", "nonce"}
-        -> {"ok": true, "meta": {...}, "files": [[name, size, crc]...]}, file bytes ...
+        -> {"ok": true, "meta": {...}, "files": [[name, size, stored crc or null]...]}, file bytes ...,
+           {"crc32": {name: crc}}
   list: {"op": "list"}                                    -> {"ok": true, "held": {rank: [[step, nonce]...]}}
 """
 
@@ -295,10 +296,10 @@ class ReplicaServer:
                 _send_doc(conn, {"ok": False, "error": f"no replica of rank {rank} step {step}: {e}"})
                 return
         try:
-            crcs = {n: meta["files"][n]["crc32"] for n, _ in files}
-            _send_doc(conn, {"ok": True, "meta": meta, "files": [[n, s, crcs[n]] for n, s in files]})
-            for f, (_, size) in zip(handles, files, strict=True):
-                _send_file(conn, f, size)
+            stored = {n: meta["files"][n].get("crc32") for n, _ in files}  # None: a memory-tier snapshot
+            _send_doc(conn, {"ok": True, "meta": meta, "files": [[n, s, stored[n]] for n, s in files]})
+            sent = {n: _send_file(conn, f, size) for f, (n, size) in zip(handles, files, strict=True)}
+            _send_doc(conn, {"crc32": sent})
         finally:
             for f in handles:
                 f.close()
@@ -345,10 +346,13 @@ def fetch_snapshot(
             head = _recv_doc(sock)
             if not head.get("ok"):
                 raise ReplicaError(str(head.get("error")))
-            for n, size, crc in head["files"]:
-                if _recv_file(sock, os.path.join(partial, n), int(size)) != int(crc):
-                    raise ReplicaError(f"{n} of rank {rank} step {step} from {endpoint} fails its CRC32")
-        meta = head["meta"]
+            got = {n: _recv_file(sock, os.path.join(partial, n), int(size)) for n, size, _ in head["files"]}
+            sent = _recv_doc(sock)["crc32"]
+        for n, _, stored in head["files"]:  # what was sent arrived; and it is what was stored
+            if got[n] != int(sent[n]) or (stored is not None and got[n] != int(stored)):
+                raise ReplicaError(f"{n} of rank {rank} step {step} from {endpoint} fails its CRC32")
+        meta = dict(head["meta"])
+        meta["files"] = {n: {"size": int(size), "crc32": got[n]} for n, size, _ in head["files"]}
         if (int(meta["rank"]), int(meta["step"]), int(meta["nonce"])) != (rank, step, nonce):
             raise ReplicaError(f"{endpoint} sent another snapshot than rank {rank} step {step}")
         write_local_meta(partial, meta)
