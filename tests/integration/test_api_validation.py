@@ -212,6 +212,11 @@ def test_cel_messages_are_ours(rtj_api, namespace: str) -> None:
     assert "procsPerNode must not exceed gpusPerNode" in message
     message = rejection(lambda: rtj_api.create(namespace, job(checkpoint={"intervalSteps": 10})))
     assert "exactly one of checkpoint.pvc or checkpoint.fsx must be set" in message
+    no_snapshots = {"pvc": {"claimName": "ckpt"}, "peerReplica": True}
+    message = rejection(lambda: rtj_api.create(namespace, job(checkpoint=no_snapshots)))
+    assert "checkpoint.peerReplica needs checkpoint.memorySnapshotIntervalSteps > 0" in message
+    on = {"pvc": {"claimName": "ckpt"}, "peerReplica": True, "memorySnapshotIntervalSteps": 10}
+    assert rtj_api.create(namespace, job("peer", checkpoint=on))["spec"]["checkpoint"]["peerReplica"] is True
 
 
 @pytest.mark.parametrize(

@@ -382,7 +382,8 @@ class Checkpoint(ApiModel):
         "node slot (slot s to s+1 mod nodes: another node); a replacement pod (its node lost) fetches "
         "its shards from there instead of the volume (status.replicaStep). Needs "
         "memorySnapshotIntervalSteps > 0; does nothing with one node. resources.sharedMemorySize must "
-        "hold three snapshots of a pod's state (two own, one replica), plus what NCCL uses.",
+        "hold, besides what NCCL uses, four snapshots of a pod's state (two own, the peer's replica and "
+        "one arriving), and up to six while a slow persist and a slow replication hold older own ones.",
     )
     persist_seconds: int | None = Field(
         None,
