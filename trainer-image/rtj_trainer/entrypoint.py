@@ -229,12 +229,13 @@ def start_peer_replica(
     ranks then snapshot into memory without replicating."""
     path = os.path.join(status_dir, PEER_REPLICA_FILE)
     Path(path).unlink(missing_ok=True)
-    if not cfg.peer_replica_port or not cfg.memory_snapshot_interval_steps or cfg.nnodes < 2 or slot is None:
+    mem_dir = cfg.memory_snapshot_dir if cfg.memory_snapshot_interval_steps else None
+    if not cfg.peer_replica_port or mem_dir is None or cfg.nnodes < 2 or slot is None:
         return None
     own, peer = replica_endpoints(cfg.job_name, namespace, slot, cfg.nnodes, cfg.peer_replica_port)
     try:
         server = ReplicaServer(
-            memory_tier_root(cfg.memory_snapshot_dir, cfg.job_name), port=cfg.peer_replica_port + slot
+            memory_tier_root(mem_dir, cfg.job_name), port=cfg.peer_replica_port + slot
         ).start()
     except OSError as e:
         log.warning("peer replica off: its server cannot listen on %s: %r", own, e)
