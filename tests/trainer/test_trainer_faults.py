@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rtj.contract import ExitCode, FaultReason
+from rtj.contract import ExitCode, FaultReason, FaultSeverity, PodState
 from rtj_local.wait import wait_for
 from trainer_harness import ToyJob, first_step_after
 
@@ -70,15 +70,14 @@ def test_rank_exception_is_restarted_in_process(make_job) -> None:
     faulty_launcher = next(e["ppid"] for e in events if e["rank"] == 1)
     for name in job.pods:
         hb = job.pods[name].last_heartbeat()
-        assert hb["state"] == "Finished"
-        assert hb["inProcessRestarts"] == 1
-        assert hb["inJobRestarts"] == 0
-        assert hb["fault"]["severity"] == "Soft"
+        assert hb.state is PodState.FINISHED
+        assert (hb.in_process_restarts, hb.in_job_restarts) == (1, 0)
+        assert hb.fault is not None and hb.fault.severity is FaultSeverity.SOFT
         # The pod of the raising rank names the exception; the other saw its collectives break.
         expected = (
             FaultReason.RANK_EXCEPTION if launchers[name] == faulty_launcher else FaultReason.PEER_FAILURE
         )
-        assert hb["fault"]["reason"] == expected, hb["fault"]
+        assert hb.fault.reason == expected, hb.fault
 
     t_fault = _fault_time(events, 1, 30)
     back = first_step_after(events, t_fault, ipr=1)
@@ -103,9 +102,9 @@ def test_rank_sigkill_is_restarted_by_the_launcher(make_job) -> None:
     assert max(e["ijr"] for e in events if e["rank"] == 1) == 1  # the launcher's own restart count
     for name in job.pods:
         hb = job.pods[name].last_heartbeat()
-        assert hb["state"] == "Finished"
+        assert hb.state is PodState.FINISHED
         # Both pods' workers were restarted (the other pod's through the new rendezvous round).
-        assert hb["inJobRestarts"] == 1, (name, hb)
+        assert hb.in_job_restarts == 1, (name, hb)
 
     t_fault = _fault_time(events, 1, 30)
     first_pid = min(pids[1], key=lambda p: min(e["t"] for e in events if e["pid"] == p))
@@ -154,10 +153,10 @@ def test_no_progress_stops_with_do_not_restart(make_job) -> None:
     for name in job.pods:
         hb = job.pods[name].last_heartbeat()
         # Soft: exit code 93 fails the job; a Hard fault would have the operator replace the pod first.
-        assert hb["fault"]["severity"] == "Soft"
-        assert hb["fault"]["reason"] == FaultReason.NO_PROGRESS
-        assert hb["checkpoint"]["step"] == 4
-        assert 2 <= hb["inJobRestarts"] < 10
+        assert hb.fault is not None and hb.fault.severity is FaultSeverity.SOFT
+        assert hb.fault.reason == FaultReason.NO_PROGRESS
+        assert hb.checkpoint is not None and hb.checkpoint.step == 4
+        assert 2 <= hb.in_job_restarts < 10
 
 
 def test_permanent_error_stops_every_pod_with_93_and_no_restart(make_job) -> None:
@@ -178,9 +177,9 @@ def test_permanent_error_stops_every_pod_with_93_and_no_restart(make_job) -> Non
         message="the pod of the raising rank to exit",
     )
     assert job.pods[ended].proc.returncode == ExitCode.DO_NOT_RESTART, job.dump_logs()
-    fault = job.pods[ended].last_heartbeat().get("fault") or {}
-    assert fault.get("severity") == "Permanent", fault
-    assert "injected permanent error at step 10" in fault.get("message", ""), fault
+    fault = job.pods[ended].last_heartbeat().fault
+    assert fault is not None and fault.severity is FaultSeverity.PERMANENT, fault
+    assert "injected permanent error at step 10" in fault.message, fault
     events = job.events()
     assert {e["ijr"] for e in events} == {0}, "no in-job restart after a permanent error"
     assert {e["ipr"] for e in events} == {0}, "no in-process restart after a permanent error"
@@ -274,9 +273,8 @@ def test_lost_rendezvous_is_rejoined_inside_the_same_pods(make_job) -> None:
     assert after and not {e["ppid"] for e in after} & launchers, "the new ranks ran under new launchers"
     for name, pod in job.pods.items():
         assert "rendezvous lost: starting ft_launcher again" in pod.log_text(), name
-        assert pod.last_heartbeat()["fault"]["reason"] == FaultReason.RENDEZVOUS_LOST, (
-            name
-        )  # the operator's lastFault
+        fault = pod.last_heartbeat().fault  # the operator's lastFault
+        assert fault is not None and fault.reason == FaultReason.RENDEZVOUS_LOST, name
     back = first_step_after(events, t_kill, exclude_pids=old_pids)
     assert back is not None
     print(f"\nRECOVERY lost rendezvous (relaunch in the pods): {back['t'] - t_kill:.2f} s from SIGKILL "

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from rtj.contract import TrainerConfig
+from rtj.contract import Heartbeat, TrainerConfig
 from rtj_local.procs import free_port
 from rtj_local.wait import wait_for
 from rtj_trainer.entrypoint import is_launcher
@@ -40,10 +40,10 @@ class Pod:
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 
-    def last_heartbeat(self) -> dict[str, Any]:
+    def last_heartbeat(self) -> Heartbeat:
         found = LAST_HEARTBEAT.findall(self.log_text())
         assert found, f"{self.name}: no final heartbeat in its log"
-        return json.loads(found[-1])
+        return Heartbeat.model_validate_json(found[-1])
 
 
 @dataclass
