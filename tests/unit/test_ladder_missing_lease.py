@@ -7,11 +7,10 @@ timeout 30 s, startup timeout 120 s; pods started 300 s ago."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from ladder_testkit import NOW, ago, make_job, observe, running_status
+from ladder_testkit import NOW, Case, ago, check, make_job, observe, running_status
 from rtj import reasons
 from rtj.api.models import ResilientTrainingJob
 from rtj.ladder import DeletePod, Observed, TaintNode, decide
@@ -35,67 +34,55 @@ def without_lease(pod: str) -> Observed:
     )
 
 
-@dataclass
-class Case:
-    id: str
-    job: ResilientTrainingJob
-    observed: Observed
-    actions: list[Any] = field(default_factory=list)
-    events: list[str] = field(default_factory=list)
-    slot1: dict[str, Any] = field(default_factory=dict)
-
-
 CASES = [
     Case(
         "Lease just went missing after heartbeats: no fault, the time it went missing is kept",
         job_with_slot1(lastHeartbeatTime=ago(50).isoformat()),
         without_lease("train-n1-a0"),
-        slot1={"leaseMissingSince": NOW, "state": "LeaseMissing", "attempt": 0},
+        slots={1: {"leaseMissingSince": NOW, "state": "LeaseMissing", "attempt": 0}},
     ),
     Case(
         "missing within the trainer's recreate grace (2 renew intervals): still no fault",
         job_with_slot1(lastHeartbeatTime=ago(50).isoformat(), leaseMissingSince=ago(9).isoformat()),
         without_lease("train-n1-a0"),
-        slot1={"leaseMissingSince": ago(9), "attempt": 0},
+        slots={1: {"leaseMissingSince": ago(9), "attempt": 0}},
     ),
     Case(
         "missing past the grace with the last heartbeat past heartbeatTimeoutSeconds: HeartbeatTimeout",
         job_with_slot1(lastHeartbeatTime=ago(50).isoformat(), leaseMissingSince=ago(11).isoformat()),
         without_lease("train-n1-a0"),
         [DeletePod("train-n1-a0", "uid-train-n1-a0", 0), TaintNode("node-1")],
+        restarts=(0, 0, 1),
         events=[reasons.HEARTBEAT_TIMEOUT, reasons.NODE_QUARANTINED],
-        slot1={"attempt": 1, "lastFaultReason": reasons.HEARTBEAT_TIMEOUT, "leaseMissingSince": None},
+        slots={1: {"attempt": 1, "lastFaultReason": reasons.HEARTBEAT_TIMEOUT, "leaseMissingSince": None}},
     ),
     Case(
         "missing past the grace but the last heartbeat is recent: silence counts from that heartbeat",
         job_with_slot1(lastHeartbeatTime=ago(20).isoformat(), leaseMissingSince=ago(15).isoformat()),
         without_lease("train-n1-a0"),
-        slot1={"attempt": 0, "leaseMissingSince": ago(15)},
+        slots={1: {"attempt": 0, "leaseMissingSince": ago(15)}},
     ),
     Case(
         "the Lease is back: the gap is forgotten",
         job_with_slot1(leaseMissingSince=ago(5).isoformat()),
         observe().running(2).obj(),
-        slot1={"leaseMissingSince": None, "state": "Training"},
+        slots={1: {"leaseMissingSince": None, "state": "Training"}},
     ),
     Case(
         "a pod that never heartbeated still has its startup deadline (from pod start)",
         job_with_slot1(lastHeartbeatTime=None),
         without_lease("train-n1-a0"),
         [DeletePod("train-n1-a0", "uid-train-n1-a0", 5), TaintNode("node-1")],
+        restarts=(0, 0, 1),
         events=[reasons.STARTUP_TIMEOUT, reasons.NODE_QUARANTINED],
-        slot1={"attempt": 1},
+        slots={1: {"attempt": 1}},
     ),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_missing_lease(case: Case) -> None:
-    d = decide(case.job, case.observed, NOW)
-    assert d.actions == case.actions
-    assert [e.reason for e in d.events] == case.events
-    got = d.status.node_slots[1].model_dump(by_alias=True)
-    assert {k: got[k] for k in case.slot1} == case.slot1
+    check(case)
 
 
 def test_the_other_slot_is_untouched() -> None:
