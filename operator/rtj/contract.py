@@ -259,7 +259,7 @@ def rank_file_name(local_rank: int) -> str:
     return f"{RANK_FILE_PREFIX}{local_rank}{RANK_FILE_SUFFIX}"
 
 
-# Strict numbers: a bool or a float is not a count, as in the heartbeat agent's reader before.
+# Strict: a bool or a float in a rank file is not a count.
 RankCounter = Annotated[int, Field(ge=0, le=MAX_COUNTER, strict=True)]
 
 
@@ -300,8 +300,7 @@ class RankReport(BaseModel):
         try:
             return handler(value)
         except ValidationError:
-            assert info.field_name is not None
-            return cls.model_fields[info.field_name].get_default()
+            return cls.model_fields[str(info.field_name)].get_default()
 
     def to_file(self) -> str:
         return self.model_dump_json(by_alias=True)
