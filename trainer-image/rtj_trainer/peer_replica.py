@@ -53,7 +53,6 @@ from typing import Any, BinaryIO
 
 from .checkpoint_format import (
     CHUNK_BYTES,
-    LOCAL_META,
     CheckpointError,
     crc32_of,
     local_name,
@@ -217,10 +216,12 @@ class ReplicaServer:
                 conn, _ = self._sock.accept()
             except TimeoutError:
                 continue
-            except OSError:
+            except OSError as e:  # e.g. out of file descriptors: keep serving, never die silently
                 if self._stop.is_set():
                     return
-                raise
+                log.warning("replica server: accept failed: %r", e)
+                self._stop.wait(0.5)
+                continue
             threading.Thread(target=self._handle, args=(conn,), name="rtj-replica-conn", daemon=True).start()
 
     def stop(self) -> None:
@@ -475,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("port", type=int)
     args = p.parse_args(argv)
     server = ReplicaServer(args.local_root, host="127.0.0.1", port=args.port)
-    print(f"serving {LOCAL_META} replicas on {server.port}", flush=True)
+    print(f"serving replicas of {args.local_root} on port {server.port}", flush=True)
     server.serve_forever()
     return 0
 
