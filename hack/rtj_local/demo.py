@@ -41,7 +41,7 @@ from rtj_local.nodes import schedulable
 from rtj_local.rawapi import RawApi
 from rtj_local.stack import OperatorProcess, install_chart
 from rtj_local.timeline import Snapshot, Timeline
-from rtj_local.train_log import TRAIN_LOG_DIR, StepsLost, pod_train_logs, steps_lost
+from rtj_local.train_log import StepsLost, job_train_logs, steps_lost, train_log_env
 from rtj_local.versions import REPO_ROOT, bin_path
 from rtj_local.wait import wait_for
 
@@ -107,7 +107,12 @@ class Demo:
                 spec.setdefault("env", []).extend(
                     [
                         {"name": "RTJ_FAULT_INJECT", "value": f"exception:1:{EXCEPTION_STEP}"},
-                        {"name": "RTJ_TRAIN_LOG_DIR", "value": TRAIN_LOG_DIR},
+                        *(
+                            {"name": k, "value": v}
+                            for k, v in train_log_env(
+                                spec.get("checkpoint", {}).get("mountPath", "/checkpoints")
+                            ).items()
+                        ),
                     ]
                 )
                 spec["args"] = [*spec.get("args", []), "--min-step-time", str(MIN_STEP_TIME)]
@@ -268,8 +273,9 @@ class Demo:
     # --- summary --------------------------------------------------------------------------------------
     def _steps_lost(self, tl: Timeline, faults: list[FaultRecord]) -> list[StepsLost | None]:
         """Per fault, the steps it cost, from the ranks' step logs (rtj_local.train_log)."""
-        assert self.agent is not None
-        logs = pod_train_logs(self.agent.run_dir, NAMESPACE, tl.job)
+        logs: dict[str, list[dict[str, Any]]] = {}
+        for ckpt_dir in self.checkpoint_dirs:
+            logs.update(job_train_logs(ckpt_dir, tl.job))
         return [steps_lost(logs, tl.wall0 + f.injected_at) if f.injected_at else None for f in faults]
 
     def summary(self, tl: Timeline, faults: list[FaultRecord]) -> None:

@@ -3,8 +3,10 @@
 `rtj_trainer.examples.fsdp_train --log-dir` writes one JSON line per step per rank (`step`, `loss`,
 `t`), a `resume` line each time the training function (re)starts (`step` it resumed at, `source`:
 init, memory, local, persistent...) and a `fault` line before an injected fault fires (`kind`,
-`step`, `t`). Under the local node agent each pod's /tmp is private: its logs lie in
-`<agent run dir>/pods/<ns>_<pod>_<uid>/tmp/train-logs/rank-<global rank>.jsonl`.
+`step`, `t`). Each pod writes them on the job's checkpoint volume (RTJ_TRAIN_LOG_DIR =
+`<mount path>/.train-logs/{pod}`, `train_log_env`), so they outlive the pod and read the same on
+the node agent and on kubelet nodes (where a container's /tmp goes with its node):
+`<checkpoint dir on the host>/.train-logs/<pod>/rank-<global rank>.jsonl`.
 
 Steps lost to a fault = the newest step any rank completed before the recovery's first resume,
 minus the step that resume started from (the oldest, when ranks disagree). A fault handled on the
@@ -21,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: The trainer's log dir inside each pod (env RTJ_TRAIN_LOG_DIR), in its private /tmp.
-TRAIN_LOG_DIR = "/tmp/train-logs"
+#: The ranks' logs, under the checkpoint volume's root (a dot dir: never taken for a checkpoint).
+TRAIN_LOG_SUBDIR = ".train-logs"
 
 #: File key ("<pod>/rank-<r>.jsonl") -> that file's records, in order.
 TrainLogs = Mapping[str, list[dict[str, Any]]]
@@ -44,14 +46,18 @@ def _worker_pod_pattern(job: str) -> re.Pattern[str]:
     return re.compile(rf"^{re.escape(job)}-(n\d+|spare-\d+)-a\d+$")
 
 
-def pod_train_logs(agent_run_dir: Path, namespace: str, job: str) -> dict[str, list[dict[str, Any]]]:
-    """Every step log of `job`'s pods under a local node agent's run dir. A torn last line (a rank
-    killed while writing it) is skipped."""
+def train_log_env(mount_path: str = "/checkpoints") -> dict[str, str]:
+    """The env entry that makes fsdp_train log to the checkpoint volume mounted at `mount_path`."""
+    return {"RTJ_TRAIN_LOG_DIR": f"{mount_path.rstrip('/')}/{TRAIN_LOG_SUBDIR}/{{pod}}"}
+
+
+def job_train_logs(checkpoint_dir: Path, job: str) -> dict[str, list[dict[str, Any]]]:
+    """Every step log of `job`'s worker pods on its checkpoint volume (the host's directory behind
+    it). A torn last line (a rank killed while writing it) is skipped."""
     pattern = _worker_pod_pattern(job)
     out: dict[str, list[dict[str, Any]]] = {}
-    rel = TRAIN_LOG_DIR.removeprefix("/tmp/")
-    for path in sorted(Path(agent_run_dir).glob(f"pods/{namespace}_*/tmp/{rel}/rank-*.jsonl")):
-        pod = path.parents[2].name.split("_")[1]
+    for path in sorted(Path(checkpoint_dir).glob(f"{TRAIN_LOG_SUBDIR}/*/rank-*.jsonl")):
+        pod = path.parent.name
         if not pattern.match(pod):
             continue
         recs = []

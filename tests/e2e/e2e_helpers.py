@@ -37,7 +37,7 @@ from rtj_local.nodes import schedulable
 from rtj_local.procs import ProcInfo
 from rtj_local.rawapi import MERGE, RawApi
 from rtj_local.timeline import Snapshot, Timeline
-from rtj_local.train_log import TRAIN_LOG_DIR, StepsLost, fault_times, pod_train_logs, steps_lost
+from rtj_local.train_log import StepsLost, fault_times, job_train_logs, steps_lost, train_log_env
 from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint_format import committed_steps
 
@@ -123,11 +123,8 @@ def job_manifest(
             "resources": {"efaPerNode": 0, "cpu": "1", "memory": "2Gi", "sharedMemorySize": "256Mi"},
             "command": ["python", "-m", "rtj_trainer.examples.fsdp_train"],
             "args": ["--steps", str(steps), "--dim", "64", "--min-step-time", "0.2"],
-            # The ranks' step logs (pod-private /tmp): steps lost per fault (rtj_local.train_log).
-            "env": [
-                {"name": k, "value": v}
-                for k, v in {"RTJ_TRAIN_LOG_DIR": TRAIN_LOG_DIR, **(env or {})}.items()
-            ],
+            # The ranks' step logs (on the checkpoint volume): steps lost per fault (rtj_local.train_log).
+            "env": [{"name": k, "value": v} for k, v in {**train_log_env(), **(env or {})}.items()],
             "placement": {"nodeSelector": node_selector},
             "checkpoint": {"pvc": {"claimName": claim}, "intervalSteps": interval, "keep": 2},
             "faultTolerance": ft,
@@ -248,7 +245,7 @@ class JobRun:
         """What a fault cost, from the ranks' step logs: an injected fault by its key
         (`<kind>-<rank>-<step>`, timed by its rank's log line), an outside one named `fault` and
         timed by `at` (wall time). Recorded for the session's summary of steps lost per fault."""
-        logs = pod_train_logs(self.stack.agent.run_dir, NAMESPACE, self.name)
+        logs = job_train_logs(self.checkpoint_dir, self.name)
         when = fault_times(logs).get(fault) if at is None else at
         cost = steps_lost(logs, when) if when is not None else None
         STEPS_LOST_ROWS.append((self.name, fault, level, cost))

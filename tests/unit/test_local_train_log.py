@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from rtj_local.train_log import TRAIN_LOG_DIR, StepsLost, fault_times, pod_train_logs, steps_lost
+from rtj_local.train_log import (
+    TRAIN_LOG_SUBDIR,
+    StepsLost,
+    fault_times,
+    job_train_logs,
+    steps_lost,
+    train_log_env,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -83,16 +90,19 @@ def test_fault_times_key_like_the_fault_markers() -> None:
     assert fault_times(logs) == {"sigkill-1-20": 42.0, "hang-1-32": 80.0}
 
 
-def test_pod_train_logs_reads_the_pods_private_tmp_of_one_job(tmp_path) -> None:
-    def write(pod_dir: str, rank: int, recs: list[dict]) -> None:
-        d = tmp_path / "pods" / pod_dir / "tmp" / TRAIN_LOG_DIR.removeprefix("/tmp/")
+def test_job_train_logs_reads_one_jobs_pods_on_the_checkpoint_volume(tmp_path) -> None:
+    def write(pod: str, rank: int, recs: list[dict]) -> None:
+        d = tmp_path / TRAIN_LOG_SUBDIR / pod
         d.mkdir(parents=True, exist_ok=True)
         lines = [json.dumps(r) for r in recs] + ['{"torn']  # a rank killed mid-line
         (d / f"rank-{rank}.jsonl").write_text("\n".join(lines))
 
-    write("default_soft-n0-a0_1234abcd", 0, [step(1, 1.0)])
-    write("default_soft-n1-a0_5678abcd", 1, [step(1, 1.1)])
-    write("default_other-n0-a0_9999abcd", 0, [step(9, 9.0)])
-    write("other_soft-n0-a0_aaaaaaaa", 0, [step(9, 9.0)])
-    logs = pod_train_logs(tmp_path, "default", "soft")
+    write("soft-n0-a0", 0, [step(1, 1.0)])
+    write("soft-n1-a0", 1, [step(1, 1.1)])
+    write("soft-x-n0-a0", 0, [step(9, 9.0)])  # another job's pod ("<job>-x")
+    logs = job_train_logs(tmp_path, "soft")
     assert logs == {"soft-n0-a0/rank-0.jsonl": [step(1, 1.0)], "soft-n1-a0/rank-1.jsonl": [step(1, 1.1)]}
+
+
+def test_train_log_env_points_at_the_volume_with_the_pods_name_left_to_the_trainer() -> None:
+    assert train_log_env("/ckpt/") == {"RTJ_TRAIN_LOG_DIR": "/ckpt/.train-logs/{pod}"}

@@ -31,8 +31,9 @@ launcher; one code path for CPU (gloo, fp32) and GPU (NCCL, bf16 compute, fp32 m
       corrupt:0:20              write NaN into a weight, then raise (the kept state is bad)
   A step "+N" counts from the step the run resumed at. Each fault fires once per job (a marker
   file `.fault-*` in the checkpoint directory) unless `:always` is given.
-- One JSON line per step per rank in `<log-dir>/rank-<r>.jsonl`: step, loss, step seconds, save
-  outcome, snapshot seconds, in-process iteration, in-job restart count; "resume" lines on start.
+- One JSON line per step per rank in `<log-dir>/rank-<r>.jsonl` (env RTJ_TRAIN_LOG_DIR; `{pod}` in
+  it is the pod's name): step, loss, step seconds, save outcome, snapshot seconds, in-process
+  iteration, in-job restart count; "resume" lines on start.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from rtj.contract import ExitCode, PodState
+from rtj.contract import ENV_POD_NAME, ExitCode, PodState
 from torch import nn
 
 from rtj_trainer.checkpoint import CheckpointManager
@@ -319,9 +320,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class StepLog:
+    """`<log dir>/rank-<global rank>.jsonl`; a `{pod}` in the log dir is the pod's name
+    (RTJ_POD_NAME), so that the pods of a job can keep their logs on one shared volume."""
+
     def __init__(self, log_dir: str | None, rank: int) -> None:
         self._f = None
         if log_dir:
+            log_dir = log_dir.replace("{pod}", os.environ.get(ENV_POD_NAME, "pod"))
             os.makedirs(log_dir, exist_ok=True)
             self._f = open(os.path.join(log_dir, f"rank-{rank}.jsonl"), "a", buffering=1)  # noqa: SIM115
 
