@@ -94,11 +94,11 @@ test: venv cluster-build ## Run all tests except slow ones (the session fixture 
 # timeout counts the loading; everything is stopped afterwards, whatever the outcome. The node agent's own
 # tests (test_node_agent.py) are not about the product: they stay in `make test`.
 .PHONY: test-e2e-nodes
-test-e2e-nodes: venv nodes-build images ## The e2e tier on 3 kubelet nodes: the chart's operator pod and every job pod from `make images` (root)
+test-e2e-nodes: venv nodes-build images ## The e2e tier on 4 kubelet nodes (as many as the node-agent tier has): the chart's operator pod and every job pod from `make images` (root)
 	export RTJ_RUN_DIR=$(KUBELET_RUN_DIR); \
 	trap '$(PY) -m rtj_local.kubelet_nodes down; $(PY) -m rtj_local.cluster down' EXIT; \
 	$(PY) -m rtj_local.cluster up --nodes 0 --real-nodes; \
-	$(PY) -m rtj_local.kubelet_nodes up --nodes 3 $(LOCAL_IMAGES); \
+	$(PY) -m rtj_local.kubelet_nodes up --nodes 4 $(LOCAL_IMAGES); \
 	RTJ_E2E_NODES=kubelet $(PY) -m pytest -m e2e --ignore=tests/e2e/test_node_agent.py $(PYTEST_ARGS) tests/e2e
 
 .PHONY: test-unit
