@@ -100,6 +100,7 @@ def job_manifest(
     interval: int = 10,
     env: dict[str, str] | None = None,
     fault_tolerance: dict[str, Any] | None = None,
+    checkpoint: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     ft = {
         "heartbeatIntervalSeconds": 1,
@@ -126,7 +127,12 @@ def job_manifest(
             # The ranks' step logs (on the checkpoint volume): steps lost per fault (rtj_local.train_log).
             "env": [{"name": k, "value": v} for k, v in {**train_log_env(), **(env or {})}.items()],
             "placement": {"nodeSelector": node_selector},
-            "checkpoint": {"pvc": {"claimName": claim}, "intervalSteps": interval, "keep": 2},
+            "checkpoint": {
+                "pvc": {"claimName": claim},
+                "intervalSteps": interval,
+                "keep": 2,
+                **(checkpoint or {}),
+            },
             "faultTolerance": ft,
         },
     }

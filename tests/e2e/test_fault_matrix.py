@@ -169,6 +169,43 @@ def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(ru
     assert job.steps_lost("node death", "Pod", at=killed_at) is not None, "no resume seen after it"
 
 
+@pytest.mark.timeout(720)
+def test_node_death_with_the_volume_unreadable_resumes_from_the_peer_replica(run_job, e2e_stack) -> None:
+    """issue 14, item 3: memory snapshots every 2 steps replicated to the next slot's pod. A node
+    dies (its pod's memory with it) and the checkpoint volume is unreadable while the job recovers
+    (mode 000: the pods run as the trainer's user); the replacement fetches its shard from the peer
+    and the job resumes at most one memory interval behind (status.replicaStep shows the replicas)."""
+    job = run_job(
+        "peer", steps=400, interval=10, checkpoint={"memorySnapshotIntervalSteps": 2, "peerReplica": True}
+    )
+    # status.replicaStep refreshes with the slots' heartbeat times (every 60 s by default).
+    snap = job.wait(
+        lambda s: all_training(s) and (s.status.get("replicaStep") or 0) >= 10, START, "a replica"
+    )
+    rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
+    victim = next(s for s in snap.status["nodeSlots"] if s["node"] != rdzv_node)
+    mode = job.checkpoint_dir.stat().st_mode
+    job.checkpoint_dir.chmod(0)
+    try:
+        killed_at = time.time()
+        killed = e2e_stack.agent.kill_node(victim["node"])
+        assert f"{NAMESPACE}/{victim['pod']}" in killed
+
+        def replaced_and_training(s) -> bool:
+            slot = slot_pod(s, victim["slot"])
+            step, before = s.status.get("step") or 0, snap.status.get("step") or 0
+            return slot["pod"] != victim["pod"] and all_training(s) and step > before + 4
+
+        job.wait(replaced_and_training, 240, "the dead node's pod replaced and training again")
+        cost = job.steps_lost("node death, no volume", "Pod", at=killed_at)
+    finally:
+        job.checkpoint_dir.chmod(mode)
+    assert cost is not None, "no resume seen after the node death"
+    assert cost.sources == ("peer",), cost
+    assert cost.lost <= 2 * 2, cost  # the newest snapshot or the one before (in flight when it died)
+    assert_succeeded(job)
+
+
 def test_rendezvous_pod_killed_is_recovered_at_job_level(run_job, e2e_stack) -> None:
     """issue 13, case 1: the rendezvous pod dies and every worker's launcher fails. Before: each
     worker a pod reschedule with its healthy node quarantined; Failed/PodRescheduleBudgetExhausted
