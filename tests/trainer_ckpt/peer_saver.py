@@ -1,20 +1,22 @@
-"""Two "pods" of one rank each, every rank's memory snapshots replicated to the other pod's replica
-server (rtj_trainer.peer_replica), to SIGKILL at random moments (tests/trainer_ckpt/test_peer_replica.py).
+"""Two "pods" of RTJ_PEER_RANKS_PER_POD ranks each (default 1), every rank's memory snapshots
+replicated to the other pod's replica server (rtj_trainer.peer_replica), to SIGKILL at random
+moments (tests/trainer_ckpt/test_peer_replica.py).
 
 `python peer_saver.py zygote <ram_dir> <port0> <port1> <memory_interval> <persist_interval> <step_s>`
 imports torch once, then serves commands on stdin:
-  "fork <n>" -> forks incarnation n: rank 0 (pod 0) and rank 1 (pod 1), gloo over a FileStore of
-                their own; prints "<pid0> <pid1>". Pod p's memory tier is <ram_dir>/pod-<p>/shm (its
-                replica server, run by the test on port<p>, holds the other rank's replicas there);
-                the persisted tier is <ram_dir>/persist. Each rank resumes with
-                CheckpointManager.load_latest, exits 3 if what it loaded is not exactly its state of
-                the loaded step, 5 if the two ranks loaded different steps, 6 when a collective fails
-                because the other rank died, 4 on any other error; appends {"n", "rank", "step",
-                "source", "t"} to <ram_dir>/work/resumes.jsonl, then trains: steps resumed+1, ...
-                forever, each taking at least <step_s> s, writing the step reached to
-                <ram_dir>/work/step-<rank>; memory snapshots every <memory_interval> steps,
-                persisted every <persist_interval>. The state of (step, rank) is a function of both.
-  "reap"     -> waits for both, prints their two wait statuses.
+  "fork <n>" -> forks incarnation n: the ranks of pod 0, then those of pod 1 (pod = rank // ranks
+                per pod), gloo over a FileStore of their own; prints their pids. Pod p's memory
+                tier is <ram_dir>/pod-<p>/shm (its replica server, run by the test on port<p>,
+                holds the other pod's replicas there); the persisted tier is <ram_dir>/persist.
+                Each rank resumes with CheckpointManager.load_latest, exits 3 if what it loaded is
+                not exactly its state of the loaded step, 5 if the ranks loaded different steps, 6
+                when a collective fails because another rank died, 4 on any other error; appends
+                {"n", "rank", "step", "source", "t"} to <ram_dir>/work/resumes.jsonl, then trains:
+                steps resumed+1, ... forever, each taking at least <step_s> s, writing the step
+                reached to <ram_dir>/work/step-<rank>; memory snapshots every <memory_interval>
+                steps, persisted every <persist_interval>. The state of (step, rank) is a function
+                of both.
+  "reap"     -> waits for them, prints their wait statuses.
 """
 
 from __future__ import annotations
@@ -31,7 +33,12 @@ from ckpt_saver import State, content_hash
 from rtj_trainer.checkpoint import CheckpointManager
 from snapshot_saver import PEER_LOST, _peer_lost, expected_hash, fill
 
-WORLD = 2
+PER_POD = int(os.environ.get("RTJ_PEER_RANKS_PER_POD", "1"))
+WORLD = 2 * PER_POD
+
+
+def pod_of(rank: int) -> int:
+    return rank // PER_POD
 
 
 def pod_root(ram: str, pod: int) -> str:
@@ -54,11 +61,11 @@ def _rank(
         world_size=WORLD,
         interval_steps=persist_every,
         keep=2,
-        local_root=pod_root(ram, rank),
+        local_root=pod_root(ram, pod_of(rank)),
         local_interval_steps=mem_every,
         local_keep=2,
-        peer_endpoint=f"127.0.0.1:{ports[1 - rank]}",  # slot s replicates to slot s+1 mod 2
-        replica_endpoint=f"127.0.0.1:{ports[rank]}",
+        peer_endpoint=f"127.0.0.1:{ports[1 - pod_of(rank)]}",  # slot s replicates to slot s+1 mod 2
+        replica_endpoint=f"127.0.0.1:{ports[pod_of(rank)]}",
     )
     resumed = mgr.load_latest(state)
     step = resumed.step if resumed else 0

@@ -1,5 +1,5 @@
-"""The peer replica with real processes: two "pods" of one gloo rank each (tests/trainer_ckpt/
-peer_saver.py), each pod's replica server a process of its own (`python -m
+"""The peer replica with real processes: two "pods" of one gloo rank each, or two each in the kill
+test (tests/trainer_ckpt/peer_saver.py), each pod's replica server a process of its own (`python -m
 rtj_trainer.peer_replica serve`), memory-backed directories (tmpfs) and a persisted tier.
 
 - A pod is lost (its rank and server SIGKILLed, its memory deleted) while the persisted tier is
@@ -43,8 +43,12 @@ KILLS = int(os.environ.get("RTJ_PEER_KILLS", "30"))
 class Pods:
     """The zygote forking the ranks, and the two pods' replica servers."""
 
-    def __init__(self, ram: Path, mem_every: int, persist_every: int, step_s: float) -> None:
+    def __init__(
+        self, ram: Path, mem_every: int, persist_every: int, step_s: float, per_pod: int = 1
+    ) -> None:
         self.ram = ram
+        self.per_pod = per_pod
+        self.world = 2 * per_pod
         (ram / "work").mkdir()
         self.ports = [free_port(), free_port()]
         self.servers: list[subprocess.Popen[str] | None] = [None, None]
@@ -54,7 +58,7 @@ class Pods:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            env={**os.environ, "OMP_NUM_THREADS": "1", "RTJ_PEER_RANKS_PER_POD": str(per_pod)},
         )  # fmt: skip
         for pod in (0, 1):
             self.start_server(pod)
@@ -109,14 +113,14 @@ class Pods:
 
     def wait_resumed(self, n: int, timeout: float = 120.0) -> list[dict]:
         deadline = time.monotonic() + timeout
-        while len(recs := [r for r in self.resumes() if r["n"] == n]) < 2:
+        while len(recs := [r for r in self.resumes() if r["n"] == n]) < self.world:
             assert time.monotonic() < deadline, f"incarnation {n} did not resume within {timeout} s"
             time.sleep(0.02)
         return recs
 
     def step_reached(self) -> int:
         steps = []
-        for rank in (0, 1):
+        for rank in range(self.world):
             with open(self.ram / "work" / f"step-{rank}") as f:
                 steps.append(int(f.read() or 0))
         return max(steps)
@@ -126,15 +130,16 @@ class Pods:
         (same save, same nonce), or persisted; 0 if none — the same rule as load_latest, from the
         files; whether that step needs a replica)."""
         gettable, own_sets = [], []
-        for rank in (0, 1):
-            own_dir = local_rank_dir(pod_root(str(self.ram), rank), rank)
+        for rank in range(self.world):
+            pod = rank // self.per_pod
+            own_dir = local_rank_dir(pod_root(str(self.ram), pod), rank)
             own = set(local_snapshots(own_dir))
             for s, n in own:
                 read_local_meta(os.path.join(own_dir, f"step-{s:010d}.{n:x}"))  # committed: metadata there
-            peer_dir = local_rank_dir(replicas_root(pod_root(str(self.ram), 1 - rank)), rank)
+            peer_dir = local_rank_dir(replicas_root(pod_root(str(self.ram), 1 - pod)), rank)
             gettable.append(own | set(local_snapshots(peer_dir)))
             own_sets.append(own)
-        common = gettable[0] & gettable[1]
+        common = set.intersection(*gettable)
         memory = max(common, default=(0, 0))
         persisted = latest_valid(str(self.ram / "persist")) or 0
         needs_peer = memory[0] > persisted and any(memory not in own for own in own_sets)
@@ -216,9 +221,12 @@ def test_a_lost_pod_resumes_from_its_peer_replica_with_the_volume_unreadable(ram
     assert reached - expected < 2 * MEMORY_INTERVAL, (reached, expected)
 
 
-@pytest.mark.parametrize("seed", [20261201])
-def test_kills_of_ranks_and_replica_servers_never_load_a_torn_or_mixed_state(ram_fs: Path, seed: int) -> None:
-    pods = Pods(ram_fs, mem_every=1, persist_every=3, step_s=0.0)
+@pytest.mark.parametrize("per_pod", [1, 2], ids=["one-rank-per-pod", "two-ranks-per-pod"])
+def test_kills_of_ranks_and_replica_servers_never_load_a_torn_or_mixed_state(
+    ram_fs: Path, per_pod: int
+) -> None:
+    pods = Pods(ram_fs, mem_every=1, persist_every=3, step_s=0.0, per_pod=per_pod)
+    seed = 20261201
     rng = random.Random(seed)
     outcomes: Counter[str] = Counter()
     expected: dict[int, tuple[int, bool]] = {}
@@ -233,13 +241,17 @@ def test_kills_of_ranks_and_replica_servers_never_load_a_torn_or_mixed_state(ram
                 break
             time.sleep(rng.uniform(0.05, 1.5))
             scenario = rng.choice(["ranks", "receiver", "pod"])
-            victim = rng.randrange(2)
+            victim = rng.randrange(2)  # a pod
             if scenario == "receiver":  # the receiver dies mid-stream, the ranks a moment later
                 pods.kill_server(victim)
                 time.sleep(rng.uniform(0.0, 0.2))
-            os.kill(pids[victim], signal.SIGKILL)
+            first = pids[victim * per_pod : (victim + 1) * per_pod]
+            for pid in first:  # the victim pod's ranks, then (as ft_launcher stops them) the others
+                os.kill(pid, signal.SIGKILL)
             time.sleep(rng.uniform(0.0, 0.03))
-            os.kill(pids[1 - victim], signal.SIGKILL)
+            for pid in pids:
+                if pid not in first:
+                    os.kill(pid, signal.SIGKILL)
             pods.kill_server(0)
             pods.kill_server(1)
             pods.reap(pids)
@@ -261,14 +273,14 @@ def test_kills_of_ranks_and_replica_servers_never_load_a_torn_or_mixed_state(ram
         by_n.setdefault(r["n"], []).append(r)
     checked = 0
     for n, recs in sorted(by_n.items()):
-        if len(recs) < 2 or n not in expected:
-            continue  # killed before both ranks had resumed (or the first start)
-        assert recs[0]["step"] == recs[1]["step"], recs
+        if len(recs) < pods.world or n not in expected:
+            continue  # killed before every rank had resumed (or the first start)
+        assert len({r["step"] for r in recs}) == 1, recs
         assert recs[0]["step"] == expected[n][0], f"incarnation {n} resumed at {recs}, expected {expected[n]}"
         checked += 1
         outcomes[f"resumed from {recs[0]['source']}"] += 1
         outcomes["needed a replica"] += expected[n][1]
-    assert len(by_n.get(KILLS, [])) == 2, "the final incarnation did not resume on both ranks"
+    assert len(by_n.get(KILLS, [])) == pods.world, "the final incarnation did not resume on every rank"
     print(f"{KILLS} kills, {checked} resumes checked, final step {by_n[KILLS][0]['step']}: {dict(outcomes)}")
     assert outcomes["resumed from peer"] > 0 and outcomes["replica partial left (a stream cut)"] > 0, outcomes
 
