@@ -136,3 +136,10 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_due(case: Case) -> None:
     assert decide(case.job, case.observed, NOW).due == case.due
+
+
+def test_a_time_near_year_9999_is_a_deadline_that_never_comes_not_an_overflow() -> None:
+    end = datetime.max.replace(tzinfo=NOW.tzinfo)
+    job = make_job().nodes(1).obj()
+    observed = observe().rdzv().worker(0, started=end - timedelta(seconds=5), created=end).obj()
+    assert decide(job, observed, NOW).due == end

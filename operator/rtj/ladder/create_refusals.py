@@ -19,8 +19,9 @@ from its first create) and passes it in as `Observed.create_refusal`. Here, pure
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
+from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     Action,
     CreateRendezvousPod,
@@ -50,7 +51,7 @@ def backoff_seconds(failures: int) -> float:
 
 def retry_at(refusal: CreateRefusal) -> datetime:
     """When the backoff after this refusal ends."""
-    return refusal.last + timedelta(seconds=backoff_seconds(refusal.failures))
+    return p.after(refusal.last, backoff_seconds(refusal.failures))
 
 
 def creates_allowed(refusal: CreateRefusal | None, now: datetime) -> bool:

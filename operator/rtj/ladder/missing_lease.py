@@ -16,10 +16,11 @@ Policy, for a Running pod whose Lease is missing (or has no usable renewTime):
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from rtj import reasons
 from rtj.api.models import FaultTolerance, NodeSlotStatus
+from rtj.ladder import predicates as p
 
 #: Renew intervals the trainer gets to recreate a deleted Lease: one renewal, plus one retry for a
 #: failed write (the agent retries on its next tick).
@@ -36,8 +37,8 @@ def deadline(slot: NodeSlotStatus, ft: FaultTolerance) -> datetime:
     """When the pod counts as silent: both its last heartbeat and the Lease's absence are old enough."""
     assert slot.last_heartbeat_time is not None and slot.lease_missing_since is not None
     return max(
-        slot.last_heartbeat_time + timedelta(seconds=ft.heartbeat_timeout_seconds),
-        slot.lease_missing_since + timedelta(seconds=RECREATE_INTERVALS * ft.heartbeat_interval_seconds),
+        p.after(slot.last_heartbeat_time, ft.heartbeat_timeout_seconds),
+        p.after(slot.lease_missing_since, RECREATE_INTERVALS * ft.heartbeat_interval_seconds),
     )
 
 

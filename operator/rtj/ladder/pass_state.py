@@ -4,7 +4,7 @@ small helpers every policy module of the ladder uses (events, conditions, deleti
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from pydantic import ValidationError
 
@@ -114,7 +114,7 @@ class Pass:
         reason = p.node_fault(pod, self.obs.nodes, self.obs.nodes_known)
         failed = self.obs.api_failed_at
         if reason == reasons.NODE_NOT_READY and failed is not None:
-            until = failed + timedelta(seconds=self.cfg.api_recovery_hold_seconds)
+            until = p.after(failed, self.cfg.api_recovery_hold_seconds)
             if self.now < until:
                 self.due_at(until)
                 return None

@@ -13,6 +13,15 @@ def seconds_since(then: datetime, now: datetime) -> float:
     return max(0.0, (now - then).total_seconds())
 
 
+def after(then: datetime, seconds: float) -> datetime:
+    """`then` + `seconds`, or the last representable time for a `then` near year 9999 (a deadline
+    that never comes, not an OverflowError: the fuzz test draws such times)."""
+    try:
+        return then + timedelta(seconds=seconds)
+    except OverflowError:
+        return datetime.max.replace(tzinfo=then.tzinfo)
+
+
 def is_do_not_restart(pod: PodObs, ft: FaultTolerance) -> bool:
     return (
         pod.phase == "Failed" and pod.exit_code is not None and pod.exit_code in ft.do_not_restart_exit_codes
@@ -45,7 +54,7 @@ def startup_deadline(pod: PodObs, lease: LeaseObs | None, ft: FaultTolerance) ->
     if pod.phase != "Running" or (lease is not None and lease.renew_time is not None):
         return None
     since = pod.started or pod.created
-    return since + timedelta(seconds=ft.startup_timeout_seconds) if since is not None else None
+    return after(since, ft.startup_timeout_seconds) if since is not None else None
 
 
 def heartbeat_silence(
@@ -122,7 +131,7 @@ def budget_exhausted(reschedules_after: int, ft: FaultTolerance) -> bool:
 
 def ttl_deadline(completion: datetime | None, ttl: int | None) -> datetime | None:
     """When a finished job is deleted (ttlSecondsAfterFinished), None while it runs or without a TTL."""
-    return completion + timedelta(seconds=ttl) if completion is not None and ttl is not None else None
+    return after(completion, ttl) if completion is not None and ttl is not None else None
 
 
 def ttl_expired(completion: datetime | None, ttl: int | None, now: datetime) -> bool:

@@ -24,9 +24,10 @@ the missing peer ends NoProgress instead of hanging.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from rtj.api.models import SLOT_STATES_WITHOUT_POD, FaultTolerance, JobStatus, NodeSlotStatus, SlotState
+from rtj.ladder import predicates as p
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def check(
         status.last_progress_time = now
         return Verdict(False, False)
     silent = (now - last).total_seconds()
-    stalls_at = last + timedelta(seconds=ft.progress_timeout_seconds)
+    stalls_at = p.after(last, ft.progress_timeout_seconds)
     if silent <= ft.progress_timeout_seconds:
         return Verdict(False, False, due=stalls_at)
     finished = [s for s in slots if s.state == SlotState.SUCCEEDED]
@@ -86,5 +87,5 @@ def check(
         f"no pod reported a step beyond {beyond} for {silent:.0f}s "
         f"(progressTimeoutSeconds={ft.progress_timeout_seconds}){early}"
     )
-    fails_at = last + timedelta(seconds=2 * ft.progress_timeout_seconds)
+    fails_at = p.after(last, 2 * ft.progress_timeout_seconds)
     return Verdict(True, silent > 2 * ft.progress_timeout_seconds, message, due=fails_at)

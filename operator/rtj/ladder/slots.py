@@ -3,7 +3,7 @@ faults and replace that one pod (level 3), or at job level (rtj.ladder.job_level
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from rtj import contract, reasons
 from rtj.api.models import (
@@ -324,7 +324,7 @@ def fill(ps: Pass, slot: NodeSlotStatus, cause: str | None) -> None:
     if any(q.attempt == slot.attempt for q in ps.workers.get(slot.slot, [])):
         return
     for q in ps.workers.get(slot.slot, []):
-        overdue_at = q.delete_by + timedelta(seconds=_OVERDUE_SECONDS) if q.delete_by is not None else None
+        overdue_at = p.after(q.delete_by, _OVERDUE_SECONDS) if q.delete_by is not None else None
         overdue = overdue_at is not None and ps.now > overdue_at
         if q.deleting:
             ps.due_at(overdue_at)
