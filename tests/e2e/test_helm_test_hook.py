@@ -30,7 +30,8 @@ def test_helm_test_passes_on_the_local_cluster(e2e_stack) -> None:
     # Every local node is p5-shaped, GPU taint included: the test pod (like the operator's) needs the
     # operator's tolerations there (a real cluster usually has nodes without GPUs for it).
     gpu = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    upgrade = helm(e2e_stack, "upgrade", RELEASE, str(CHART), "--reuse-values",
+    # --wait: on kubelet nodes the operator pod rolls with the new tolerations; the hook asks it.
+    upgrade = helm(e2e_stack, "upgrade", RELEASE, str(CHART), "--reuse-values", "--wait", "--timeout=150s",
                    "--set-json", f"operator.tolerations={json.dumps(gpu)}")  # fmt: skip
     assert upgrade.returncode == 0, upgrade.stderr
     if e2e_stack.kind == node_kinds.KUBELET:  # the kubelet serves the hook pod's log through the API
