@@ -15,14 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 from rtj.contract import Heartbeat, TrainerConfig
-from rtj_local.procs import free_port
+from rtj_local.procs import free_port, kill_tree
 from rtj_local.wait import wait_for
 from rtj_trainer.entrypoint import is_launcher
 
@@ -183,23 +182,12 @@ class ToyJob:
     # --- faults -----------------------------------------------------------------------------
     def kill_pod(self, name: str) -> float:
         """SIGKILL everything the pod runs at once; returns the time of the kill."""
-        return self._kill_tree(self.pods[name].proc.pid)
+        return kill_tree(self.pods[name].proc.pid)
 
     def kill_rendezvous(self) -> float:
         """SIGKILL the rendezvous "pod" (entrypoint and nvrx-control); returns the time of the kill."""
         assert self.rdzv is not None
-        return self._kill_tree(self.rdzv.pid)
-
-    @staticmethod
-    def _kill_tree(pid: int) -> float:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-        t = time.time()
-        for p in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-        psutil.wait_procs(procs, timeout=10)
-        return t
+        return kill_tree(self.rdzv.pid)
 
     def stop(self) -> None:
         """Tear everything down (test cleanup): every process tree we started."""

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from ckpt_saver import State, content_hash
 from rtj_trainer.checkpoint import CheckpointManager
-from snapshot_saver import PEER_LOST, _peer_lost, expected_hash, fill
+from snapshot_saver import expected_hash, fill, serve_forks
 
 PER_POD = int(os.environ.get("RTJ_PEER_RANKS_PER_POD", "1"))
 WORLD = 2 * PER_POD
@@ -97,32 +97,8 @@ def _rank(
 
 
 def zygote(ram: str, port0: str, port1: str, mem_every: str, persist_every: str, step_s: str) -> None:
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
-
-    warm = State()
-    set_model_state_dict(warm, get_model_state_dict(warm))
     args = (ram, [int(port0), int(port1)], int(mem_every), int(persist_every), float(step_s))
-    pids: list[int] = []
-    for line in sys.stdin:
-        cmd, *rest = line.split()
-        if cmd == "fork":
-            n = int(rest[0])
-            pids = []
-            for rank in range(WORLD):
-                pid = os.fork()
-                if pid == 0:
-                    code = 4
-                    try:
-                        _rank(rank, n, *args)
-                    except BaseException as e:  # the exit code carries the outcome
-                        code = PEER_LOST if _peer_lost(e) else 4
-                        print(f"rank {rank} of incarnation {n}: {e!r}", file=sys.stderr, flush=True)
-                    finally:
-                        os._exit(code)
-                pids.append(pid)
-            print(*pids, flush=True)
-        elif cmd == "reap":
-            print(*(os.waitpid(pid, 0)[1] for pid in pids), flush=True)
+    serve_forks(WORLD, lambda rank, n: _rank(rank, n, *args))
 
 
 if __name__ == "__main__":

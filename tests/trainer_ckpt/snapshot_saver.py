@@ -20,6 +20,7 @@ import datetime
 import json
 import os
 import sys
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -85,7 +86,10 @@ def _rank(rank: int, n: int, local_root: str, persist_root: str, work: str) -> N
         mgr.maybe_save(step, state)
 
 
-def zygote(local_root: str, persist_root: str, work: str) -> None:
+def serve_forks(world: int, run_rank: Callable[[int, int], None]) -> None:
+    """The zygote's loop: torch imported and a state built once, then per stdin line `fork N` forks
+    `world` ranks of incarnation N (`run_rank(rank, N)`; the exit code carries the outcome) and
+    prints their pids, and `reap` waits for them and prints their wait statuses."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     warm = State()
@@ -96,12 +100,12 @@ def zygote(local_root: str, persist_root: str, work: str) -> None:
         if cmd == "fork":
             n = int(rest[0])
             pids = []
-            for rank in range(WORLD):
+            for rank in range(world):
                 pid = os.fork()
                 if pid == 0:
                     code = 4
                     try:
-                        _rank(rank, n, local_root, persist_root, work)
+                        run_rank(rank, n)
                     except BaseException as e:  # the exit code carries the outcome
                         code = PEER_LOST if _peer_lost(e) else 4
                         print(f"rank {rank} of incarnation {n}: {e!r}", file=sys.stderr, flush=True)
@@ -111,6 +115,10 @@ def zygote(local_root: str, persist_root: str, work: str) -> None:
             print(*pids, flush=True)
         elif cmd == "reap":
             print(*(os.waitpid(pid, 0)[1] for pid in pids), flush=True)
+
+
+def zygote(local_root: str, persist_root: str, work: str) -> None:
+    serve_forks(WORLD, lambda rank, n: _rank(rank, n, local_root, persist_root, work))
 
 
 if __name__ == "__main__":

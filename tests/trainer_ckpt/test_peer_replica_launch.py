@@ -10,7 +10,6 @@ snapshot interval behind the newest one, and train on."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -21,31 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from fsdp_job import VENV_BIN
 from rtj.contract import replica_service_name
-from rtj_local.procs import free_port
+from rtj_local.procs import free_port, kill_tree
 from rtj_local.wait import wait_for
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(900)]
 
 JOB, STEPS, MEMORY_INTERVAL = "fsdp-peer", 400, 2
-
-
-def kill_tree(pid: int) -> float:
-    """SIGKILL a pod's whole process tree at once (its node is gone); the time of the kill."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return time.time()
-    t = time.time()
-    for p in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    psutil.wait_procs(procs, timeout=10)
-    return t
 
 
 class TwoPods:
