@@ -90,6 +90,7 @@ def test_wide_output_adds_step_rate_and_the_newest_fault(rtj_chart, kubectl, rtj
                 "step": 1234,
                 "stepsPerSecond": 4.25,
                 "memorySnapshotStep": 1230,
+                "replicaStep": 1228,
                 "lastFault": {"reason": "HeartbeatTimeout", "slot": 2, "node": "ip-10-0-1-7", "time": now},
             }
         },
@@ -97,10 +98,10 @@ def test_wide_output_adds_step_rate_and_the_newest_fault(rtj_chart, kubectl, rtj
     out = kubectl("get", "rtj", "-n", namespace, "-o", "wide").stdout
     print(out)
     header, row = out.strip().splitlines()
-    assert header.split()[-7:] == [
-        "JOB-RST", "STEP", "STEPS/S", "MEM-STEP", "LAST-FAULT", "FAULT-NODE", "FAULT-AGE",
+    assert header.split()[-8:] == [
+        "JOB-RST", "STEP", "STEPS/S", "MEM-STEP", "REPLICA-STEP", "LAST-FAULT", "FAULT-NODE", "FAULT-AGE",
     ]  # fmt: skip
-    assert row.split()[-7:-1] == ["2", "1234", "4.25", "1230", "HeartbeatTimeout", "ip-10-0-1-7"]
+    assert row.split()[-8:-1] == ["2", "1234", "4.25", "1230", "1228", "HeartbeatTimeout", "ip-10-0-1-7"]
 
 
 def test_apply_with_a_typo_names_the_field(rtj_chart, kubectl, namespace: str, tmp_path: Path) -> None:
