@@ -22,16 +22,15 @@ imports torch once, then serves commands on stdin:
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import sys
 import time
 
 import torch
 import torch.distributed as dist
-from ckpt_saver import State, content_hash
+from ckpt_saver import State
 from rtj_trainer.checkpoint import CheckpointManager
-from snapshot_saver import expected_hash, fill, serve_forks
+from snapshot_saver import fill, resume_checked, serve_forks
 
 PER_POD = int(os.environ.get("RTJ_PEER_RANKS_PER_POD", "1"))
 WORLD = 2 * PER_POD
@@ -67,24 +66,7 @@ def _rank(
         peer_endpoint=f"127.0.0.1:{ports[1 - pod_of(rank)]}",  # slot s replicates to slot s+1 mod 2
         replica_endpoint=f"127.0.0.1:{ports[pod_of(rank)]}",
     )
-    resumed = mgr.load_latest(state)
-    step = resumed.step if resumed else 0
-    if resumed and content_hash(state) != expected_hash(step, rank):
-        os._exit(3)
-    t = torch.tensor([step, -step], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)
-    if int(t[0]) != -int(t[1]):
-        os._exit(5)
-    rec = {
-        "n": n,
-        "rank": rank,
-        "step": step,
-        "source": resumed.source if resumed else None,
-        "t": time.time(),
-    }
-    fd = os.open(os.path.join(work, "resumes.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    os.write(fd, (json.dumps(rec) + "\n").encode())
-    os.close(fd)
+    step = resume_checked(mgr, state, rank, n, work)
     step_fd = os.open(os.path.join(work, f"step-{rank}"), os.O_WRONLY | os.O_CREAT)
     while True:
         t0 = time.monotonic()

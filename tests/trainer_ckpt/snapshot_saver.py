@@ -20,6 +20,7 @@ import datetime
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 
 import torch
@@ -68,6 +69,17 @@ def _rank(rank: int, n: int, local_root: str, persist_root: str, work: str) -> N
         # The threaded memory-tier writer (pwrite at offsets: a kill leaves holes, not a shorter file).
         local_write_threads=int(os.environ.get("RTJ_SNAPSHOT_WRITE_THREADS", "1")),
     )
+    step = resume_checked(mgr, state, rank, n, work)
+    while True:
+        step += 1
+        fill(state, step, rank)
+        mgr.maybe_save(step, state)
+
+
+def resume_checked(mgr: CheckpointManager, state: State, rank: int, n: int, work: str) -> int:
+    """load_latest, then the checks the kill tests count on: the loaded state is exactly the step's
+    (exit 3 if not) and every rank resumed at the same step (exit 5 if not); the resume is appended
+    to <work>/resumes.jsonl with the time it ended. Returns the step."""
     resumed = mgr.load_latest(state)
     step = resumed.step if resumed else 0
     if resumed and content_hash(state) != expected_hash(step, rank):
@@ -76,14 +88,12 @@ def _rank(rank: int, n: int, local_root: str, persist_root: str, work: str) -> N
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
     if int(t[0]) != -int(t[1]):
         os._exit(5)
-    rec = {"n": n, "rank": rank, "step": step, "source": resumed.source if resumed else None}
+    source = resumed.source if resumed else None
+    rec = {"n": n, "rank": rank, "step": step, "source": source, "t": time.time()}
     fd = os.open(os.path.join(work, "resumes.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     os.write(fd, (json.dumps(rec) + "\n").encode())
     os.close(fd)
-    while True:
-        step += 1
-        fill(state, step, rank)
-        mgr.maybe_save(step, state)
+    return step
 
 
 def serve_forks(world: int, run_rank: Callable[[int, int], None]) -> None:

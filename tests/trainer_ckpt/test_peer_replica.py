@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 from peer_saver import pod_root
 from rtj_local.procs import free_port
+from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint_format import latest_valid, local_rank_dir, local_snapshots, read_local_meta
 from rtj_trainer.peer_replica import replicas_root
 from test_snapshot_kills import PEER_LOST
@@ -112,11 +113,11 @@ class Pods:
         return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
     def wait_resumed(self, n: int, timeout: float = 120.0) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while len(recs := [r for r in self.resumes() if r["n"] == n]) < self.world:
-            assert time.monotonic() < deadline, f"incarnation {n} did not resume within {timeout} s"
-            time.sleep(0.02)
-        return recs
+        def every_rank() -> list[dict] | None:
+            recs = [r for r in self.resumes() if r["n"] == n]
+            return recs if len(recs) >= self.world else None
+
+        return wait_for(every_rank, timeout, 0.02, f"incarnation {n} to resume on every rank")
 
     def step_reached(self) -> int:
         steps = []
