@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -234,6 +235,32 @@ def test_step_writes_are_throttled(tmp_path) -> None:
     assert json.loads((tmp_path / "rank-0.json").read_text())["step"] is None
     r.state(PodState.TRAINING)  # a state change writes at once, with the latest step
     assert json.loads((tmp_path / "rank-0.json").read_text())["step"] == 2
+
+
+class _BeatRecorder:
+    """Stands in for the NVRx RankMonitorClient the reporter is given (our ft_client seam)."""
+
+    def __init__(self) -> None:
+        self.beats = 0
+
+    def send_heartbeat(self) -> None:
+        self.beats += 1
+
+
+def test_event_writes_do_not_starve_the_nvrx_heartbeat(tmp_path) -> None:
+    """A memory snapshot every few steps writes the file more often than the step interval; the
+    rank must still send NVRx heartbeats (ft_launcher SIGKILLs a rank silent for its timeout: the
+    e2e peer-replica row lost both pods' launcher budgets to this)."""
+    ft = _BeatRecorder()
+    r = RankReporter(str(tmp_path), write_interval=0.05, ft_client=ft)
+    deadline = time.monotonic() + 0.6
+    step = 0
+    while time.monotonic() < deadline:
+        step += 1
+        r.memory_snapshot(step)  # an event write, every step: sooner than write_interval
+        r.step(step)
+        time.sleep(0.02)
+    assert ft.beats >= 3, ft.beats
 
 
 def test_progress_file_is_written_by_local_rank_0_only(tmp_path) -> None:

@@ -88,6 +88,9 @@ class RankReporter:
         self._progress_file = progress_file
         self._interval = write_interval
         self._last_write = 0.0
+        #: Its own clock: event writes (a memory snapshot or replica every few steps) move
+        #: _last_write, and must not starve the NVRx heartbeat (ft_launcher kills a silent rank).
+        self._last_beat = 0.0
         #: The hot path's step, a plain attribute (cheaper to set than a model's); written with the report.
         self._step: int | None = None
         self._report = RankReport(
@@ -122,8 +125,9 @@ class RankReporter:
         now = time.monotonic()
         if now - self._last_write >= self._interval:
             self._write(now)
-            if self._ft is not None:
-                self._send_ft_heartbeat()
+        if self._ft is not None and now - self._last_beat >= self._interval:
+            self._last_beat = now
+            self._send_ft_heartbeat()
 
     def _send_ft_heartbeat(self) -> None:
         try:
