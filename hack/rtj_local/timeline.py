@@ -90,6 +90,7 @@ class Timeline:
                 "state": hb.state.value if hb else "?",
                 "step": hb.step if hb else None,
                 "checkpoint": hb.checkpoint.step if hb and hb.checkpoint else None,
+                "replica": hb.replica_step if hb else None,
                 "in_process": hb.in_process_restarts if hb else 0,
                 "in_job": hb.in_job_restarts if hb else 0,
                 "fault": hb.fault.reason if hb and hb.fault else "",

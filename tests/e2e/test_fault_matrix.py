@@ -178,12 +178,23 @@ def test_node_death_with_the_volume_unreadable_resumes_from_the_peer_replica(run
     job = run_job(
         "peer", steps=400, interval=10, checkpoint={"memorySnapshotIntervalSteps": 2, "peerReplica": True}
     )
-    # status.replicaStep refreshes with the slots' heartbeat times (every 60 s by default).
+
+    def lease(s, pod: str) -> dict:
+        return s.leases.get(pod, {})
+
+    # The pods' Leases (renewed every heartbeat) show the replicas at once; status.replicaStep and
+    # status.step follow with the once-a-minute heartbeat-time refresh, too late to time a kill by.
     snap = job.wait(
-        lambda s: all_training(s) and (s.status.get("replicaStep") or 0) >= 10, START, "a replica"
+        lambda s: (
+            all_training(s)
+            and all((lease(s, slot["pod"]).get("replica") or 0) >= 10 for slot in s.status["nodeSlots"])
+        ),
+        START,
+        "a replica in every pod",
     )
     rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
     victim = next(s for s in snap.status["nodeSlots"] if s["node"] != rdzv_node)
+    before = lease(snap, victim["pod"]).get("step") or 0
     mode = job.checkpoint_dir.stat().st_mode
     job.checkpoint_dir.chmod(0)
     try:
@@ -192,9 +203,8 @@ def test_node_death_with_the_volume_unreadable_resumes_from_the_peer_replica(run
         assert f"{NAMESPACE}/{victim['pod']}" in killed
 
         def replaced_and_training(s) -> bool:
-            slot = slot_pod(s, victim["slot"])
-            step, before = s.status.get("step") or 0, snap.status.get("step") or 0
-            return slot["pod"] != victim["pod"] and all_training(s) and step > before + 4
+            pod = slot_pod(s, victim["slot"])["pod"]
+            return pod != victim["pod"] and all_training(s) and (lease(s, pod).get("step") or 0) > before + 4
 
         job.wait(replaced_and_training, 240, "the dead node's pod replaced and training again")
         cost = job.steps_lost("node death, no volume", "Pod", at=killed_at)
@@ -204,6 +214,8 @@ def test_node_death_with_the_volume_unreadable_resumes_from_the_peer_replica(run
     assert cost.sources == ("peer",), cost
     assert cost.lost <= 2 * 2, cost  # the newest snapshot or the one before (in flight when it died)
     assert_succeeded(job)
+    shown = [s.status.get("replicaStep") for s in job.history]
+    assert any((step or 0) >= 10 for step in shown), f"status.replicaStep never shown: {shown}"
 
 
 def test_rendezvous_pod_killed_is_recovered_at_job_level(run_job, e2e_stack) -> None:
