@@ -4,6 +4,7 @@
 # rank SIGKILL, SIGTERM): seconds to the first step and steps lost, with the memory tier (every 10
 # steps, /dev/shm) and without it; throughput with memory snapshots every 10 steps vs none.
 # ~7 min; split with RUNS=faults,faults-persist-only then RUNS=sigterm,throughput if needed.
+# NPROC=1 on one GPU (the faults then hit rank 0, which holds the whole state).
 set -u
 source bench/gpu_env.sh
 { df -h /dev/shm /tmp; free -g; } 2>&1 | tee "$OUT/norollback_env.txt"
@@ -24,7 +25,7 @@ if (( $(df --output=avail -k /dev/shm | tail -1) < 48 * 1024 * 1024 )); then
   mkdir -p /tmp/rtj-shm && mount -t tmpfs -o size=64g tmpfs /tmp/rtj-shm && MEMDIR=/tmp/rtj-shm/bench
   echo "memory tier on $MEMDIR"; df -h /tmp/rtj-shm | tail -1
 fi
-timeout 580 python3 bench/norollback_recovery.py --nproc 2 --only "$RUNS" --memory-interval 10 --memory-dir "$MEMDIR" \
+timeout 580 python3 bench/norollback_recovery.py --nproc "${NPROC:-2}" --only "$RUNS" --memory-interval 10 --memory-dir "$MEMDIR" \
     --persist-interval 40 --steps 150 --exception-step 50 --sigkill-step 100 --sigterm-step 60 \
     --throughput-steps 100 --snapshot-write-threads "$THREADS" --timeout 240 --out "$OUT/norollback.json" $MODEL > "$OUT/norollback.log" 2>&1
 echo "norollback rc $?"

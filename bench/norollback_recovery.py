@@ -253,12 +253,13 @@ def persisted_recency(recs: list[dict[str, Any]]) -> float | None:
 # --- the runs ---------------------------------------------------------------------------------------
 def run_faults(a: argparse.Namespace, name: str, memory: int) -> dict[str, Any]:
     job = Job(a, name)
-    faults = f"exception:1:{a.exception_step};sigkill:1:{a.sigkill_step}"
+    victim = a.nproc - 1  # rank 1 on two GPUs; rank 0 when one rank runs alone
+    faults = f"exception:{victim}:{a.exception_step};sigkill:{victim}:{a.sigkill_step}"
     rc = job.run(job.env(a.steps, faults=faults, memory=memory, persist=a.persist_interval))
     per_rank = job.records()
     out: dict[str, Any] = {"rc": rc, "memory_interval": memory, "persist_interval": a.persist_interval}
     for kind in ("exception", "sigkill"):
-        fault = next((x for x in per_rank[1] if x.get("event") == "fault" and x["kind"] == kind), None)
+        fault = next((x for x in per_rank[victim] if x.get("event") == "fault" and x["kind"] == kind), None)
         out[kind] = recovery(per_rank, fault["t"]) if fault else {"recovered": False}
     out["step_time_s"] = round(step_time(per_rank[0]), 4)
     return out

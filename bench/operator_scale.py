@@ -197,9 +197,13 @@ class Bench:
         self.run_dir = Path(a.run_dir).resolve()
         self.cluster = LocalCluster(
             self.run_dir,
-            # Upstream node-lease/monitor defaults: KWOK renews 1,000 node Leases every 10 s, not 5 s.
+            # Upstream node-lease/monitor defaults (40 s Lease, 50 s grace) unless --node-lease-seconds:
+            # KWOK renews every fake node's Lease every quarter of it, scaffolding load that a real
+            # cluster spreads over its kubelets, not on the control plane's cores.
             ClusterOptions(
-                node_monitor_grace_period="50s", node_monitor_period="5s", node_lease_duration_seconds=40
+                node_monitor_grace_period=f"{max(50, a.node_lease_seconds * 5 // 4)}s",
+                node_monitor_period="5s",
+                node_lease_duration_seconds=a.node_lease_seconds,
             ),
         )
         self.pods: dict[str, PodInfo] = {}
@@ -817,6 +821,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=120,
         help="Lease renewals/s this control plane takes next to the rest (docs/benchmarks.md)",
     )
+    ap.add_argument(
+        "--node-lease-seconds",
+        type=int,
+        default=40,
+        help="KWOK node Lease duration (renewed every quarter of it); grace max(50 s, 1.25x)",
+    )
     ap.add_argument("--steady", type=float, default=30, help="seconds of the steady window (no faults)")
     ap.add_argument("--quiet", type=float, default=10, help="seconds after settling before the window")
     ap.add_argument("--settle-timeout", type=float, default=300)
@@ -845,6 +855,11 @@ def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # clean up (operator, cluster) on kill
     results = asyncio.run(Bench(a).main())
+    print(
+        f"conditions: heartbeat period/timeout {a.heartbeat_interval}/{a.heartbeat_timeout} s, "
+        f"KWOK node Lease {a.node_lease_seconds} s (node grace {max(50, a.node_lease_seconds * 5 // 4)} s), "
+        f"steady window {a.steady} s, {a.faults} silenced pods per size"
+    )
     print(table(results))
     for r in results:
         print(f"\n{r['jobs']} jobs: requests/s by verb (all clients): {r['req_by_verb']}")
