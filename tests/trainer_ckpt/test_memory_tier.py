@@ -136,3 +136,24 @@ def test_a_write_slower_than_the_interval_widens_it(tmp_path: Path) -> None:
     assert mgr.wait(timeout=60)
     print(f"local_every {mgr.local_every}, write {mgr._last_write_s:.4f} s, step {mgr._step_s:.5f} s")
     assert mgr.local_every > MEMORY_INTERVAL and mgr.local_every % MEMORY_INTERVAL == 0, mgr.local_every
+
+
+def test_a_restarted_rank_keeps_every_committed_snapshot_until_its_next_write(tmp_path: Path) -> None:
+    """A restarted rank's manager removes only its predecessor's leftovers: a snapshot older than
+    the newest `local_keep` may be the step a lost peer's replica is of (the resume's candidate);
+    the next write prunes as usual."""
+    mgr = _manager(tmp_path, local_keep=3)
+    state = State()
+    for step in range(1, 16):  # memory snapshots at 5, 10, 15
+        state.fill(step)
+        mgr.maybe_save(step, state)
+        assert mgr.wait(timeout=30)
+    rank_dir = Path(local_rank_dir(str(tmp_path / "shm"), 0))
+    (rank_dir / "step-0000000020.1.partial").mkdir()  # a write the kill cut
+    restarted = _manager(tmp_path, local_keep=2)
+    assert [s for s, _ in local_snapshots(str(rank_dir))] == [15, 10, 5]
+    assert not (rank_dir / "step-0000000020.1.partial").exists()
+    state.fill(20)
+    restarted.maybe_save(20, state)
+    assert restarted.wait(timeout=30)
+    assert [s for s, _ in local_snapshots(str(rank_dir))] == [20, 15]

@@ -120,7 +120,7 @@ from .checkpoint_format import (
     write_file_atomic,
     write_local_meta,
 )
-from .peer_replica import ReplicaError, Replicator, fetch_snapshot, held_replicas
+from .peer_replica import Offer, ReplicaError, Replicator, fetch_snapshot, held_replicas
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +195,8 @@ class _Snapshot:
     host: list[torch.Tensor]
     ready: Any  # torch.cuda.Event or None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Offered to the peer replica: decided by all ranks together (see `save`).
+    replicate: bool = False
 
 
 class _Aborted(Exception):
@@ -371,6 +373,9 @@ class CheckpointManager:
         self.replica_endpoint = replica_endpoint if self.local_root is not None else None
         self._replicator: Replicator | None = None
         self._replica_source: str | None = None
+        #: The newest snapshot whose replica the peer committed: kept, so that a survivor still
+        #: holds the step a lost pod's replica is of (the ranks replicate the same steps).
+        self._replicated_source: str | None = None
         self._local_lock = threading.Lock()  # the replicator's protected snapshot vs. pruning/recycling
         self._peer_holders: dict[tuple[int, int], str] = {}
         self.last_replicated: int | None = None
@@ -378,7 +383,9 @@ class CheckpointManager:
         if self.local_root is not None:
             self._local_dir = local_rank_dir(self.local_root, rank)
             os.makedirs(self._local_dir, exist_ok=True)
-            self._prune_local(protect=None)  # partials a killed predecessor left
+            # Only the partials a killed predecessor left: its committed snapshots are the candidates
+            # of the resume (a lost peer's replica may be of an older one than the newest two).
+            self._prune_local(protect=None, committed=False)
             if peer_endpoint:
                 self._replicator = Replicator(peer_endpoint, rank, self._protect_replica, self._replicated)
 
@@ -443,8 +450,13 @@ class CheckpointManager:
             force_persist or self.local_root is None or self._pending or step % self.interval_steps == 0
         )
         local_due = self.local_root is not None and (self._pending_local or step % self.local_every == 0)
-        any_busy, any_persisting, nonce, write_s, step_s = self._agree(
-            busy=self.busy, persisting=self.persisting, write_s=self._last_write_s, step_s=self._step_s
+        replicating = self._replicator is not None and self._replicator.busy
+        any_busy, any_persisting, any_replicating, nonce, write_s, step_s = self._agree(
+            busy=self.busy,
+            persisting=self.persisting,
+            replicating=replicating,
+            write_s=self._last_write_s,
+            step_s=self._step_s,
         )
         if self.local_root is not None and self.adapt_local_interval:  # the same agreed figures on every rank
             self.local_every = snapshot_every(self.local_interval_steps, write_s, step_s)
@@ -468,7 +480,10 @@ class CheckpointManager:
         skeleton = _flatten(_state_of(model, optimizer), tensors)
         host, ready = self._copy_to_host(tensors, optimizer)
         self.last_snapshot_s = time.perf_counter() - t0
-        snap = _Snapshot(step, nonce, skeleton, host, ready, dict(extra or {}))
+        # Replicated only when no rank's replicator is busy: every rank offers the same steps, so a
+        # lost pod's replicas are of a step the survivors hold too (coalescing per rank would not).
+        replicate = self._replicator is not None and not any_replicating
+        snap = _Snapshot(step, nonce, skeleton, host, ready, dict(extra or {}), replicate)
         self._abort.clear()
         if self.local_root is None:
             target, args = self._write, (snap,)
@@ -761,20 +776,28 @@ class CheckpointManager:
         return self.world_size > 1 and dist.is_available() and dist.is_initialized()
 
     def _agree(
-        self, *, busy: bool, persisting: bool, write_s: float = 0.0, step_s: float = 0.0
-    ) -> tuple[bool, bool, int, float, float]:
-        """(any rank busy, any rank persisting, rank 0's nonce, the slowest memory-tier write, the
-        fastest step time; 0 = unknown on some rank): one tiny MAX all-reduce."""
+        self,
+        *,
+        busy: bool,
+        persisting: bool,
+        replicating: bool = False,
+        write_s: float = 0.0,
+        step_s: float = 0.0,
+    ) -> tuple[bool, bool, bool, int, float, float]:
+        """(any rank busy, any rank persisting, any rank replicating, rank 0's nonce, the slowest
+        memory-tier write, the fastest step time; 0 = unknown on some rank): one tiny MAX all-reduce."""
         nonce = random.getrandbits(31) | 1 if self.rank == 0 else 0
         write_us, step_us = int(write_s * 1e6), int(step_s * 1e6)
         if self.world_size > 1 and (self._group is not None or self._dist_ready()):
             import torch.distributed as dist
 
             # MAX of -step: the fastest step; a rank that has none yet (0) makes it unknown (0).
-            t = torch.tensor([int(busy), int(persisting), nonce, write_us, -step_us], dtype=torch.int64)
+            t = torch.tensor(
+                [int(busy), int(persisting), int(replicating), nonce, write_us, -step_us], dtype=torch.int64
+            )
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._group)
-            return bool(t[0]), bool(t[1]), int(t[2]), int(t[3]) / 1e6, -int(t[4]) / 1e6
-        return busy, persisting, nonce or 1, write_us / 1e6, step_us / 1e6
+            return bool(t[0]), bool(t[1]), bool(t[2]), int(t[3]), int(t[4]) / 1e6, -int(t[5]) / 1e6
+        return busy, persisting, replicating, nonce or 1, write_us / 1e6, step_us / 1e6
 
     def _host_buffer(self, i: int, src: torch.Tensor) -> torch.Tensor:
         if i < len(self._host):
@@ -946,7 +969,7 @@ class CheckpointManager:
                 self._write(snap)
             return
         self._events.put(CheckpointEvent("snapshot", snap.step, datetime.now(UTC), seconds=seconds))
-        if self._replicator is not None:
+        if self._replicator is not None and snap.replicate:
             self._replicator.offer(snap.step, snap.nonce, final)
         if persist:
             self._persist_source = final
@@ -964,7 +987,7 @@ class CheckpointManager:
         rename uncommits it, and overwriting its file in place skips the page allocation of a new
         tmpfs file (3-4x the write time measured here). Else a new directory."""
         with self._local_lock:
-            protected = {os.path.basename(p) for p in (self._persist_source, self._replica_source) if p}
+            protected = {os.path.basename(p) for p in self._protected() if p}
             old = [local_name(s, n) for s, n in local_snapshots(self._local_dir)[self.local_keep - 1 :]]
             old = [n for n in old if n not in protected]
             if not old:
@@ -1013,12 +1036,18 @@ class CheckpointManager:
             idx_name: {"size": len(idx), "crc32": crc32_of(idx)},
         }
 
-    def _prune_local(self, protect: str | None) -> None:
-        """Keep the newest `local_keep` local snapshots (and the one being persisted); drop the
-        rest and any partial or half-deleted leftovers (only this rank's writer writes here)."""
+    def _protected(self) -> tuple[str | None, ...]:
+        """Snapshots kept whatever their age: being persisted, being replicated, replicated last."""
+        return self._persist_source, self._replica_source, self._replicated_source
+
+    def _prune_local(self, protect: str | None, *, committed: bool = True) -> None:
+        """Keep the newest `local_keep` local snapshots (and the protected ones); drop the rest
+        (with committed=False: keep every committed one) and any partial or half-deleted
+        leftovers (only this rank's writer writes here)."""
         with self._local_lock:
-            keep = {local_name(s, n) for s, n in local_snapshots(self._local_dir)[: self.local_keep]}
-            keep |= {os.path.basename(p) for p in (protect, self._persist_source, self._replica_source) if p}
+            snaps = local_snapshots(self._local_dir)
+            keep = {local_name(s, n) for s, n in (snaps[: self.local_keep] if committed else snaps)}
+            keep |= {os.path.basename(p) for p in (protect, *self._protected()) if p}
             try:
                 names = os.listdir(self._local_dir)
             except FileNotFoundError:
@@ -1037,13 +1066,17 @@ class CheckpointManager:
             self._replica_source = path
             return True
 
-    def _replicated(self, step: int, seconds: float, error: BaseException | None) -> None:
+    def _replicated(self, offer: Offer, seconds: float, error: BaseException | None) -> None:
         if error is None:
-            self._events.put(CheckpointEvent("replicated", step, datetime.now(UTC), seconds=seconds))
+            with self._local_lock:
+                self._replicated_source = offer.path
+            self._events.put(CheckpointEvent("replicated", offer.step, datetime.now(UTC), seconds=seconds))
             return
         self.replicate_failures += 1
         if self.replicate_failures in (1, 10) or self.replicate_failures % 100 == 0:
-            log.warning("replica of step %d not sent (%d failures): %r", step, self.replicate_failures, error)
+            log.warning(
+                "replica of step %d not sent (%d failures): %r", offer.step, self.replicate_failures, error
+            )
 
     def wait_replicated(self, timeout: float | None = None) -> bool:
         """Wait until no replica is pending or streaming (tests, the end of training)."""

@@ -388,15 +388,16 @@ class Replicator:
     once the current stream ends (coalesced), never in the caller's thread.
 
     `protect(path)` is called before a snapshot is opened and must return False when it is gone
-    (pruned or recycled), `protect(None)` after the stream: the owner must not delete or overwrite
-    the protected snapshot meanwhile. `on_done(step, seconds, error)` reports each attempt."""
+    (pruned or recycled), `protect(None)` once it is sent (a failed one stays protected for its
+    retry): the owner must not delete or overwrite the protected snapshot meanwhile.
+    `on_done(offer, seconds, error)` reports each attempt, before the protection is released."""
 
     def __init__(
         self,
         endpoint: str,
         rank: int,
         protect: Callable[[str | None], bool],
-        on_done: Callable[[int, float, BaseException | None], None],
+        on_done: Callable[[Offer, float, BaseException | None], None],
         retry_s: float = 1.0,
     ) -> None:
         split_endpoint(endpoint)
@@ -454,10 +455,10 @@ class Replicator:
                 send_snapshot(self.endpoint, offer.path, self.rank, abort=self.abort)
             except (OSError, ReplicaError, CheckpointError, ValueError, KeyError) as e:
                 error = e
-            finally:
+            self._on_done(offer, time.monotonic() - t0, error)
+            if error is None:
                 self._protect(None)
-            self._on_done(offer.step, time.monotonic() - t0, error)
-            if error is not None:
+            else:
                 with self._cv:  # retry the newest later (the peer may be restarting)
                     if self._pending is None and not self.abort.is_set():
                         self._pending = offer
