@@ -17,6 +17,13 @@ Runs (each its own job; `--only` picks some):
 - throughput: no fault, memory snapshots every `--memory-interval` (+ persistence) vs no
             checkpoints at all; also the persisted recency (average age of the newest persisted
             checkpoint in steps, against the configured interval).
+- goodput:  `--goodput-seconds` (480) of training with a fault every `--fault-every-s` (60) of
+            steps, rotating exception / SIGKILL / hang, twice: the product (in-process restart with
+            kept state, memory tier, persistence) and the seed's approach next to it (persisted
+            checkpoints only, every fault restarts the workers from the newest one). Goodput = steps
+            of the final timeline x the run's median step time / the window from the first step
+            to the end. Faults are placed by step (`fault-every-s` / the step time, see
+            `--goodput-step-s`), so both runs get the same faults at the same points of progress.
 
 Per fault: `seconds_to_first_step` = from the fault (the injector's log record, or the SIGTERM)
 to the first step completed by every rank afterwards; `steps_lost` = last step completed before
@@ -26,6 +33,7 @@ the fault - the step training resumed from. Prints a table and one JSON line `RE
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -59,7 +67,8 @@ GPU_MODEL = [
     "--batch",
     "4",
 ]
-RUNS = ("faults", "faults-persist-only", "sigterm", "throughput")
+RUNS = ("faults", "faults-persist-only", "sigterm", "throughput", "goodput")
+GOODPUT_FAULTS = ("exception", "sigkill", "hang")
 
 
 def parse_args() -> argparse.Namespace:
@@ -71,7 +80,7 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--memory-dir", default="/dev/shm/rtj-norollback-bench", help="the memory tier (a tmpfs)")
     p.add_argument("--out", default=None, help="write the JSON result here")
-    p.add_argument("--only", default=",".join(RUNS), help=f"comma-separated subset of {','.join(RUNS)}")
+    p.add_argument("--only", default=",".join(RUNS[:4]), help=f"comma-separated subset of {','.join(RUNS)}")
     p.add_argument("--steps", type=int, default=150, help="steps of the faults runs")
     p.add_argument("--exception-step", type=int, default=50)
     p.add_argument("--sigkill-step", type=int, default=100)
@@ -86,6 +95,16 @@ def parse_args() -> argparse.Namespace:
         help="throughput: also a run with memory snapshots written by this many threads (0: no such run)",
     )
     p.add_argument("--min-step-time", type=float, default=0.0, help="pad steps (CPU: slow the loop down)")
+    p.add_argument("--goodput-seconds", type=float, default=480, help="goodput: each run's length")
+    p.add_argument(
+        "--fault-every-s", type=float, default=60, help="goodput: one fault per this much progress"
+    )
+    p.add_argument(
+        "--goodput-step-s",
+        type=float,
+        default=0.0,
+        help="goodput: the step time that places the faults (0: --min-step-time, else 0.19 s, 2xH200)",
+    )
     p.add_argument("--timeout", type=float, default=420, help="seconds per job")
     # Anything else is passed to fsdp_train (model arguments; default: by --cpu).
     a, model = p.parse_known_args()
@@ -116,7 +135,11 @@ class Job:
         memory: int = 0,
         persist: int = 40,
         extra: list[str] | None = None,
+        in_process: bool = True,
+        hang_timeout_s: int = 0,
     ) -> dict[str, str]:
+        """hang_timeout_s: detect a hang after this many seconds (in-process soft timeout, and the
+        rank heartbeat timeout at twice it); 0 = the defaults below (60 s and 120 s)."""
         port = free_port()
         args = ["--steps", str(steps), "--log-dir", str(self.logs), *self.a.model, *(extra or [])]
         if self.a.min_step_time:
@@ -129,15 +152,15 @@ class Job:
             "nprocPerNode": self.a.nproc,
             "rdzvEndpoint": f"127.0.0.1:{port}",
             "rdzvId": f"{self.name}-{port}",
-            "maxInJobRestarts": 3,
+            "maxInJobRestarts": 3 if not hang_timeout_s else 100,
             "heartbeatIntervalSeconds": 1,
-            "rankHeartbeatTimeoutSeconds": 120,
+            "rankHeartbeatTimeoutSeconds": 2 * hang_timeout_s if hang_timeout_s else 120,
             "rankInitialTimeoutSeconds": 300,
             "inProcess": {
-                "enabled": True,
-                "softTimeoutSeconds": 60,
-                "hardTimeoutSeconds": 90,
-                "maxRestarts": 3,
+                "enabled": in_process,
+                "softTimeoutSeconds": hang_timeout_s or 60,
+                "hardTimeoutSeconds": int(1.5 * hang_timeout_s) if hang_timeout_s else 90,
+                "maxRestarts": 3 if not hang_timeout_s else 100,
             },
             "checkpointDir": str(self.ckpt),
             "checkpointIntervalSteps": persist,
@@ -327,6 +350,65 @@ def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def run_goodput(a: argparse.Namespace, name: str, product: bool) -> dict[str, Any]:
+    """One goodput run: the product path, or the seed's approach (no memory tier, no in-process
+    restart: every fault restarts the workers from the newest persisted checkpoint)."""
+    job = Job(a, name)
+    step_s = a.goodput_step_s or a.min_step_time or 0.19
+    every = max(1, round(a.fault_every_s / step_s))
+    n_faults = max(1, int(a.goodput_seconds // a.fault_every_s))
+    victim = a.nproc - 1
+    faults = ";".join(
+        f"{GOODPUT_FAULTS[i % len(GOODPUT_FAULTS)]}:{victim}:{(i + 1) * every}" for i in range(n_faults)
+    )
+    env = job.env(
+        10**7,  # never reached: the window ends the run
+        faults=faults,
+        memory=a.memory_interval if product else 0,
+        persist=a.persist_interval,
+        in_process=product,
+        hang_timeout_s=max(10, round(10 * step_s)),
+    )
+    rdzv, launch = job.start(env, "")
+    try:
+        deadline = time.monotonic() + 600
+        while job.max_step() < 1 and launch.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # the window starts at the first step (process start and imports excluded)
+        t_first = time.time()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            launch.wait(a.goodput_seconds)
+        t_end = time.time()
+    finally:
+        _kill(launch)
+        _kill(rdzv)
+    per_rank = job.records()
+    recs = [x for x in per_rank[0] if x["t"] <= t_end]
+    steps = [x for x in recs if "loss" in x]
+    final = steps[-1]["step"] if steps else 0
+    first = steps[0]["step"] if steps else 0
+    median = step_time(per_rank[0])
+    injected = [x for x in per_rank[victim] if x.get("event") == "fault" and x["t"] <= t_end]
+    lost, recovered = 0, 0
+    for f in injected:  # a fault whose recovery the window's end cut is not counted here
+        cost = steps_lost({f"rank-{r}.jsonl": rr for r, rr in enumerate(per_rank)}, f["t"])
+        if cost is not None:
+            lost, recovered = lost + cost.lost, recovered + 1
+    window = t_end - t_first
+    return {
+        "product": product,
+        "launcher_rc": launch.returncode,
+        "window_s": round(window, 1),
+        "faults_planned": faults,
+        "faults_injected": [x["kind"] for x in injected],
+        "final_step": final,
+        "median_step_s": round(median, 4),
+        "faults_recovered": recovered,
+        "steps_lost": lost,
+        "goodput": round((final - first + 1) * median / window, 4) if window > 0 and steps else None,
+        "persisted_recency_steps": persisted_recency(per_rank[0]),
+    }
+
+
 def table(res: dict[str, Any]) -> str:
     rows = [
         "| fault | recovered | seconds to first step | steps lost | resumed from |",
@@ -363,6 +445,22 @@ def table(res: dict[str, Any]) -> str:
             rows.append(
                 f"relative throughput, snapshots written by threads: {t['relative_throughput_threads']}"
             )
+    if g := res.get("goodput"):
+        rows.append("")
+        rows.append(
+            "| run | window s | faults injected | recovered | final step | steps lost "
+            "| median step s | goodput |"
+        )
+        rows.append("|---|---|---|---|---|---|---|---|")
+        for name in ("product", "seed-approach"):
+            r = g[name]
+            kinds = ", ".join(r["faults_injected"])
+            rows.append(
+                f"| {name} | {r['window_s']} | {len(r['faults_injected'])} ({kinds}) "
+                f"| {r['faults_recovered']} | "
+                f"{r['final_step']} | {r['steps_lost']} | {r['median_step_s']} | {r['goodput']} |"
+            )
+        rows.append(f"goodput of the product / the seed's approach: {g['ratio']}")
     return "\n".join(rows)
 
 
@@ -383,6 +481,14 @@ def main() -> None:
         res["sigterm"] = run_sigterm(a)
     if "throughput" in a.only:
         res["throughput"] = run_throughput(a)
+    if "goodput" in a.only:
+        g = {
+            "product": run_goodput(a, "goodput-product", True),
+            "seed-approach": run_goodput(a, "goodput-seed", False),
+        }
+        p, s = g["product"]["goodput"], g["seed-approach"]["goodput"]
+        g["ratio"] = round(p / s, 3) if p and s else None
+        res["goodput"] = g
     res["bench_s"] = round(time.time() - t0, 1)
     print(table(res), flush=True)
     print("RESULT " + json.dumps(res), flush=True)
