@@ -383,7 +383,8 @@ class Checkpoint(ApiModel):
         "its shards from there instead of the volume (status.replicaStep). Needs "
         "memorySnapshotIntervalSteps > 0; does nothing with one node. resources.sharedMemorySize must "
         "hold, besides what NCCL uses, four snapshots of a pod's state (two own, the peer's replica and "
-        "one arriving), and up to six while a slow persist and a slow replication hold older own ones.",
+        "one arriving), and up to seven while a slow persist, a slow replication and the last replicated "
+        "snapshot (kept: the step the peer holds) each hold an older own one.",
     )
     persist_seconds: int | None = Field(
         None,
