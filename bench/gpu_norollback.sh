@@ -4,6 +4,8 @@
 # rank SIGKILL, SIGTERM): seconds to the first step and steps lost, with the memory tier (every 10
 # steps, /dev/shm) and without it; throughput with memory snapshots every 10 steps vs none.
 # ~7 min; split with RUNS=faults,faults-persist-only then RUNS=sigterm,throughput if needed.
+# RUNS=goodput: a fault a minute, the product next to the seed's approach, GOODPUT_SECONDS each
+# (default 240: two runs must fit in one 10-minute device call; the issue's 480 needs two calls).
 # NPROC=1 on one GPU (the faults then hit rank 0, which holds the whole state).
 set -u
 source bench/gpu_env.sh
@@ -27,7 +29,8 @@ if (( $(df --output=avail -k /dev/shm | tail -1) < 48 * 1024 * 1024 )); then
 fi
 timeout 580 python3 bench/norollback_recovery.py --nproc "${NPROC:-2}" --only "$RUNS" --memory-interval 10 --memory-dir "$MEMDIR" \
     --persist-interval 40 --steps 150 --exception-step 50 --sigkill-step 100 --sigterm-step 60 \
-    --throughput-steps 100 --snapshot-write-threads "$THREADS" --timeout 240 --out "$OUT/norollback.json" $MODEL > "$OUT/norollback.log" 2>&1
+    --throughput-steps 100 --snapshot-write-threads "$THREADS" --timeout 240 \
+    --goodput-seconds "${GOODPUT_SECONDS:-240}" --goodput-step-s 0.19 --out "$OUT/norollback.json" $MODEL > "$OUT/norollback.log" 2>&1
 echo "norollback rc $?"
 grep -v "^\[rank\|^W1\|^I1\|socket.cpp" "$OUT/norollback.log" | grep "^|\|relative\|RESULT\|Error" | tail -20
 for d in /tmp/rtj-norollback-bench/*/; do  # launcher logs (tails) and the ranks' step logs
