@@ -47,6 +47,7 @@ from typing import Any
 
 from rtj_local.procs import free_port
 from rtj_local.train_log import steps_lost
+from rtj_local.wait import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHONPATH = os.pathsep.join(
@@ -137,9 +138,11 @@ class Job:
         extra: list[str] | None = None,
         in_process: bool = True,
         hang_timeout_s: int = 0,
+        max_restarts: int = 3,
     ) -> dict[str, str]:
         """hang_timeout_s: detect a hang after this many seconds (in-process soft timeout, and the
-        rank heartbeat timeout at twice it); 0 = the defaults below (60 s and 120 s)."""
+        rank heartbeat timeout at twice it); 0 = the defaults below (60 s and 120 s). max_restarts:
+        the in-process and the in-job restart budgets."""
         port = free_port()
         args = ["--steps", str(steps), "--log-dir", str(self.logs), *self.a.model, *(extra or [])]
         if self.a.min_step_time:
@@ -152,7 +155,7 @@ class Job:
             "nprocPerNode": self.a.nproc,
             "rdzvEndpoint": f"127.0.0.1:{port}",
             "rdzvId": f"{self.name}-{port}",
-            "maxInJobRestarts": 3 if not hang_timeout_s else 100,
+            "maxInJobRestarts": max_restarts,
             "heartbeatIntervalSeconds": 1,
             "rankHeartbeatTimeoutSeconds": 2 * hang_timeout_s if hang_timeout_s else 120,
             "rankInitialTimeoutSeconds": 300,
@@ -160,7 +163,7 @@ class Job:
                 "enabled": in_process,
                 "softTimeoutSeconds": hang_timeout_s or 60,
                 "hardTimeoutSeconds": int(1.5 * hang_timeout_s) if hang_timeout_s else 90,
-                "maxRestarts": 3 if not hang_timeout_s else 100,
+                "maxRestarts": max_restarts,
             },
             "checkpointDir": str(self.ckpt),
             "checkpointIntervalSteps": persist,
@@ -368,12 +371,12 @@ def run_goodput(a: argparse.Namespace, name: str, product: bool) -> dict[str, An
         persist=a.persist_interval,
         in_process=product,
         hang_timeout_s=max(10, round(10 * step_s)),
+        max_restarts=100,  # a fault a minute: the budgets must outlast the window
     )
     rdzv, launch = job.start(env, "")
     try:
-        deadline = time.monotonic() + 600
-        while job.max_step() < 1 and launch.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)  # the window starts at the first step (process start and imports excluded)
+        # The window starts at the first step (process start and imports excluded).
+        wait_for(lambda: job.max_step() >= 1 or launch.poll() is not None, 600, message=f"{name}: first step")
         t_first = time.time()
         with contextlib.suppress(subprocess.TimeoutExpired):
             launch.wait(a.goodput_seconds)
