@@ -36,12 +36,14 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,11 @@ def parse_args() -> argparse.Namespace:
         type=float,
         default=0.0,
         help="goodput: the step time that places the faults (0: --min-step-time, else 0.19 s, 2xH200)",
+    )
+    p.add_argument(
+        "--no-rank-forkserver",
+        action="store_true",
+        help="start every rank as a new interpreter (the path before rtj_trainer.rank_forkserver)",
     )
     p.add_argument("--timeout", type=float, default=420, help="seconds per job")
     # Anything else is passed to fsdp_train (model arguments; default: by --cpu).
@@ -184,6 +191,7 @@ class Job:
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "2" if self.a.cpu else "20",  # gloo: the abort waits for it
             "RTJ_TERMINATION_GRACE_SECONDS": "30",
             "RTJ_FAULT_INJECT": faults,
+            "RTJ_RANK_FORKSERVER": "0" if self.a.no_rank_forkserver else "1",
             "PYTHONUNBUFFERED": "1",
         }
         if self.a.cpu:
@@ -256,6 +264,63 @@ def recovery(per_rank: list[list[dict[str, Any]]], fault_t: float) -> dict[str, 
     }
 
 
+LAUNCHER_EVENT = re.compile(r"Event: (\w+) Node: .* Time: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) UTC")
+
+
+def launcher_events(log: Path) -> list[tuple[str, float]]:
+    """NVRx's profiling records in a launcher log: (event, wall time), in order."""
+    out = []
+    for m in LAUNCHER_EVENT.finditer(log.read_text(errors="replace") if log.exists() else ""):
+        when = datetime.strptime(m[2], "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC)
+        out.append((m[1], when.timestamp()))
+    return out
+
+
+def in_job_phases(
+    per_rank: list[list[dict[str, Any]]], events: list[tuple[str, float]], fault_t: float
+) -> dict[str, float] | None:
+    """Seconds of each phase of the in-job restart after `fault_t`: the launcher's (NVRx profiling
+    events) then the new ranks' (their resume record's `phases`, the slowest rank), then the first
+    step every rank completed. None when the fault was not followed by an in-job restart."""
+    after = {}
+    for name, t in events:
+        if t >= fault_t - 0.01 and name not in after:  # log times are in milliseconds
+            after[name] = t
+    resumes = [
+        next((x for x in recs if x.get("event") == "resume" and x["t"] > fault_t), None) for recs in per_rank
+    ]
+    need = ("failure_detected", "worker_terminated", "rendezvous_completed")
+    if any(n not in after for n in need) or None in resumes or any("phases" not in r for r in resumes):
+        return None
+    firsts = [
+        next((x["t"] for x in recs if "loss" in x and x["t"] > r["t"]), None)
+        for recs, r in zip(per_rank, resumes, strict=True)
+    ]
+    if None in firsts:
+        return None
+
+    def latest(key: str) -> float:
+        return max(r["phases"][key] or 0.0 for r in resumes)
+
+    marks = [
+        ("detect", after["failure_detected"]),
+        ("stop_workers", after["worker_terminated"]),
+        ("rendezvous", after["rendezvous_completed"]),
+        ("process_start", latest("proc")),
+        ("imports", latest("main")),
+        ("wrapper_and_process_group", latest("train")),
+        ("model_build", latest("built")),
+        ("state_load", max(r["t"] for r in resumes)),
+        ("first_step", max(firsts)),
+    ]
+    out, prev = {}, fault_t
+    for name, t in marks:
+        out[name] = round(t - prev, 2)
+        prev = t
+    out["total"] = round(prev - fault_t, 2)
+    return out
+
+
 def step_time(recs: list[dict[str, Any]], skip: int = 5) -> float:
     """Median seconds per step of one rank's uninterrupted steps (after `skip` warm-up steps)."""
     steps = [x for x in recs if "loss" in x][skip:]
@@ -287,6 +352,8 @@ def run_faults(a: argparse.Namespace, name: str, memory: int) -> dict[str, Any]:
     for kind in ("exception", "sigkill"):
         fault = next((x for x in per_rank[victim] if x.get("event") == "fault" and x["kind"] == kind), None)
         out[kind] = recovery(per_rank, fault["t"]) if fault else {"recovered": False}
+        if fault and kind == "sigkill":
+            out[kind]["phases"] = in_job_phases(per_rank, launcher_events(job.dir / "launch.log"), fault["t"])
     out["step_time_s"] = round(step_time(per_rank[0]), 4)
     return out
 
@@ -425,6 +492,12 @@ def table(res: dict[str, Any]) -> str:
                     f"| {kind} ({run}) | {r['recovered']} | {r.get('seconds_to_first_step')} | "
                     f"{r.get('steps_lost')} | {r.get('resumed_from')} {r.get('resumed_from_step')} |"
                 )
+    for run in ("faults", "faults-persist-only"):
+        ph = res.get(run, {}).get("sigkill", {}).get("phases")
+        if ph:
+            rows.append(
+                f"in-job restart phases ({run}), seconds: " + ", ".join(f"{k} {v}" for k, v in ph.items())
+            )
     if s := res.get("sigterm"):
         r = s["resume"]
         rows.append(

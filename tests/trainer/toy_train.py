@@ -7,8 +7,8 @@ writes `step-<n>.pt` atomically into RTJ_CHECKPOINT_DIR and every rank reports t
 
 Test hooks (environment):
 - TOY_EVENTS: a file to which every rank appends one JSON line per step
-  ({"t", "rank", "step", "pid", "ppid", "ipr", "ijr"}): ipr = in-process restart count of this
-  call, ijr = TORCHELASTIC_RESTART_COUNT.
+  ({"t", "rank", "step", "pid", "ppid", "ipr", "ijr"}): ppid = the launcher, ipr = in-process
+  restart count of this call, ijr = TORCHELASTIC_RESTART_COUNT.
 - TOY_STEPS (default: run forever), TOY_STEP_SECONDS (default 0.05).
 - RTJ_FAULT_INJECT="<kind>:<rank>:<step>[:always]" (rank `*`: every rank that sees the variable,
   e.g. all ranks of one pod) with kind one of
@@ -127,7 +127,8 @@ def main() -> None:
                             "rank": rank,
                             "step": step,
                             "pid": os.getpid(),
-                            "ppid": os.getppid(),
+                            # the launcher (a rank forked by rtj_trainer.rank_forkserver is told it)
+                            "ppid": int(os.environ.get("RTJ_RANK_LAUNCHER_PID") or os.getppid()),
                             "ipr": restart_count,
                             "ijr": env.restart_count,
                         }

@@ -67,6 +67,9 @@ from .checkpoint_format import write_file_atomic
 from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client, read_rank_files
 from .log_filter import NoiseFilter
 from .peer_replica import ReplicaServer
+from .rank_forkserver import enabled as rank_forkserver_enabled
+from .rank_forkserver import rank_command
+from .rank_forkserver import start_server as start_rank_forkserver
 from .rendezvous_host import serve_rendezvous
 from .rendezvous_loss import WAIT_SECONDS as RENDEZVOUS_WAIT_SECONDS
 from .rendezvous_loss import LostStoreWatch, max_relaunches, wait_for_rendezvous
@@ -80,6 +83,7 @@ log = logging.getLogger("rtj_trainer")
 DEFAULT_GRACE_SECONDS = 30.0
 #: Seconds ft_launcher waits between SIGTERM and SIGKILL when it stops ranks to restart them.
 WORKERS_STOP_TIMEOUT_SECONDS = 10
+GPU_MEMORY_POLL_SECONDS = 0.1
 PROGRESS_FILE_NAME = "checkpoint-iteration"
 #: Seconds ft_launcher may linger after every rank finished before it is killed. Its exit barrier
 #: waits up to 300 s for the other pods' workers, so the default stays above that.
@@ -170,8 +174,10 @@ def build_launcher_argv(
     local_addr: str | None,
     progress_file: str,
     term_timeout_seconds: float,
+    rank_forkserver: str | None = None,
 ) -> list[str]:
-    """The ft_launcher command line for one worker pod (pure; unit-tested)."""
+    """The ft_launcher command line for one worker pod (pure; unit-tested). `rank_forkserver`: the
+    socket of the pod's pre-warmed rank server (`rank_forkserver`), None to start ranks plainly."""
     argv = [
         *launcher,
         f"--nnodes={cfg.nnodes}",
@@ -193,12 +199,17 @@ def build_launcher_argv(
         f"--ft-checkpoint-iteration-file={progress_file}",
         f"--ft-max-no-progress-cycles={cfg.max_no_progress_cycles}",
         f"--ft-no-restart-exit-code={ExitCode.DO_NOT_RESTART}",
+        # After stopping the ranks it waits for their GPU memory to be freed, polling every 2 s by
+        # default: most of a restart's "stopping workers" phase on 2xH200 (issue 14).
+        f"--ft-gpu-memory-poll-interval={GPU_MEMORY_POLL_SECONDS:g}",
     ]
     if local_addr:
         # MASTER_ADDR for the ranks: the pod IP, reachable from other pods (a pod's hostname is not).
         argv.append(f"--local-addr={local_addr}")
-    # The command runs as given (`python train.py ...`, a console script, ...).
-    argv += ["--no-python", cfg.command[0], *cfg.command[1:], *cfg.args]
+    # The command runs as given (`python train.py ...`, a console script, ...), a Python one
+    # forked from the pod's pre-warmed server when there is one.
+    command = [*cfg.command, *cfg.args]
+    argv += ["--no-python", *(rank_command(rank_forkserver, command) if rank_forkserver else command)]
     return argv
 
 
@@ -277,6 +288,15 @@ def launch(grace_seconds: float) -> int:
     if not cfg.standby:  # a hot spare starts it once it learns its slot
         start_peer_replica(cfg, pod.namespace, slot[0] if slot else None, status_dir)
 
+    env = {**os.environ, **rank_env_vars(cfg, status_dir=status_dir, progress_file=progress_file)}
+    # Ranks forked from a pre-warmed interpreter; it imports while ft_launcher starts.
+    forkserver_path = os.path.join(tempfile.gettempdir(), f"rtj-ranks-{os.getpid()}.sock")
+    forkserver = (
+        start_rank_forkserver(forkserver_path, [*cfg.command, *cfg.args], env)
+        if rank_forkserver_enabled()
+        else None
+    )
+
     def argv_for(standby: bool) -> list[str]:
         return build_launcher_argv(
             cfg,
@@ -284,10 +304,10 @@ def launch(grace_seconds: float) -> int:
             local_addr=pod.pod_ip,
             progress_file=progress_file,
             term_timeout_seconds=max(1.0, grace_seconds - 5),
+            rank_forkserver=forkserver_path if forkserver else None,
         )
 
     argv = argv_for(cfg.standby)
-    env = {**os.environ, **rank_env_vars(cfg, status_dir=status_dir, progress_file=progress_file)}
     if cfg.standby:
         env[ENV_PREWARM_MODULE] = prewarm_module(cfg.command) or ""
     log.info(
@@ -336,7 +356,7 @@ def launch(grace_seconds: float) -> int:
         rc, permanent = _supervise(proc, agent, exit_watch, terminate, status_dir, grace_seconds)
         ended = datetime.now(UTC)
         # Workers the launcher left behind (e.g. it was SIGKILLed) must not outlive it.
-        _kill_group(proc)
+        _kill_group(proc, keep=forkserver.pid if forkserver else None)
         log_filter.join(timeout=5)
         if rc == 0 or terminate.is_set() or permanent is not None or not lost_store.lost:
             break
@@ -363,6 +383,9 @@ def launch(grace_seconds: float) -> int:
             "rendezvous lost: starting ft_launcher again in this pod (%d/%d)", relaunches, relaunch_budget
         )
         argv = argv_for(False)  # a promoted spare relaunches as the worker it has become
+    if forkserver is not None:
+        forkserver.kill()
+        forkserver.wait()
     if exit_watch.fired:
         rc = 0  # the training itself completed on every rank
 
@@ -481,8 +504,9 @@ def _signal_launcher(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None
         proc.send_signal(sig)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the launcher and everything below it.
+def _kill_group(proc: subprocess.Popen[bytes], keep: int | None = None) -> None:
+    """SIGKILL the launcher and everything below it, and every other descendant but `keep` (the
+    rank fork server, which serves the next launcher; the ranks it forked are killed).
 
     ft_launcher starts each rank in its own session, so the launcher's process group is not
     enough; as a child subreaper this process also inherits ranks orphaned by a dead launcher.
@@ -493,6 +517,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         children = psutil.Process(os.getpid()).children(recursive=True)
     except psutil.Error:
         return
+    children = [c for c in children if c.pid != keep]
     for child in children:
         with contextlib.suppress(psutil.Error):
             child.kill()

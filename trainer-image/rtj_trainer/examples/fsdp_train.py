@@ -319,6 +319,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def process_start_time() -> float | None:
+    """This process's start as a wall-clock time (Linux /proc, 10 ms resolution; None elsewhere):
+    the resume record carries it, so that a benchmark can split an in-job restart into start,
+    imports and loading. (Both /proc clocks count from boot; /proc/stat's btime is whole seconds.)"""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
 class StepLog:
     """`<log dir>/rank-<global rank>.jsonl`; a `{pod}` in the log dir is the pod's name
     (RTJ_POD_NAME), so that the pods of a job can keep their logs on one shared volume."""
@@ -336,6 +350,8 @@ class StepLog:
 
 
 def main(argv: list[str] | None = None) -> None:
+    t_main = time.time()  # the imports above are done
+    t_proc = process_start_time()
     args = parse_args(argv)
     env = RankEnv.from_env()
     reporter = RankReporter.from_env()
@@ -376,6 +392,7 @@ def main(argv: list[str] | None = None) -> None:
     stop = GracefulStop.install(status_dir=env.status_dir)
 
     def train(*, call_wrapper: Any, restart_count: int) -> int:
+        t_train = time.time()  # the process group is up
         device = torch.device("cuda", env.local_rank) if use_cuda else torch.device("cpu")
         rank = dist.get_rank()
         # Saves are agreed on with one tiny CPU all-reduce; NCCL cannot reduce a CPU tensor.
@@ -387,6 +404,7 @@ def main(argv: list[str] | None = None) -> None:
         model, optim = build(
             cfg, device, lr=args.lr, seed=args.seed, bf16=use_cuda, init_weights=reuse is None
         )
+        t_built = time.time()
         source = "memory"
         if reuse is not None:
             try:
@@ -408,6 +426,9 @@ def main(argv: list[str] | None = None) -> None:
             iteration=restart_count,
             restart=env.restart_count,
             t=time.time(),
+            # Where a (re)start's seconds went: process start, imports done, process group up,
+            # model built; `t` is the state loaded.
+            phases={"proc": t_proc, "main": t_main, "train": t_train, "built": t_built},
         )
         prepared, copy_pending = False, False
         for step in range(start, args.steps):

@@ -1,0 +1,389 @@
+"""Ranks started from a pre-warmed interpreter: an in-job restart skips `import torch`.
+
+    python -m rtj_trainer.rank_forkserver serve SOCKET -- python -m pkg.train ...   # one per pod
+    python -m rtj_trainer.rank_forkserver run SOCKET -- python -m pkg.train ...     # what ft_launcher starts
+
+ft_launcher starts every rank as a new process, so each in-job restart pays the interpreter start
+and the imports of torch, NVRx and the training module again (7.2 s of a 33.5 s restart on
+2xH200, issue 14). The pod's entrypoint starts one `serve` process that imports all of that once
+(never initialising CUDA) and then waits on a Unix socket. Each rank ft_launcher starts is a small
+`run` client (stdlib only): it hands its argv, environment, working directory and stdin/stdout/
+stderr to the server, which forks a child that becomes the rank (`runpy`, as `python -m` or
+`python script.py` would run it) in its own session, and the client stands in for it:
+
+- the child's pid is the rank's pid (NVRx's rank monitor signals it directly); its parent is the
+  server, so it finds its launcher's pid in RTJ_RANK_LAUNCHER_PID; tools that look for ranks by
+  their environment (/proc/PID/environ) find the clients, and a client SIGKILLed is its rank killed;
+- signals sent to the client (ft_launcher's SIGTERM on a restart or a stop) are forwarded;
+- the client exits as the child did (its code, or the same signal);
+- a client that dies (SIGKILLed by ft_launcher after its stop timeout) closes its connection,
+  and the server kills the child's whole process group, as ft_launcher would have;
+- with no server (not started, died, or its socket missing) the client runs the command itself
+  (`exec`): the rank only starts as slowly as before.
+
+Hand-written: the stdlib's multiprocessing forkserver serves only its own parent's Process objects.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+MODULE = "rtj_trainer.rank_forkserver"
+ENV_SERVER_PID = "RTJ_RANK_FORKSERVER_PID"
+#: Set in a forked rank: the pid of the launcher that started its client (its parent is the server).
+ENV_LAUNCHER_PID = "RTJ_RANK_LAUNCHER_PID"
+#: "0" turns the server off: every rank starts as a plain process (the baseline of the benchmark).
+ENV_ENABLED = "RTJ_RANK_FORKSERVER"
+#: How long a client waits for a live server still importing (the pod's first start).
+READY_WAIT_S = 120.0
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_STATUS = struct.Struct("!ii")  # (pid, 0) once forked; then (wait status, 1)
+
+
+def runnable(command: Sequence[str]) -> tuple[str, str] | None:
+    """("module", name) for `python -m name ...`, ("path", file) for `python file.py ...`; None for
+    anything else, which the client runs itself (pure; unit-tested)."""
+    if len(command) < 2 or not os.path.basename(command[0]).startswith("python"):
+        return None
+    if command[1] == "-m" and len(command) >= 3:
+        return ("module", command[2])
+    if command[1].endswith(".py"):
+        return ("path", command[1])
+    return None
+
+
+# --- the client: what ft_launcher starts as a rank --------------------------------------------------
+def _connect(path: str) -> socket.socket | None:
+    """The server's socket, waiting while a live server is still importing; None without one."""
+    server_pid = int(os.environ.get(ENV_SERVER_PID) or 0)
+    deadline = time.monotonic() + READY_WAIT_S
+    while True:
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(path)
+            return sock
+        except OSError:
+            sock.close()
+        if not server_pid or time.monotonic() > deadline or not _alive(server_pid):
+            return None
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _recv_status(sock: socket.socket) -> tuple[int, int] | None:
+    buf = b""
+    while len(buf) < _STATUS.size:
+        try:
+            chunk = sock.recv(_STATUS.size - len(buf))
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        buf += chunk
+    return _STATUS.unpack(buf)
+
+
+def run_client(path: str, command: list[str]) -> int:
+    sock = _connect(path) if runnable(command) else None
+    if sock is None:
+        os.execvp(command[0], command)  # no server: run the rank as before
+    env = {**os.environ, ENV_LAUNCHER_PID: str(os.getppid())}
+    request = json.dumps({"argv": command, "env": env, "cwd": os.getcwd()}).encode()
+    fds = array.array("i", [0, 1, 2])
+    sock.sendmsg([struct.pack("!I", len(request)), request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+    forked = _recv_status(sock)
+    if forked is None:
+        os.execvp(command[0], command)  # the server refused or died before forking
+    child = forked[0]
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signum)
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    done = _recv_status(sock)
+    if done is None:  # the server died: the child was in its care; it is gone or orphaned
+        os.killpg(child, signal.SIGKILL) if _alive(child) else None
+        return 1
+    status = done[0]
+    if os.WIFSIGNALED(status):  # die of the same signal (SIGKILL cannot be reset, nor caught)
+        sig = os.WTERMSIG(status)
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    return os.waitstatus_to_exitcode(status)
+
+
+# --- the server ----------------------------------------------------------------------------------------
+def top_level_imports(source: str, package: str | None = None) -> list[str]:
+    """The modules a file imports at its top level (pure; unit-tested). Only these are imported
+    ahead: executing the training module itself could start training inside the server."""
+    import ast
+    import importlib.util
+
+    names: list[str] = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module != "__future__":
+            if node.level == 0:
+                names.append(node.module)
+            elif package:
+                with contextlib.suppress(ImportError, ValueError):
+                    names.append(importlib.util.resolve_name("." * node.level + node.module, package))
+    return names
+
+
+def _prewarm(command: list[str]) -> list[str]:
+    """Import torch, NVRx's rank-side modules and what the command's file imports; returns the
+    modules that could not be imported (they are imported again in the rank, and fail there)."""
+    import importlib.util
+
+    import torch
+    import torch.distributed
+    from nvidia_resiliency_ext import inprocess  # noqa: F401
+    from nvidia_resiliency_ext.fault_tolerance import rank_monitor_client  # noqa: F401
+
+    kind, target = runnable(command)  # type: ignore[misc]
+    failed: list[str] = []
+    try:
+        if kind == "module":
+            spec = importlib.util.find_spec(target)
+            origin, package = (spec.origin, target.rpartition(".")[0] or None) if spec else (None, None)
+        else:
+            origin, package = target, None
+        with open(origin or "", encoding="utf-8") as f:
+            names = top_level_imports(f.read(), package)
+    except (OSError, SyntaxError, ImportError, ValueError) as exc:
+        names, failed = [], [f"{target} ({exc!r})"]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            failed.append(f"{name} ({exc!r})")
+    if torch.cuda.is_initialized():
+        raise RuntimeError("CUDA was initialised by an import: forked ranks could not use it")
+    return failed
+
+
+def _become_rank(request: dict, fds: list[int]) -> None:
+    """In the forked child: take the client's stdio, environment and command, and run it."""
+    os.setsid()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    for sig in (*FORWARDED, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True, write_through=unbuffered)  # type: ignore[attr-defined]
+    import torch
+
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():  # read at import in a fresh process
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    import atexit
+    import runpy
+    import threading
+    import traceback
+
+    argv = request["argv"]
+    kind, target = runnable(argv)  # type: ignore[misc]
+    # sys.path as the client's interpreter would have it: its PYTHONPATH, and its cwd for `-m`.
+    for entry in reversed(os.environ.get("PYTHONPATH", "").split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(1, entry)
+    code = 0
+    try:
+        if kind == "module":
+            sys.path[0] = os.getcwd()
+            sys.argv = [target, *argv[3:]]
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = argv[1:]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    # What the interpreter does at exit, in its order: join threads, atexit, flush.
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
+    fds = array.array("i")
+    msg, anc, _flags, _addr = conn.recvmsg(4, socket.CMSG_LEN(3 * fds.itemsize))
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    if len(msg) < 4 or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        return None
+    (size,) = struct.unpack("!I", msg)
+    body = b""
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    return json.loads(body), list(fds)
+
+
+def serve(path: str, command: list[str]) -> int:
+    import selectors
+
+    parent = os.getppid()  # the pod's entrypoint: when it dies, so does its server
+    failed = _prewarm(command)
+    if failed:
+        print(f"rank_forkserver: not pre-imported: {', '.join(failed)}", file=sys.stderr, flush=True)
+    with_threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = f"{path}.{os.getpid()}"
+    listener.bind(tmp)
+    os.chmod(tmp, 0o600)
+    listener.listen(64)
+    os.replace(tmp, path)  # appears only once the imports are done
+    print(f"rank_forkserver: ready at {path} ({with_threads} threads)", file=sys.stderr, flush=True)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, "accept")
+    sel.register(wake_r, selectors.EVENT_READ, "child")
+    children: dict[int, socket.socket] = {}  # child pid -> its client's connection
+    try:
+        while os.getppid() == parent:
+            for key, _ in sel.select(timeout=1.0):
+                if key.data == "accept":
+                    conn, _ = listener.accept()
+                    got = _recv_request(conn)
+                    if got is None:
+                        conn.close()
+                        continue
+                    request, fds = got
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    pid = os.fork()
+                    if pid == 0:
+                        sel.close()
+                        listener.close()
+                        for c in children.values():
+                            c.close()
+                        signal.set_wakeup_fd(-1)
+                        os.close(wake_r)
+                        os.close(wake_w)
+                        conn.close()
+                        _become_rank(request, fds)
+                    for fd in fds:
+                        os.close(fd)
+                    conn.sendall(_STATUS.pack(pid, 0))
+                    children[pid] = conn
+                    sel.register(conn, selectors.EVENT_READ, pid)
+                elif key.data == "child":
+                    os.read(wake_r, 4096)
+                    _reap(children, sel)
+                else:  # a client's connection: readable only when it closed (the client died)
+                    pid = key.data
+                    sel.unregister(key.fileobj)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGKILL)
+        return 0
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _reap(children: dict[int, socket.socket], sel: object) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = children.pop(pid, None)
+        if conn is None:
+            continue
+        with contextlib.suppress(KeyError, ValueError):  # already unregistered: the client had gone
+            sel.unregister(conn)  # type: ignore[attr-defined]
+        with contextlib.suppress(OSError):
+            conn.sendall(_STATUS.pack(status, 1))
+        conn.close()
+
+
+# --- wiring, for the pod's entrypoint ------------------------------------------------------------------
+def enabled(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    return environ.get(ENV_ENABLED, "1") != "0"
+
+
+def rank_command(path: str, command: list[str]) -> list[str]:
+    """What ft_launcher runs per rank: the client for a Python command, else the command itself."""
+    if runnable(command) is None:
+        return command
+    return [sys.executable, "-m", MODULE, "run", path, "--", *command]
+
+
+def start_server(path: str, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+    """Start the pod's server (it pre-warms while ft_launcher starts); None when it cannot run
+    `command` (the ranks then start as plain processes). Its pid goes into `env` for the clients."""
+    if runnable(command) is None:
+        return None
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", MODULE, "serve", path, "--", *command], env=env, start_new_session=True
+    )
+    env[ENV_SERVER_PID] = str(proc.pid)
+    return proc
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 4 or argv[0] not in ("serve", "run") or argv[2] != "--":
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    role, path, command = argv[0], argv[1], argv[3:]
+    return serve(path, command) if role == "serve" else run_client(path, command)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
