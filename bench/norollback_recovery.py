@@ -12,6 +12,8 @@ Runs (each its own job; `--only` picks some):
 - faults:   an exception (in-process restart) and a rank SIGKILL (in-job restart), with memory
             snapshots every `--memory-interval` steps and persistence every `--persist-interval`;
 - faults-persist-only: the same faults with the memory tier off (what a restart loses without it);
+- faults-plain-ranks: the same faults with every rank started as a new interpreter (RTJ_RANK_FORKSERVER=0,
+            the path before rtj_trainer.rank_forkserver): the baseline of the in-job restart phases;
 - sigterm:  SIGTERM to `rtj-trainer launch` at a step (the kubelet's graceful stop), then a new
             "pod" (memory tier wiped) resumes: steps lost and seconds stop -> exit, start -> step;
 - throughput: no fault, memory snapshots every `--memory-interval` (+ persistence) vs no
@@ -24,6 +26,10 @@ Runs (each its own job; `--only` picks some):
             of the final timeline x the run's median step time / the window from the first step
             to the end. Faults are placed by step (`fault-every-s` / the step time, see
             `--goodput-step-s`), so both runs get the same faults at the same points of progress.
+
+Per in-job restart (SIGKILL), its phases: detect, stop workers, rendezvous (NVRx's profiling records
+in the launcher log), process start, imports, in-process wrapper + process group, model build, state
+load (the new ranks' resume records, the slowest rank), first step.
 
 Per fault: `seconds_to_first_step` = from the fault (the injector's log record, or the SIGTERM)
 to the first step completed by every rank afterwards; `steps_lost` = last step completed before
@@ -70,7 +76,7 @@ GPU_MODEL = [
     "--batch",
     "4",
 ]
-RUNS = ("faults", "faults-persist-only", "sigterm", "throughput", "goodput")
+RUNS = ("faults", "faults-persist-only", "sigterm", "throughput", "goodput", "faults-plain-ranks")
 GOODPUT_FAULTS = ("exception", "sigkill", "hang")
 
 
@@ -108,11 +114,6 @@ def parse_args() -> argparse.Namespace:
         default=0.0,
         help="goodput: the step time that places the faults (0: --min-step-time, else 0.19 s, 2xH200)",
     )
-    p.add_argument(
-        "--no-rank-forkserver",
-        action="store_true",
-        help="start every rank as a new interpreter (the path before rtj_trainer.rank_forkserver)",
-    )
     p.add_argument("--timeout", type=float, default=420, help="seconds per job")
     # Anything else is passed to fsdp_train (model arguments; default: by --cpu).
     a, model = p.parse_known_args()
@@ -146,6 +147,7 @@ class Job:
         in_process: bool = True,
         hang_timeout_s: int = 0,
         max_restarts: int = 3,
+        forkserver: bool = True,
     ) -> dict[str, str]:
         """hang_timeout_s: detect a hang after this many seconds (in-process soft timeout, and the
         rank heartbeat timeout at twice it); 0 = the defaults below (60 s and 120 s). max_restarts:
@@ -191,7 +193,7 @@ class Job:
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "2" if self.a.cpu else "20",  # gloo: the abort waits for it
             "RTJ_TERMINATION_GRACE_SECONDS": "30",
             "RTJ_FAULT_INJECT": faults,
-            "RTJ_RANK_FORKSERVER": "0" if self.a.no_rank_forkserver else "1",
+            "RTJ_RANK_FORKSERVER": "1" if forkserver else "0",
             "PYTHONUNBUFFERED": "1",
         }
         if self.a.cpu:
@@ -342,11 +344,12 @@ def persisted_recency(recs: list[dict[str, Any]]) -> float | None:
 
 
 # --- the runs ---------------------------------------------------------------------------------------
-def run_faults(a: argparse.Namespace, name: str, memory: int) -> dict[str, Any]:
+def run_faults(a: argparse.Namespace, name: str, memory: int, forkserver: bool = True) -> dict[str, Any]:
     job = Job(a, name)
     victim = a.nproc - 1  # rank 1 on two GPUs; rank 0 when one rank runs alone
     faults = f"exception:{victim}:{a.exception_step};sigkill:{victim}:{a.sigkill_step}"
-    rc = job.run(job.env(a.steps, faults=faults, memory=memory, persist=a.persist_interval))
+    env = job.env(a.steps, faults=faults, memory=memory, persist=a.persist_interval, forkserver=forkserver)
+    rc = job.run(env)
     per_rank = job.records()
     out: dict[str, Any] = {"rc": rc, "memory_interval": memory, "persist_interval": a.persist_interval}
     for kind in ("exception", "sigkill"):
@@ -484,7 +487,7 @@ def table(res: dict[str, Any]) -> str:
         "| fault | recovered | seconds to first step | steps lost | resumed from |",
         "|---|---|---|---|---|",
     ]
-    for run in ("faults", "faults-persist-only"):
+    for run in ("faults", "faults-plain-ranks", "faults-persist-only"):
         for kind in ("exception", "sigkill"):
             r = res.get(run, {}).get(kind)
             if r:
@@ -492,7 +495,7 @@ def table(res: dict[str, Any]) -> str:
                     f"| {kind} ({run}) | {r['recovered']} | {r.get('seconds_to_first_step')} | "
                     f"{r.get('steps_lost')} | {r.get('resumed_from')} {r.get('resumed_from_step')} |"
                 )
-    for run in ("faults", "faults-persist-only"):
+    for run in ("faults", "faults-plain-ranks", "faults-persist-only"):
         ph = res.get(run, {}).get("sigkill", {}).get("phases")
         if ph:
             rows.append(
@@ -551,6 +554,8 @@ def main() -> None:
     t0 = time.time()
     if "faults" in a.only:
         res["faults"] = run_faults(a, "faults", a.memory_interval)
+    if "faults-plain-ranks" in a.only:
+        res["faults-plain-ranks"] = run_faults(a, "faults-plain-ranks", a.memory_interval, forkserver=False)
     if "faults-persist-only" in a.only:
         res["faults-persist-only"] = run_faults(a, "faults-persist-only", 0)
     if "sigterm" in a.only:

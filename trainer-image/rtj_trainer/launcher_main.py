@@ -2,14 +2,18 @@
 
     python -m rtj_trainer.launcher_main <ft_launcher arguments...>
 
-Everything but `keep_rendezvous_open` is NVRx's launcher, run as __main__.
+Everything but `keep_rendezvous_open` and `restart_without_fixed_waits` is NVRx's launcher, run
+as __main__.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import runpy
+import signal
 import sys
+import time
 from typing import Any
 
 LAUNCHER_MODULE = "nvidia_resiliency_ext.fault_tolerance.launcher"
@@ -47,9 +51,65 @@ def keep_rendezvous_open() -> None:
     FtRendezvousBarrierHandler.shutdown = _leave_open  # type: ignore[method-assign]
 
 
+#: How long stopped ranks' process groups get between SIGTERM and SIGKILL (NVRx: a fixed 1 s sleep).
+GROUP_TERM_GRACE_S = 1.0
+
+
+def terminate_groups(allowed_pgids: Any, grace_s: float = GROUP_TERM_GRACE_S) -> None:
+    """NVRx's `terminate_mp_processes` (the last step of stopping the ranks, on every in-job
+    restart), but it returns as soon as the groups are empty instead of sleeping a fixed second:
+    SIGTERM, wait up to `grace_s` for the groups to empty, SIGKILL what is left."""
+    pgids = [g for g in allowed_pgids if g != 1]  # NVRx's own guard (its rank monitors' group)
+    if len(pgids) != len(allowed_pgids):
+        return
+    for pgid in pgids:
+        _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (alive := [g for g in pgids if _signal_group(g, 0)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pgid in alive:
+        _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Whether the group still had a process (signal 0 only checks)."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def restart_without_fixed_waits() -> None:
+    """Two fixed one-second waits of every in-job restart of NVRx 0.7, removed (issue 14):
+
+    - after stopping the ranks, `terminate_mp_processes` sleeps 1 s even when every rank is gone
+      (`terminate_groups` above waits only while one is left);
+    - a launcher that restarts its workers enters the rendezvous's Step 0 still on the round that
+      failed: it sees that round closed, then syncs to the round its failure opened, then sleeps
+      1 s before it looks again. Syncing first (what that loop's own first check does) finds the
+      new round open at once.
+    """
+    from nvidia_resiliency_ext.fault_tolerance import utils
+    from nvidia_resiliency_ext.fault_tolerance.ft_rendezvous_barrier import _RendezvousBarrierState
+
+    # The launcher runs as __main__ (runpy) and imports the name from utils then: patch it there.
+    utils.terminate_mp_processes = terminate_groups
+    wait_open = _RendezvousBarrierState._wait_for_rendezvous_open
+
+    def _sync_then_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self._sync_from_per_round_state()
+        return wait_open(self, *args, **kwargs)
+
+    _RendezvousBarrierState._wait_for_rendezvous_open = _sync_then_wait  # type: ignore[method-assign]
+
+
 def run_launcher(argv: list[str]) -> None:
     """Run NVRx's launcher in this interpreter with `argv`; exits with the launcher's code."""
     keep_rendezvous_open()
+    restart_without_fixed_waits()
     sys.argv = [sys.argv[0], *argv]
     runpy.run_module(LAUNCHER_MODULE, run_name="__main__", alter_sys=True)
 
