@@ -157,3 +157,44 @@ def test_a_restarted_rank_keeps_every_committed_snapshot_until_its_next_write(tm
     restarted.maybe_save(20, state)
     assert restarted.wait(timeout=30)
     assert [s for s, _ in local_snapshots(str(rank_dir))] == [20, 15]
+
+
+def test_a_state_loaded_from_memory_does_not_change_when_the_snapshot_file_is_rewritten(
+    tmp_path: Path,
+) -> None:
+    """A memory snapshot is loaded from the file mapped into memory (no copy on the way); what the
+    rank trains on must be its own copy: later snapshots rewrite the oldest files in place."""
+    torch.manual_seed(0)
+
+    def train(model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
+        model(torch.randn(8, 64)).square().mean().backward()
+        optim.step()
+        optim.zero_grad()
+
+    model = torch.nn.Linear(64, 64)
+    optim = torch.optim.AdamW(model.parameters())
+    mgr = _manager(tmp_path)
+    for step in range(1, MEMORY_INTERVAL + 1):
+        train(model, optim)
+        mgr.maybe_save(step, model, optim)
+        assert mgr.wait(timeout=30)
+    want = [t.clone() for t in (*model.parameters(), *optim.state_dict()["state"][0].values())]
+
+    model2 = torch.nn.Linear(64, 64)
+    optim2 = torch.optim.AdamW(model2.parameters())  # no state yet: it is created by the load
+    mgr2 = _manager(tmp_path)
+    resumed = mgr2.load_latest(model2, optim2)
+    assert resumed is not None and (resumed.step, resumed.source) == (MEMORY_INTERVAL, "local")
+    # Other state is snapshotted by the same rank's manager until the loaded file has been reused.
+    other = torch.nn.Linear(64, 64)
+    other_optim = torch.optim.AdamW(other.parameters())
+    rank_dir = Path(local_rank_dir(str(tmp_path / "shm"), 0))
+    for step in range(MEMORY_INTERVAL + 1, 6 * MEMORY_INTERVAL + 1):
+        train(other, other_optim)
+        mgr2.maybe_save(step, other, other_optim)
+        assert mgr2.wait(timeout=30)
+    assert not [p for p in rank_dir.iterdir() if p.name.startswith(f"step-{MEMORY_INTERVAL:010d}.")]
+    got = [*model2.parameters(), *optim2.state_dict()["state"][0].values()]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)

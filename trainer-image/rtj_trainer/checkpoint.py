@@ -224,11 +224,13 @@ def _flatten(obj: Any, out: list[torch.Tensor], path: str = "") -> Any:
     raise TypeError(f"cannot checkpoint {type(obj).__name__} at {path or '<root>'}")
 
 
-def _unflatten(skel: Any, current: Any, loaded: list[torch.Tensor]) -> Any:
+def _unflatten(skel: Any, current: Any, loaded: list[torch.Tensor], mapped: bool = False) -> Any:
     """The saved tree with every tensor placed like the `current` one at the same path.
 
     A DTensor in `current` receives the saved local shard in place (so mesh and placements are the
-    live ones); a plain tensor is copied into or moved to the current tensor's device.
+    live ones); a plain tensor is copied into or moved to the current tensor's device. `mapped`:
+    `loaded` are views of a snapshot file (`_map_shard`), so a tensor with no current one to be
+    copied into is copied out of the file (the file is rewritten in place by a later snapshot).
     """
     idx = ref_index(skel)
     if idx is not None:
@@ -242,15 +244,15 @@ def _unflatten(skel: Any, current: Any, loaded: list[torch.Tensor]) -> Any:
                 )
             local.copy_(saved)
             return current
-        return saved
+        return saved.clone() if mapped else saved
     if isinstance(skel, dict):
         cur = current if isinstance(current, dict) else {}
-        return {k: _unflatten(v, cur.get(k), loaded) for k, v in skel.items()}
+        return {k: _unflatten(v, cur.get(k), loaded, mapped) for k, v in skel.items()}
     if isinstance(skel, list | tuple):
         cur = (
             current if isinstance(current, list | tuple) and len(current) == len(skel) else [None] * len(skel)
         )
-        items = [_unflatten(v, c, loaded) for v, c in zip(skel, cur, strict=True)]
+        items = [_unflatten(v, c, loaded, mapped) for v, c in zip(skel, cur, strict=True)]
         return items if isinstance(skel, list) else tuple(items)
     return skel
 
@@ -516,14 +518,27 @@ class CheckpointManager:
         return self.last_committed == step
 
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
-        """Allocate the pinned host buffers now (seconds for GBs), not inside the first save.
+        """Allocate the pinned host buffers now, not inside the first save, and in the background:
+        pinning 13.7 GB took 6-7 s of the first step after a restart on an H200 (issue 14). Until
+        they are ready the manager is `busy`, so a save that falls due meanwhile waits for the
+        next step, as it waits for a writer still running.
 
         Call after the first optimizer step: the optimizer state must exist.
         """
         tensors: list[torch.Tensor] = []
         _flatten(_state_of(model, optimizer), tensors)
-        for i, t in enumerate(tensors):
-            self._host_buffer(i, t)
+        specs = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors]
+        cuda = any(t.is_cuda for t in tensors)
+        device = torch.cuda.current_device() if cuda else None
+
+        def allocate() -> None:
+            if device is not None:
+                torch.cuda.set_device(device)
+            for i, spec in enumerate(specs):
+                self._host_buffer(i, spec, pin=cuda)
+
+        self._writer = threading.Thread(target=allocate, name="rtj-ckpt-prepare", daemon=True)
+        self._writer.start()
 
     def fence(self) -> None:
         """Make the current CUDA stream wait for the last snapshot copy (before mutating state).
@@ -730,7 +745,7 @@ class CheckpointManager:
 
         current = _state_of(model, optimizer)
         with torch.no_grad():
-            state = _unflatten(skeleton, current, loaded)
+            state = _unflatten(skeleton, current, loaded, mapped=source != SOURCE_PERSISTENT)
         if optimizer is None:
             set_model_state_dict(model, state["model"])
         else:
@@ -799,12 +814,13 @@ class CheckpointManager:
             return bool(t[0]), bool(t[1]), bool(t[2]), int(t[3]), int(t[4]) / 1e6, -int(t[5]) / 1e6
         return busy, persisting, replicating, nonce or 1, write_us / 1e6, step_us / 1e6
 
-    def _host_buffer(self, i: int, src: torch.Tensor) -> torch.Tensor:
+    def _host_buffer(self, i: int, src: torch.Tensor, pin: bool | None = None) -> torch.Tensor:
         if i < len(self._host):
             buf = self._host[i]
             if buf.shape == src.shape and buf.dtype == src.dtype:
                 return buf
-        buf = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=src.is_cuda)
+        pin = src.is_cuda if pin is None else pin
+        buf = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=pin)
         if i < len(self._host):
             self._host[i] = buf
         else:
@@ -1218,6 +1234,9 @@ def read_shard(ckpt_dir: str, rank: int, manifest: Manifest) -> tuple[Any, list[
     if len(idx_bytes) != idx_meta["size"] or (checked and crc32_of(idx_bytes) != idx_meta["crc32"]):
         raise CheckpointError(f"{ckpt_dir}: {shard_idx(rank)} fails its checksum")
     index = ShardIndex.from_bytes(idx_bytes)
+    if not checked:
+        tensors = _map_shard(os.path.join(ckpt_dir, shard_bin(rank)), index, bin_meta["size"])
+        return _shard_state(index), tensors
     tensors: list[torch.Tensor] = []
     crc = 0
     with open(os.path.join(ckpt_dir, shard_bin(rank)), "rb", buffering=0) as f:
@@ -1238,12 +1257,40 @@ def read_shard(ckpt_dir: str, rank: int, manifest: Manifest) -> tuple[Any, list[
             tensors.append(raw.view(_dtype(e.dtype)).reshape(e.shape))
     if checked and crc != bin_meta["crc32"]:
         raise CheckpointError(f"{ckpt_dir}: {shard_bin(rank)} fails its checksum")
+    return _shard_state(index), tensors
+
+
+def _shard_state(index: ShardIndex) -> dict[str, Any]:
     skeleton = index.skeleton
     return {
         "model": skeleton["state"]["model"],
         "optim": skeleton["state"]["optim"],
         "extra": skeleton["extra"],
-    }, tensors
+    }
+
+
+def _map_shard(path: str, index: ShardIndex, size: int) -> list[torch.Tensor]:
+    """A memory-tier shard's tensors as views of the file mapped into memory: its pages are already
+    in the tmpfs, so nothing is allocated or copied before the state is loaded from them (reading
+    them into new tensors took 14 s of a restart for 13.7 GB on an H200, issue 14). Copy-on-write
+    (MAP_PRIVATE): the snapshot is never changed through them."""
+    if os.path.getsize(path) != size:
+        raise CheckpointError(f"{path} does not have the size it was written with")
+    whole = (
+        torch.from_file(path, shared=False, size=size, dtype=torch.uint8)
+        if size
+        else torch.empty(0, dtype=torch.uint8)
+    )
+    tensors = []
+    for e in index.entries:
+        if e.offset < 0 or e.offset + e.nbytes > size:
+            raise CheckpointError(f"{path}: an entry lies outside the file")
+        raw = whole[e.offset : e.offset + e.nbytes]
+        dtype = _dtype(e.dtype)
+        if e.offset % dtype.itemsize:  # a view must be aligned to its element size
+            raw = raw.clone()
+        tensors.append(raw.view(dtype).reshape(e.shape))
+    return tensors
 
 
 def latest_committed(root: str, *, world_size: int | None = None) -> int | None:
