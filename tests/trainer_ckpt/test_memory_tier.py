@@ -198,3 +198,23 @@ def test_a_state_loaded_from_memory_does_not_change_when_the_snapshot_file_is_re
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         assert torch.equal(g, w)
+
+
+def test_preparing_again_while_a_snapshot_is_written_keeps_the_manager_busy(tmp_path: Path) -> None:
+    """An in-process restart re-enters the training loop, which prepares the host buffers again.
+    While the previous snapshot is still being written from them the manager must stay busy: a save
+    let through would refill the buffers under the writer and commit a mix of two steps."""
+    model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)])  # 128 MB of weights
+    optim = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 2048)).sum().backward()
+    optim.step()
+    mgr = _manager(tmp_path)
+    mgr.prepare(model, optim)
+    assert mgr.wait_local(timeout=60)
+    assert mgr.maybe_save(MEMORY_INTERVAL, model, optim) == "snapshot"  # 384 MB to write
+    mgr.prepare(model, optim)  # the re-entered loop
+    time.sleep(0.05)  # the second preparation found every buffer allocated: it is done
+    writing = mgr._writer is not None and mgr._writer.is_alive()
+    assert writing, "the write ended too soon for this test to say anything"
+    assert mgr.busy
+    assert mgr.wait(timeout=60)

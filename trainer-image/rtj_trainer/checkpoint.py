@@ -332,6 +332,7 @@ class CheckpointManager:
         self._on_event = on_event
         self._events: queue.SimpleQueue[CheckpointEvent] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
+        self._preparer: threading.Thread | None = None  # allocating the pinned host buffers
         self._abort = threading.Event()
         self._pending = False
         self._host: list[torch.Tensor] = []
@@ -399,7 +400,7 @@ class CheckpointManager:
     @property
     def busy(self) -> bool:
         """The host buffers are still being written out (a new snapshot must wait)."""
-        return self._writer is not None and self._writer.is_alive()
+        return any(t is not None and t.is_alive() for t in (self._writer, self._preparer))
 
     @property
     def persisting(self) -> bool:
@@ -537,8 +538,8 @@ class CheckpointManager:
             for i, spec in enumerate(specs):
                 self._host_buffer(i, spec, pin=cuda)
 
-        self._writer = threading.Thread(target=allocate, name="rtj-ckpt-prepare", daemon=True)
-        self._writer.start()
+        self._preparer = threading.Thread(target=allocate, name="rtj-ckpt-prepare", daemon=True)
+        self._preparer.start()
 
     def fence(self) -> None:
         """Make the current CUDA stream wait for the last snapshot copy (before mutating state).
@@ -579,15 +580,17 @@ class CheckpointManager:
 
     def wait_local(self, timeout: float | None = None) -> bool:
         """Wait for the writer only (the host buffers are free, a memory snapshot committed)."""
-        if self._writer is not None:
-            self._writer.join(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in (self._preparer, self._writer):
+            if t is not None:
+                t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         self.poll()
         return not self.busy
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the in-flight save (end of training, tests); True when none is left."""
         deadline = time.monotonic() + (timeout if timeout is not None else self.commit_timeout_s)
-        for attr in ("_writer", "_persister"):  # the writer may start the persister: in this order
+        for attr in ("_preparer", "_writer", "_persister"):  # the writer may start the persister
             w = getattr(self, attr)
             if w is not None:
                 w.join(max(0.0, deadline - time.monotonic()))
