@@ -17,6 +17,7 @@ from e2e_helpers import NAMESPACE, JobRun, all_training, failed, succeeded
 from kubernetes.client.rest import ApiException
 from rtj.contract import LABEL_JOB, QUARANTINE_TAINT_KEY
 from rtj_local.rawapi import MERGE
+from rtj_local.train_log import TRAIN_LOG_SUBDIR
 from rtj_local.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -123,7 +124,13 @@ def test_launcher_budget_exhausted_replaces_that_pod_and_the_job_continues(run_j
     assert slot_pod(replaced, slot)["pod"] != before["pod"]
     assert_succeeded(job)
     last = job.history[-1]
-    assert last.restarts["podReschedules"] >= 1
+    if "PodsFailedTogether" in job.event_reasons():
+        # Every launcher restarts its workers on every fault, so every pod's budget can run out in
+        # the same instant (restarts take ~1 s now): the operator then recovers the job as a whole,
+        # one job-level restart, no pod budget spent, no node quarantined.
+        assert last.restarts["job"] >= 1, last.restarts
+    else:
+        assert last.restarts["podReschedules"] >= 1, last.restarts
     # The reason is LauncherBudgetExhausted, as the pod's exit code (70) says or, when its heartbeat
     # reported it first, PodReportedHardFault naming it.
     assert job.events_about("LauncherBudgetExhausted"), sorted(job.event_reasons())
@@ -172,8 +179,8 @@ def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(ru
 @pytest.mark.timeout(720)
 def test_node_death_with_the_volume_unreadable_resumes_from_the_peer_replica(run_job, e2e_stack) -> None:
     """issue 14, item 3: memory snapshots every 2 steps replicated to the next slot's pod. A node
-    dies (its pod's memory with it) and the checkpoint volume is unreadable while the job recovers
-    (mode 000: the pods run as the trainer's user); the replacement fetches its shard from the peer
+    dies (its pod's memory with it) and every checkpoint on the volume is unreadable while the job
+    recovers (mode 000: the pods run as the trainer's user); the replacement fetches its shard from the peer
     and the job resumes at most one memory interval behind (status.replicaStep shows the replicas)."""
     job = run_job(
         "peer", steps=400, interval=10, checkpoint={"memorySnapshotIntervalSteps": 2, "peerReplica": True}
@@ -195,8 +202,17 @@ def test_node_death_with_the_volume_unreadable_resumes_from_the_peer_replica(run
     rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
     victim = next(s for s in snap.status["nodeSlots"] if s["node"] != rdzv_node)
     before = lease(snap, victim["pod"]).get("step") or 0
-    mode = job.checkpoint_dir.stat().st_mode
-    job.checkpoint_dir.chmod(0)
+    # Every checkpoint on the volume unreadable (mode 000: the pods run as the trainer's user, not
+    # root); the volume itself stays writable, as the ranks' step logs (this test's instrument) and
+    # the fault markers live there too.
+    hidden = {
+        p: p.stat().st_mode
+        for p in job.checkpoint_dir.iterdir()
+        if p.name != TRAIN_LOG_SUBDIR and not p.name.startswith(".fault-")
+    }
+    assert hidden, "nothing persisted to hide"
+    for p in hidden:
+        p.chmod(0)
     try:
         killed_at = time.time()
         killed = e2e_stack.agent.kill_node(victim["node"])
@@ -209,7 +225,9 @@ def test_node_death_with_the_volume_unreadable_resumes_from_the_peer_replica(run
         job.wait(replaced_and_training, 240, "the dead node's pod replaced and training again")
         cost = job.steps_lost("node death, no volume", "Pod", at=killed_at)
     finally:
-        job.checkpoint_dir.chmod(mode)
+        for p, mode in hidden.items():
+            with contextlib.suppress(FileNotFoundError):  # pruned meanwhile
+                p.chmod(mode)
     assert cost is not None, "no resume seen after the node death"
     assert cost.sources == ("peer",), cost
     assert cost.lost <= 2 * 2, cost  # the newest snapshot or the one before (in flight when it died)
