@@ -119,22 +119,31 @@ def run_client(path: str, command: list[str]) -> int:
         os.execvp(command[0], command)  # no server: run the rank as before
     env = {**os.environ, ENV_LAUNCHER_PID: str(os.getppid())}
     request = json.dumps({"argv": command, "env": env, "cwd": os.getcwd()}).encode()
-    fds = array.array("i", [0, 1, 2])
-    sock.sendmsg([struct.pack("!I", len(request)), request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
-    forked = _recv_status(sock)
-    if forked is None:
-        os.execvp(command[0], command)  # the server refused or died before forking
-    child = forked[0]
+    child, pending = 0, []  # a signal that comes before the fork is forwarded right after it
 
     def forward(signum: int, _frame: object) -> None:
+        if not child:
+            pending.append(signum)
+            return
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signum)
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
+    fds = array.array("i", [0, 1, 2])
+    sock.sendmsg([struct.pack("!I", len(request)), request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+    forked = _recv_status(sock)
+    if forked is None:  # the server refused or died before forking: run the rank as before
+        for sig in FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
+        os.execvp(command[0], command)
+    child = forked[0]
+    for signum in pending:
+        forward(signum, None)
     done = _recv_status(sock)
     if done is None:  # the server died: the child was in its care; it is gone or orphaned
-        os.killpg(child, signal.SIGKILL) if _alive(child) else None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signal.SIGKILL)
         return 1
     status = done[0]
     if os.WIFSIGNALED(status):  # die of the same signal (SIGKILL cannot be reset, nor caught)
@@ -188,7 +197,8 @@ def _prewarm(command: list[str]) -> list[str]:
         with open(origin or "", encoding="utf-8") as f:
             names = top_level_imports(f.read(), package)
     except (OSError, SyntaxError, ImportError, ValueError) as exc:
-        names, failed = [], [f"{target} ({exc!r})"]
+        names = []
+        failed.append(f"{target} ({exc!r})")
     for name in names:
         try:
             importlib.import_module(name)
