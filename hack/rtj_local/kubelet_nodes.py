@@ -344,6 +344,20 @@ def kube_proxy_config(kubeconfig: Path) -> dict:
     }
 
 
+def hardlinkable(source_dir: Path, target_dir: Path) -> bool:
+    """Whether a file under `source_dir` can be hardlinked into `target_dir` (tried on one file)."""
+    probe = next((p for p in source_dir.rglob("*") if p.is_file() and not p.is_symlink()), None)
+    if probe is None:
+        return False
+    link = target_dir / f".hardlink-probe-{os.getpid()}"
+    try:
+        os.link(probe, link)
+    except OSError:
+        return False
+    link.unlink()
+    return True
+
+
 class KubeletNodes:
     """The real nodes of the LocalCluster in `cluster.run_dir` (state on disk, like LocalCluster)."""
 
@@ -517,7 +531,9 @@ class KubeletNodes:
             for d in self.layout(i).committed_list.read_text().split()
             if Path(d).is_dir()
         ]
-        others += [d for d in sources if Path(d).is_dir()]
+        # podman's layers may sit where this host cannot hardlink to (EXDEV from overlayfs: seen
+        # 2026-12-02, one error line per file): then the nodes share their files among themselves.
+        others += [d for d in sources if Path(d).is_dir() and hardlinkable(Path(d), node.dir)]
         if dirs and others:
             subprocess.run(["hardlink", "--quiet", *others, *dirs], check=True, timeout=1800)
 

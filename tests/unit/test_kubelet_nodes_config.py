@@ -110,3 +110,15 @@ def test_a_new_nodes_image_layers_are_hardlinked_to_podmans_and_other_nodes_neve
     assert b.stat().st_ino == a.stat().st_ino  # one copy on disk
     assert c.stat().st_ino != a.stat().st_ino  # different content
     assert upper.stat().st_ino not in (a.stat().st_ino, b.stat().st_ino)  # never a writable dir
+
+
+def test_hardlinkable_tries_one_file(tmp_path: Path) -> None:
+    src, dst, empty = tmp_path / "src", tmp_path / "dst", tmp_path / "empty"
+    for d in (src, dst, empty):
+        d.mkdir()
+    (src / "sub").mkdir()
+    (src / "sub" / "f").write_text("x")
+    assert kn.hardlinkable(src, dst)
+    assert list(dst.iterdir()) == []  # the probe link is removed
+    assert not kn.hardlinkable(empty, dst)  # nothing to try
+    assert not kn.hardlinkable(src, tmp_path / "missing")  # cannot link there
