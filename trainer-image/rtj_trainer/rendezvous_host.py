@@ -62,7 +62,7 @@ def control_plane_command(cfg: TrainerConfig, *, host: str, port: int) -> list[s
     return [
         sys.executable,
         "-m",
-        __name__ if __name__ != "__main__" else "rtj_trainer.rendezvous_host",
+        "rtj_trainer.rendezvous_host",
         f"--nnodes={cfg.nnodes}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={host}:{port}",
