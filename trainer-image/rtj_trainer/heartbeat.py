@@ -42,6 +42,8 @@ from rtj.contract import (
     parse_rank_report,
 )
 
+from .pids import pid_alive
+
 log = logging.getLogger(__name__)
 
 #: Renewal period of a standby spare's Lease, which is also how fast it notices its promotion.
@@ -76,16 +78,6 @@ def read_rank_files(status_dir: str) -> list[RankReport]:
         if report is not None:
             reports.append(report)
     return reports
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass

@@ -38,6 +38,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from .pids import pid_alive
+
 MODULE = "rtj_trainer.rank_forkserver"
 ENV_SERVER_PID = "RTJ_RANK_FORKSERVER_PID"
 #: Set in a forked rank: the pid of the launcher that started its client (its parent is the server).
@@ -85,19 +87,9 @@ def _connect(path: str) -> socket.socket | None:
             return sock
         except OSError:
             sock.close()
-        if not server_pid or time.monotonic() > deadline or not _alive(server_pid):
+        if not server_pid or time.monotonic() > deadline or not pid_alive(server_pid):
             return None
         time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _recv_status(sock: socket.socket) -> tuple[int, int] | None:
