@@ -111,9 +111,9 @@ def test_fsdp_train_survives_faults_and_resumes_from_committed_checkpoints(tmp_p
                 continue
             committed_before = max(committed_before, r["committed"] or 0)
             losses[r["step"]].add(r["loss"])
-        # A rank killed during the save of step N logged no record for N (nor may the other rank,
-        # stopped by the launcher right after); if that save committed before the kill, the next
-        # resume starts at N and N is never replayed. Only that step may be missing.
+        # A rank killed during the save of step N logged no record for N (the other rank, stopped by
+        # the launcher right after, may or may not have); if that save committed before the kill,
+        # the next resume starts at N and N is never replayed. Only that step may be missing.
         killed_at = {
             r["step"]
             for other in (0, 1)
@@ -122,7 +122,10 @@ def test_fsdp_train_survives_faults_and_resumes_from_committed_checkpoints(tmp_p
         }
         resumed_at = {r["step"] for r in resumes}
         unlogged = killed_at & resumed_at
-        assert sorted(losses) == [s for s in range(1, STEPS + 1) if s not in unlogged]
+        assert sorted(s for s in losses if s not in unlogged) == [
+            s for s in range(1, STEPS + 1) if s not in unlogged
+        ]
+        assert set(losses) <= set(range(1, STEPS + 1))
         # Replayed steps (after a resume) see the same state and data: the same loss.
         for step, seen in losses.items():
             assert max(seen) - min(seen) <= 1e-3 * max(seen), f"rank {rank} step {step}: {sorted(seen)}"
