@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rtj.api.models import Checkpoint
 
 from rtj_local.cluster import LocalCluster, default_run_dir
 from rtj_local.images import OPERATOR_IMAGE, TRAINER_IMAGE, TRAINER_UID
 from rtj_local.kubelet_nodes import KubeletNodes
 from rtj_local.stack import KUBELET_VALUES, RELEASE, install_chart
+from rtj_local.train_log import fault_times, job_train_logs, steps_lost, train_log_env
 from rtj_local.versions import REPO_ROOT
 from rtj_local.wait import wait_for
 
@@ -54,7 +56,9 @@ def job_manifests(name: str, steps: int, env: list[dict[str, str]], min_step_tim
             spec = doc["spec"]
             spec["image"] = TRAINER_IMAGE
             spec["args"] = ["--steps", str(steps), "--min-step-time", str(min_step_time)]
-            spec["env"] = env
+            # The ranks' step logs on the checkpoint volume: the summary's steps lost per fault.
+            log_env = train_log_env(spec["checkpoint"].get("mountPath", Checkpoint().mount_path))
+            spec["env"] = [*env, *({"name": k, "value": v} for k, v in log_env.items())]
             spec["checkpoint"]["pvc"]["claimName"] = f"{name}-checkpoints"
     return docs
 
@@ -133,6 +137,7 @@ class KubeletDemo:
         victims = [p for p in self.worker_pods("job-b") if p["spec"]["nodeName"] not in operator_nodes]
         victim = victims[0] if victims else self.worker_pods("job-b")[0]
         node = victim["spec"]["nodeName"]
+        killed_at = time.time()
         self.nodes.kill_node(node)
         self.say(f"job-b: node {node} (pod {victim['metadata']['name']}) killed")
 
@@ -153,7 +158,19 @@ class KubeletDemo:
 
         self.say(f"job-b: replacement pod {wait_for(replaced, 300, 1.0, 'a replacement pod')}")
         self.wait_succeeded("job-b", 900)
-        return True
+        # What each fault cost, from the ranks' step logs (rtj_local.train_log).
+        logs_a = job_train_logs(CHECKPOINTS / "job-a", "job-a")
+        faults = [(f"job-a: {key}", logs_a, t) for key, t in fault_times(logs_a).items()]
+        faults.append(("job-b: node death", job_train_logs(CHECKPOINTS / "job-b", "job-b"), killed_at))
+        for what, logs, t in faults:
+            cost = steps_lost(logs, t)
+            self.say(
+                f"{what}: steps lost {cost.lost} ({cost.last_step} done, resumed at {cost.resumed_at} "
+                f"from {'/'.join(cost.sources)})"
+                if cost
+                else f"{what}: no resume after it in the step logs"
+            )
+        return len(faults) == 2 and all(steps_lost(logs, t) is not None for _, logs, t in faults)
 
 
 def main(argv: list[str] | None = None) -> int:
