@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rtj.api.models import Checkpoint
 
 from rtj_local.cluster import LocalCluster, default_run_dir
 from rtj_local.images import OPERATOR_IMAGE, TRAINER_IMAGE, TRAINER_UID
@@ -57,7 +56,8 @@ def job_manifests(name: str, steps: int, env: list[dict[str, str]], min_step_tim
             spec["image"] = TRAINER_IMAGE
             spec["args"] = ["--steps", str(steps), "--min-step-time", str(min_step_time)]
             # The ranks' step logs on the checkpoint volume: the summary's steps lost per fault.
-            log_env = train_log_env(spec["checkpoint"].get("mountPath", Checkpoint().mount_path))
+            mount = spec["checkpoint"].get("mountPath")  # unset: the API's default, train_log_env's too
+            log_env = train_log_env(mount) if mount else train_log_env()
             spec["env"] = [*env, *({"name": k, "value": v} for k, v in log_env.items())]
             spec["checkpoint"]["pvc"]["claimName"] = f"{name}-checkpoints"
     return docs
