@@ -162,15 +162,15 @@ class KubeletDemo:
         logs_a = job_train_logs(CHECKPOINTS / "job-a", "job-a")
         faults = [(f"job-a: {key}", logs_a, t) for key, t in fault_times(logs_a).items()]
         faults.append(("job-b: node death", job_train_logs(CHECKPOINTS / "job-b", "job-b"), killed_at))
-        for what, logs, t in faults:
-            cost = steps_lost(logs, t)
+        costs = [steps_lost(logs, t) for _, logs, t in faults]
+        for (what, _, _), cost in zip(faults, costs, strict=True):
             self.say(
                 f"{what}: steps lost {cost.lost} ({cost.last_step} done, resumed at {cost.resumed_at} "
                 f"from {'/'.join(cost.sources)})"
                 if cost
                 else f"{what}: no resume after it in the step logs"
             )
-        return len(faults) == 2 and all(steps_lost(logs, t) is not None for _, logs, t in faults)
+        return len(faults) == 2 and all(cost is not None for cost in costs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from rtj.contract import PodState
 from rtj_trainer.inprocess import run_with_inprocess_restart
 from rtj_trainer.permanent import PermanentError
+from rtj_trainer.rank_forkserver import ENV_LAUNCHER_PID
 from rtj_trainer.report import RankReporter
 from rtj_trainer.runtime_env import RankEnv
 from torch.nn.parallel import DistributedDataParallel
@@ -98,6 +99,8 @@ def main() -> None:
     step_seconds = float(os.environ.get("TOY_STEP_SECONDS", "0.05"))
     events_path = os.environ.get("TOY_EVENTS")
     events = open(events_path, "a", buffering=1) if events_path else None  # noqa: SIM115
+    # The launcher (a rank forked by rtj_trainer.rank_forkserver is told it: its parent is the server).
+    launcher_pid = int(os.environ.get(ENV_LAUNCHER_PID) or os.getppid())
     injector = FaultInjector(os.environ.get("RTJ_FAULT_INJECT"), env.rank, env.checkpoint_dir)
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 8)
@@ -127,8 +130,7 @@ def main() -> None:
                             "rank": rank,
                             "step": step,
                             "pid": os.getpid(),
-                            # the launcher (a rank forked by rtj_trainer.rank_forkserver is told it)
-                            "ppid": int(os.environ.get("RTJ_RANK_LAUNCHER_PID") or os.getppid()),
+                            "ppid": launcher_pid,
                             "ipr": restart_count,
                             "ijr": env.restart_count,
                         }

@@ -213,7 +213,8 @@ def test_preparing_again_while_a_snapshot_is_written_keeps_the_manager_busy(tmp_
     assert mgr.wait_local(timeout=60)
     assert mgr.maybe_save(MEMORY_INTERVAL, model, optim) == "snapshot"  # 384 MB to write
     mgr.prepare(model, optim)  # the re-entered loop
-    time.sleep(0.05)  # the second preparation found every buffer allocated: it is done
+    assert mgr._preparer is not None
+    mgr._preparer.join(30)  # it found every buffer allocated: done at once
     writing = mgr._writer is not None and mgr._writer.is_alive()
     assert writing, "the write ended too soon for this test to say anything"
     assert mgr.busy
