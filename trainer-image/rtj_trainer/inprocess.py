@@ -28,6 +28,7 @@ With in-process restart disabled (RankEnv.in_process.enabled false) `train` is c
 import datetime
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +46,11 @@ TrainFn = Callable[..., Any]
 
 #: Port offsets from MASTER_PORT (the port torch elastic gives rank 0 for the job's store).
 _WRAPPER_STORE_PORT_OFFSET = 2
+
+
+#: How long rank 0 waits at the end for every rank to be done with the store it hosts.
+FINISH_WAIT_SECONDS = 30.0
+FINISHED_KEY = "rtj/finished"
 
 
 #: Messages of collectives failing because another rank failed (gloo, NCCL, the c10d store).
@@ -66,18 +72,21 @@ def classify_exception(exc: BaseException) -> FaultReason:
     return FaultReason.RANK_EXCEPTION
 
 
+def _agent_hosts_store() -> bool:
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False").lower() == "true"
+
+
 def _base_store(env: RankEnv) -> dist.TCPStore:
     """The store each restart iteration's process group is built on (prefixed per iteration).
 
     When the launcher's agent hosts it (TORCHELASTIC_USE_AGENT_STORE), every rank is a client;
     otherwise (a plain torchrun-style launch) nothing listens on MASTER_PORT and rank 0 hosts it.
     """
-    agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False").lower() == "true"
     return dist.TCPStore(
         host_name=env.master_addr,
         port=env.master_port,
         world_size=env.world_size,
-        is_master=(env.rank == 0 and not agent_hosts),
+        is_master=(env.rank == 0 and not _agent_hosts_store()),
         multi_tenant=True,
         wait_for_workers=False,
         timeout=datetime.timedelta(seconds=max(60.0, env.in_process.hard_timeout_seconds * 2)),
@@ -100,6 +109,45 @@ def _init_process_group(env: RankEnv, store: dist.Store, prefix: str) -> None:
 def _destroy_process_group() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def finish_together(
+    env: RankEnv, port: int, reporter: RankReporter, wait_seconds: float = FINISH_WAIT_SECONDS
+) -> bool:
+    """Call on every rank once training returned; True when every rank had finished.
+
+    Rank 0 hosts the store on `port` (the in-process wrapper's; a plain launch's process group
+    store) and the other ranks use it until they return: a rank 0 that exits first leaves a rank
+    still in its last round trips with "Failed to recv", silent until ft_launcher's rank monitor
+    kills it and its launcher restarts into a round nobody joins, and a finished job fails (seen on
+    kubelet nodes, 2026-12-02). So every rank counts itself finished in that store, and rank 0
+    returns once all have, or after `wait_seconds` (a rank that died meanwhile is its launcher's).
+    """
+    try:
+        client = dist.TCPStore(
+            host_name=env.master_addr,
+            port=port,
+            world_size=env.world_size,
+            is_master=False,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=10),
+            use_libuv=True,
+        )
+        finished = client.add(FINISHED_KEY, 1)
+        if env.rank != 0:
+            return True
+        deadline = time.monotonic() + wait_seconds
+        while finished < env.world_size:
+            if time.monotonic() > deadline:
+                log.warning("only %d of %d ranks finished in %.0f s", finished, env.world_size, wait_seconds)
+                return False
+            reporter.keep_alive()
+            time.sleep(0.05)
+            finished = client.add(FINISHED_KEY, 0)
+        return True
+    except (dist.DistError, RuntimeError) as exc:  # the host left (waited out) or died: nothing to wait for
+        log.warning("could not count this rank finished: %s", exc)
+        return False
 
 
 def _report_if_permanent(reporter: RankReporter, exc: BaseException | None) -> bool:
@@ -129,12 +177,15 @@ def run_with_inprocess_restart(
         _init_process_group(env, store, "pg0")
         reporter.state(PodState.TRAINING)
         try:
-            return train_fn(call_wrapper=None, restart_count=0)
+            result = train_fn(call_wrapper=None, restart_count=0)
         except Exception as exc:
             _report_if_permanent(reporter, exc)
             raise
         finally:
             _destroy_process_group()
+        if not _agent_hosts_store():
+            finish_together(env, env.master_port, reporter)
+        return result
 
     from nvidia_resiliency_ext import inprocess
 
@@ -207,6 +258,8 @@ def run_with_inprocess_restart(
         # NVRx's Wrapper probes GPU/NVLink between restarts, which kills a CPU rank: keep the plain check.
         wrapper.restart_health_check = wrapper.health_check
     try:
-        return wrapper(_wrapped)()
+        result = wrapper(_wrapped)()
     finally:
         _destroy_process_group()
+    finish_together(env, env.master_port + _WRAPPER_STORE_PORT_OFFSET, reporter)
+    return result

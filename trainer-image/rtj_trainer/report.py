@@ -125,6 +125,12 @@ class RankReporter:
         now = time.monotonic()
         if now - self._last_write >= self._interval:
             self._write(now)
+        self.keep_alive(now)
+
+    def keep_alive(self, now: float | None = None) -> None:
+        """The NVRx heartbeat, at most every `write_interval` seconds: also for a rank that waits
+        outside its steps (ft_launcher's rank monitor kills a rank that has gone silent)."""
+        now = time.monotonic() if now is None else now
         if self._ft is not None and now - self._last_beat >= self._interval:
             self._last_beat = now
             self._send_ft_heartbeat()
