@@ -384,8 +384,12 @@ def launch(grace_seconds: float) -> int:
         )
         argv = argv_for(False)  # a promoted spare relaunches as the worker it has become
     if forkserver is not None:
-        forkserver.kill()
-        forkserver.wait()
+        forkserver.terminate()  # not SIGKILL: it removes its socket (in /tmp) as it exits
+        try:
+            forkserver.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            forkserver.kill()
+            forkserver.wait()
     if exit_watch.fired:
         rc = 0  # the training itself completed on every rank
 

@@ -112,28 +112,20 @@ def _destroy_process_group() -> None:
 
 
 def finish_together(
-    env: RankEnv, port: int, reporter: RankReporter, wait_seconds: float = FINISH_WAIT_SECONDS
+    env: RankEnv, store: dist.Store, reporter: RankReporter, wait_seconds: float = FINISH_WAIT_SECONDS
 ) -> bool:
     """Call on every rank once training returned; True when every rank had finished.
 
-    Rank 0 hosts the store on `port` (the in-process wrapper's; a plain launch's process group
-    store) and the other ranks use it until they return: a rank 0 that exits first leaves a rank
-    still in its last round trips with "Failed to recv", silent until ft_launcher's rank monitor
-    kills it and its launcher restarts into a round nobody joins, and a finished job fails (seen on
-    kubelet nodes, 2026-12-02). So every rank counts itself finished in that store, and rank 0
-    returns once all have, or after `wait_seconds` (a rank that died meanwhile is its launcher's).
+    Rank 0 hosts `store` (the process groups' store: NVRx's barrier rendezvous gives the ranks no
+    agent store), and the other ranks use it until they return. A rank 0 that returned first took
+    the store with it: a rank still in its last round trips got "Failed to recv", went silent until
+    ft_launcher's rank monitor killed it, and its launcher restarted into a round nobody joined, so a
+    finished job failed (kubelet nodes, 2026-12-02). So every rank counts itself finished there, and
+    rank 0 returns once all have, or after `wait_seconds` (a rank that died meanwhile is its
+    launcher's). The store is new with every rank 0 process, so a count never carries over.
     """
     try:
-        client = dist.TCPStore(
-            host_name=env.master_addr,
-            port=port,
-            world_size=env.world_size,
-            is_master=False,
-            wait_for_workers=False,
-            timeout=datetime.timedelta(seconds=10),
-            use_libuv=True,
-        )
-        finished = client.add(FINISHED_KEY, 1)
+        finished = store.add(FINISHED_KEY, 1)
         if env.rank != 0:
             return True
         deadline = time.monotonic() + wait_seconds
@@ -143,7 +135,7 @@ def finish_together(
                 return False
             reporter.keep_alive()
             time.sleep(0.05)
-            finished = client.add(FINISHED_KEY, 0)
+            finished = store.add(FINISHED_KEY, 0)
         return True
     except (dist.DistError, RuntimeError) as exc:  # the host left (waited out) or died: nothing to wait for
         log.warning("could not count this rank finished: %s", exc)
@@ -184,7 +176,7 @@ def run_with_inprocess_restart(
         finally:
             _destroy_process_group()
         if not _agent_hosts_store():
-            finish_together(env, env.master_port, reporter)
+            finish_together(env, store, reporter)
         return result
 
     from nvidia_resiliency_ext import inprocess
@@ -261,5 +253,6 @@ def run_with_inprocess_restart(
         result = wrapper(_wrapped)()
     finally:
         _destroy_process_group()
-    finish_together(env, env.master_port + _WRAPPER_STORE_PORT_OFFSET, reporter)
+    if not _agent_hosts_store():
+        finish_together(env, store, reporter)
     return result
