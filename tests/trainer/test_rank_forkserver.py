@@ -111,7 +111,7 @@ def gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has exited
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped before or between open and read
         return True
 
 
