@@ -110,7 +110,7 @@ def main() -> None:
         start, path = _latest_checkpoint(env.checkpoint_dir)
         if path:
             model.load_state_dict(torch.load(path)["model"])
-            reporter.checkpoint_committed(start)  # the pod's heartbeat names it, as CheckpointManager's resume does
+            reporter.checkpoint_committed(start)  # named in the heartbeat, as CheckpointManager does
         ddp = DistributedDataParallel(model)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
         reporter.state(PodState.TRAINING)
