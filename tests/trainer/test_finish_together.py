@@ -6,11 +6,11 @@ than its bound, and a rank that finds the host gone returns without an error."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 
 import pytest
+from rtj_local.procs import free_port
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(90)]
 
@@ -35,12 +35,6 @@ began = time.time()
 ok = finish_together(env, store, RankReporter(None), wait_seconds=wait)
 print(json.dumps({"began": began, "returned": time.time(), "ok": ok}), flush=True)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start(rank: int, world: int, port: int, delay: float, wait: float) -> subprocess.Popen[str]:
@@ -68,7 +62,7 @@ def _result(proc: subprocess.Popen[str]) -> dict:
 
 
 def test_rank_0_leaves_only_after_every_rank_finished() -> None:
-    port = _free_port()
+    port = free_port()
     host = _start(0, 3, port, delay=0.0, wait=30.0)
     late = [_start(r, 3, port, delay=1.0 + r, wait=30.0) for r in (1, 2)]
     _go(host, *late)
@@ -81,7 +75,7 @@ def test_rank_0_leaves_only_after_every_rank_finished() -> None:
 
 
 def test_rank_0_waits_no_longer_than_its_bound_for_a_rank_that_never_finishes() -> None:
-    port = _free_port()
+    port = free_port()
     host = _start(0, 2, port, delay=0.0, wait=1.5)  # rank 1 never comes
     _go(host)
     first = _result(host)
@@ -90,7 +84,7 @@ def test_rank_0_waits_no_longer_than_its_bound_for_a_rank_that_never_finishes() 
 
 
 def test_a_rank_finishing_after_the_host_has_gone_returns_without_an_error() -> None:
-    port = _free_port()
+    port = free_port()
     host = _start(0, 2, port, delay=0.0, wait=0.2)
     late = _start(1, 2, port, delay=0.0, wait=30.0)  # connected; it finishes after the host gave up
     _go(host)

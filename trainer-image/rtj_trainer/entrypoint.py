@@ -67,6 +67,7 @@ from .checkpoint_format import write_file_atomic
 from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client, read_rank_files
 from .log_filter import NoiseFilter
 from .peer_replica import ReplicaServer
+from .pids import stop_process
 from .rank_forkserver import enabled as rank_forkserver_enabled
 from .rank_forkserver import rank_command
 from .rank_forkserver import start_server as start_rank_forkserver
@@ -384,12 +385,7 @@ def launch(grace_seconds: float) -> int:
         )
         argv = argv_for(False)  # a promoted spare relaunches as the worker it has become
     if forkserver is not None:
-        forkserver.terminate()  # not SIGKILL: it removes its socket (in /tmp) as it exits
-        try:
-            forkserver.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            forkserver.kill()
-            forkserver.wait()
+        stop_process(forkserver, grace_s=5)  # SIGTERM first: it removes its socket (in /tmp) as it exits
     if exit_watch.fired:
         rc = 0  # the training itself completed on every rank
 

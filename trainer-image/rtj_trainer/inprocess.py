@@ -76,17 +76,17 @@ def _agent_hosts_store() -> bool:
     return os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False").lower() == "true"
 
 
-def _base_store(env: RankEnv) -> dist.TCPStore:
+def _base_store(env: RankEnv, agent_hosts: bool) -> dist.TCPStore:
     """The store each restart iteration's process group is built on (prefixed per iteration).
 
     When the launcher's agent hosts it (TORCHELASTIC_USE_AGENT_STORE), every rank is a client;
-    otherwise (a plain torchrun-style launch) nothing listens on MASTER_PORT and rank 0 hosts it.
+    otherwise (ft_launcher's barrier rendezvous, a plain launch) rank 0 hosts it on MASTER_PORT.
     """
     return dist.TCPStore(
         host_name=env.master_addr,
         port=env.master_port,
         world_size=env.world_size,
-        is_master=(env.rank == 0 and not _agent_hosts_store()),
+        is_master=(env.rank == 0 and not agent_hosts),
         multi_tenant=True,
         wait_for_workers=False,
         timeout=datetime.timedelta(seconds=max(60.0, env.in_process.hard_timeout_seconds * 2)),
@@ -163,7 +163,8 @@ def run_with_inprocess_restart(
     """
     env = env or RankEnv.from_env()
     reporter = reporter or RankReporter.from_env()
-    store = _base_store(env)
+    agent_hosts = _agent_hosts_store()
+    store = _base_store(env, agent_hosts)
 
     if not env.in_process.enabled:
         _init_process_group(env, store, "pg0")
@@ -175,7 +176,7 @@ def run_with_inprocess_restart(
             raise
         finally:
             _destroy_process_group()
-        if not _agent_hosts_store():
+        if not agent_hosts:
             finish_together(env, store, reporter)
         return result
 
@@ -253,6 +254,6 @@ def run_with_inprocess_restart(
         result = wrapper(_wrapped)()
     finally:
         _destroy_process_group()
-    if not _agent_hosts_store():
+    if not agent_hosts:
         finish_together(env, store, reporter)
     return result

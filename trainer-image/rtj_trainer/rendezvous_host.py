@@ -18,6 +18,8 @@ import time
 
 from rtj.contract import TrainerConfig
 
+from .pids import stop_process
+
 log = logging.getLogger(__name__)
 
 #: How long the rendezvous host waits for a port that is still taken (a predecessor pod in its
@@ -106,11 +108,7 @@ def serve_rendezvous(cfg: TrainerConfig, *, host: str, port: int, stop: threadin
     proc = subprocess.Popen(cmd)
     while proc.poll() is None:
         if stop.wait(0.5):
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc, grace_s=30)
             return 0
     log.error("nvrx-control exited with %s", proc.returncode)
     return proc.returncode or 1
