@@ -9,10 +9,11 @@ deadline and leaves only when at most one slot is stale. Job: 8 slots, heartbeat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from ladder_testkit import hb, make_job, observe, running_status
+from ladder_testkit import NOW, hb, make_job, observe, running_status
 from rtj import reasons
 from rtj.api.models import ResilientTrainingJob
 from rtj.ladder import DeletePod, Observed, TaintNode, decide
@@ -22,10 +23,12 @@ pytestmark = pytest.mark.unit
 HELD = {"type": "Degraded", "status": "True", "reason": "HeartbeatsStale", "message": "held"}
 
 
-def job(held: bool) -> ResilientTrainingJob:
+def job(held: bool, hold_ended_ago: float | None = None) -> ResilientTrainingJob:
     status = running_status(8)
     if held:
         status["conditions"] = [HELD]
+    if hold_ended_ago is not None:
+        status["heartbeatHoldEndTime"] = (NOW - timedelta(seconds=hold_ended_ago)).isoformat()
     return make_job().nodes(8).status(**status).obj()
 
 
@@ -45,6 +48,12 @@ class Case:
     actions: list[Any] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     degraded: tuple[str, str] = ("False", reasons.ALL_PODS_RUNNING)
+    #: status.heartbeatHoldEndTime, seconds before now (None: no hold ended yet).
+    hold_ended_ago: float | None = None
+    #: Seconds from now of the next pass the decision asks for (None: not checked).
+    due_in: float | None = None
+    #: status.heartbeatHoldEndTime written by the pass, seconds before now.
+    hold_end_after: float | None = None
 
 
 CASES = [
@@ -81,22 +90,78 @@ CASES = [
         ages(20, 1, 1, 1, 1, 1, 1, 1),
     ),
     Case(
-        "held, one slot still silent after the rest resumed: the hold ends and that pod is replaced",
+        # make demo, 2026-12-02: slot 0's agent renewed a tick after slot 1's; replacing it at once
+        # replaced a pod that trained fine (and quarantined its node).
+        "held, one slot still silent after the rest resumed: the hold ends, that slot gets a whole "
+        "deadline from now",
         True,
+        ages(31, 1, 1, 1, 1, 1, 1, 1),
+        due_in=30,
+        hold_end_after=0,
+    ),
+    Case(
+        "the hold ended 10 s ago, that slot silent for 41 s: not yet silent, due at the hold's end + 30 s",
+        False,
+        ages(41, 1, 1, 1, 1, 1, 1, 1),
+        hold_ended_ago=10,
+        due_in=20,
+        hold_end_after=10,
+    ),
+    Case(
+        "the hold ended 31 s ago and that slot never renewed: replaced, the message names both times",
+        False,
+        ages(62, 1, 1, 1, 1, 1, 1, 1),
+        [DeletePod("train-n0-a0", "uid-train-n0-a0", 0), TaintNode("node-0")],
+        events=[reasons.HEARTBEAT_TIMEOUT, reasons.NODE_QUARANTINED],
+        degraded=("True", reasons.PODS_PENDING),
+        hold_ended_ago=31,
+    ),
+    Case(
+        "a hold ended long ago: a slot renewed since is timed from its renewal as usual",
+        False,
         ages(31, 1, 1, 1, 1, 1, 1, 1),
         [DeletePod("train-n0-a0", "uid-train-n0-a0", 0), TaintNode("node-0")],
         events=[reasons.HEARTBEAT_TIMEOUT, reasons.NODE_QUARANTINED],
         degraded=("True", reasons.PODS_PENDING),
+        hold_ended_ago=600,
     ),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_outage_hold(case: Case) -> None:
-    from ladder_testkit import NOW
-
-    d = decide(job(case.held), case.observed, NOW)
+    d = decide(job(case.held, case.hold_ended_ago), case.observed, NOW)
     assert d.actions == case.actions
     assert [e.reason for e in d.events] == case.events
     degraded = next(c for c in d.status.conditions if c.type == "Degraded")
     assert (degraded.status, degraded.reason) == case.degraded
+    if case.due_in is not None:
+        assert d.due == NOW + timedelta(seconds=case.due_in)
+    if case.hold_end_after is not None:
+        assert d.status.heartbeat_hold_end_time == NOW - timedelta(seconds=case.hold_end_after)
+
+
+def test_silence_after_a_hold_names_both_times() -> None:
+    d = decide(job(False, hold_ended_ago=31), ages(62, 1, 1, 1, 1, 1, 1, 1), NOW)
+    message = next(e.message for e in d.events if e.reason == reasons.HEARTBEAT_TIMEOUT)
+    assert "heartbeat silent for 62s, 31s since the outage hold ended" in message
+
+
+def test_a_pod_started_during_the_hold_gets_its_startup_deadline_from_the_hold_end() -> None:
+    """A pod that started before the hold ended and never heartbeated: startupTimeoutSeconds (600)
+    counts from the hold's end, not from its start."""
+    obs = observe().rdzv().worker(0, started=NOW - timedelta(seconds=700))
+    for slot in range(1, 8):
+        obs = obs.worker(slot).lease(f"train-n{slot}-a0", 1, hb())
+
+    def starting(hold_ended_ago: float) -> ResilientTrainingJob:
+        rtj = job(False, hold_ended_ago)
+        rtj.status.node_slots[0].last_heartbeat_time, rtj.status.node_slots[0].state = None, "Starting"
+        return rtj
+
+    d = decide(starting(100), obs.obj(), NOW)
+    assert d.actions == []
+    assert reasons.STARTUP_TIMEOUT not in [e.reason for e in d.events]
+    d = decide(starting(601), obs.obj(), NOW)
+    assert [e.reason for e in d.events][:1] == [reasons.STARTUP_TIMEOUT]
+    assert "no heartbeat 700s after start, 601s since the outage hold ended" in d.events[0].message

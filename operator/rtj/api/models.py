@@ -1012,6 +1012,16 @@ class JobStatus(ApiModel):
     job_restart_time: datetime | None = Field(
         None, description="When the last job-level recovery was counted."
     )
+    heartbeat_hold_end_time: datetime | None = Field(
+        None,
+        description="When the last outage hold (Degraded/HeartbeatsStale) ended: a slot last heard "
+        "before then is timed from then, as no pod could renew while the heartbeat path was down.",
+    )
+    training_finished_time: datetime | None = Field(
+        None,
+        description="When a worker pod was first seen Succeeded: training is done. From then on no "
+        "pod is created; a slot whose pod faults, or has not joined training, is stopped instead.",
+    )
     progress_step: int | None = Field(
         None, description="Highest training step seen (progress watchdog; refreshed coarsely)."
     )

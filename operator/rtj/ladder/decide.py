@@ -33,11 +33,13 @@ from rtj.ladder import (
     job_level,
     kueue_admission,
     outage_hold,
+    predicates,
     progress_watchdog,
     rendezvous,
     slots,
     spares,
     summary,
+    training_finished,
 )
 from rtj.ladder.conditions import get_condition, is_true
 from rtj.ladder.observe import Observed, PodObs
@@ -124,6 +126,13 @@ def active(ps: Pass) -> None:
         if fault is not None:
             faults.append((slot, *fault))
     faults = hold_correlated_silence(ps, faults)
+    if ps.failed is None and training_finished.applies(ps):
+        if training_finished.settle(ps, faults):
+            endings.succeed(ps, training_finished.stopped_slots(ps))
+            return
+        summary.summarize(ps)  # slots still finishing: no pod created, no spare kept
+        watch_progress(ps)
+        return
     # Many slots failing in one pass is a correlated fault (network, a zone), not several bad
     # nodes: replace the pods, quarantine no node.
     ps.correlated = len(faults) > 1 and len(faults) * 2 > ps.spec.nodes
@@ -140,9 +149,6 @@ def active(ps: Pass) -> None:
                 break
     if ps.failed is not None:
         endings.fail(ps, *ps.failed)
-        return
-    if all(s.state == SlotState.SUCCEEDED for s in ps.slots):
-        endings.succeed(ps)
         return
     for slot in ps.slots:
         slots.fill(ps, slot, causes.get(slot.slot))
@@ -180,11 +186,16 @@ def hold_correlated_silence(
     silent = [f for f in faults if f[2] in (reasons.HEARTBEAT_TIMEOUT, reasons.STARTUP_TIMEOUT)]
     stale = outage_hold.stale_count(len(silent), ps.d.heartbeat_ages, ps.ft)
     was_held = summary.condition_reason(ps.old.conditions, ConditionType.DEGRADED) == reasons.HEARTBEATS_STALE
-    if not outage_hold.holds(was_held, len(silent), stale, ps.spec.nodes):
+    held = outage_hold.holds(was_held, len(silent), stale, ps.spec.nodes)
+    if not held and not was_held:
         return faults
     for slot, _pod, _reason, _message in silent:
         slot.state = SlotState.SILENT
-    ps.stale_heartbeats = outage_hold.message(stale, ps.spec.nodes)
+    if held:
+        ps.stale_heartbeats = outage_hold.message(stale, ps.spec.nodes)
+    else:  # the hold ends: a slot still silent gets a whole deadline from now
+        ps.st.heartbeat_hold_end_time = ps.now
+        ps.due_at(predicates.after(ps.now, ps.ft.heartbeat_timeout_seconds))
     return [f for f in faults if f not in silent]
 
 

@@ -34,20 +34,28 @@ def fail(ps: Pass, reason: str, message: str) -> None:
     ps.event(WARNING, reason, f"job failed: {message}; running pods deleted, nothing restarted")
 
 
-def succeed(ps: Pass) -> None:
+def succeed(ps: Pass, stopped: list[int] | None = None) -> None:
+    """Every worker pod succeeded, or (rtj.ladder.training_finished) one did and the slots `stopped`
+    could no longer finish."""
     ps.delete_live_pods({contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS})
     summary.close_degraded(ps)
     summary.collect_checkpoint(ps)
-    ps.cond(ConditionType.SUCCEEDED, True, reasons.ALL_PODS_SUCCEEDED, "every worker pod succeeded")
+    if stopped:
+        slots = ", ".join(str(s) for s in stopped)
+        reason = reasons.TRAINING_FINISHED
+        message = f"training finished: a worker pod exited 0; slot(s) {slots} stopped, not replaced"
+    else:
+        reason, message = reasons.ALL_PODS_SUCCEEDED, "every worker pod exited 0"
+    ps.cond(ConditionType.SUCCEEDED, True, reason, message)
     ps.cond(ConditionType.RUNNING, False, reasons.FINISHED, "")
     ps.cond(ConditionType.RECOVERING, False, reasons.FINISHED, "")
     ps.cond(ConditionType.DEGRADED, False, reasons.FINISHED, "")
     ps.st.completion_time = ps.st.completion_time or ps.now
-    ps.st.state, ps.st.reason = JobState.SUCCEEDED, reasons.ALL_PODS_SUCCEEDED
+    ps.st.state, ps.st.reason = JobState.SUCCEEDED, reason
     ps.st.nodes_ready = 0
     for slot in ps.slots:
         slot.recovering_since, slot.recovering_level = None, ""
-    ps.event(NORMAL, reasons.ALL_PODS_SUCCEEDED, "job succeeded: every worker pod exited 0")
+    ps.event(NORMAL, reason, f"job succeeded: {message}")
 
 
 def finished(ps: Pass) -> None:

@@ -33,23 +33,27 @@ def applies(slot: NodeSlotStatus, renewing: bool) -> bool:
     return not renewing and slot.last_heartbeat_time is not None
 
 
-def deadline(slot: NodeSlotStatus, ft: FaultTolerance) -> datetime:
-    """When the pod counts as silent: both its last heartbeat and the Lease's absence are old enough."""
-    assert slot.last_heartbeat_time is not None and slot.lease_missing_since is not None
+def deadline(slot: NodeSlotStatus, ft: FaultTolerance, hold_end: datetime | None = None) -> datetime:
+    """When the pod counts as silent: both its last heartbeat (or the end of the last outage hold,
+    if later) and the Lease's absence are old enough."""
+    heard = p.timed_from(slot.last_heartbeat_time, hold_end)
+    assert heard is not None and slot.lease_missing_since is not None
     return max(
-        p.after(slot.last_heartbeat_time, ft.heartbeat_timeout_seconds),
+        p.after(heard, ft.heartbeat_timeout_seconds),
         p.after(slot.lease_missing_since, RECREATE_INTERVALS * ft.heartbeat_interval_seconds),
     )
 
 
-def silence(slot: NodeSlotStatus, ft: FaultTolerance, now: datetime) -> tuple[str, str] | None:
+def silence(
+    slot: NodeSlotStatus, ft: FaultTolerance, now: datetime, hold_end: datetime | None = None
+) -> tuple[str, str] | None:
     """Record when the Lease was first seen missing; (reason, message) once the pod counts as silent."""
     if slot.lease_missing_since is None:
         slot.lease_missing_since = now
     last = slot.last_heartbeat_time
     assert last is not None  # applies() checked it
     grace = RECREATE_INTERVALS * ft.heartbeat_interval_seconds
-    if now <= deadline(slot, ft):
+    if now <= deadline(slot, ft, hold_end):
         return None
     return reasons.HEARTBEAT_TIMEOUT, (
         f"heartbeat Lease missing for {(now - slot.lease_missing_since).total_seconds():.0f}s (not "

@@ -49,39 +49,56 @@ def node_fault(pod: PodObs, nodes: dict[str, NodeObs], nodes_known: bool) -> str
     return None
 
 
-def startup_deadline(pod: PodObs, lease: LeaseObs | None, ft: FaultTolerance) -> datetime | None:
+def timed_from(heard: datetime | None, hold_end: datetime | None) -> datetime | None:
+    """When a slot's silence starts counting: its last sign of life, or the end of the last outage
+    hold if that is later (no pod could renew while the heartbeat path was down; see
+    rtj.ladder.outage_hold)."""
+    if heard is None or hold_end is None:
+        return heard
+    return max(heard, hold_end)
+
+
+def startup_deadline(
+    pod: PodObs, lease: LeaseObs | None, ft: FaultTolerance, hold_end: datetime | None = None
+) -> datetime | None:
     """When a Running pod that never heartbeated counts as silent (None: not Running, or it heartbeats)."""
     if pod.phase != "Running" or (lease is not None and lease.renew_time is not None):
         return None
-    since = pod.started or pod.created
+    since = timed_from(pod.started or pod.created, hold_end)
     return after(since, ft.startup_timeout_seconds) if since is not None else None
 
 
 def heartbeat_silence(
-    pod: PodObs, lease: LeaseObs | None, ft: FaultTolerance, now: datetime
+    pod: PodObs, lease: LeaseObs | None, ft: FaultTolerance, now: datetime, hold_end: datetime | None = None
 ) -> tuple[str, str] | None:
     """(reason, message) when a Running pod's heartbeat is overdue, else None.
 
     Before the first heartbeat the deadline is startupTimeoutSeconds from the pod's start; after
-    it, heartbeatTimeoutSeconds from the last renewal (already clamped to now by the parser).
+    it, heartbeatTimeoutSeconds from the last renewal (already clamped to now by the parser). Both
+    count from the end of the last outage hold instead when that is later (`timed_from`).
     """
     if pod.phase != "Running":
         return None
     renew = lease.renew_time if lease is not None else None
+    since_hold = f", {seconds_since(hold_end, now):.0f}s since the outage hold ended" if hold_end else ""
     if renew is None:
-        since = pod.started or pod.created
-        if since is None:
+        started = pod.started or pod.created
+        since = timed_from(started, hold_end)
+        if started is None or since is None:
             return None
-        age = seconds_since(since, now)
-        if age > ft.startup_timeout_seconds:
+        if seconds_since(since, now) > ft.startup_timeout_seconds:
             return reasons.STARTUP_TIMEOUT, (
-                f"no heartbeat {age:.0f}s after start (startupTimeoutSeconds={ft.startup_timeout_seconds})"
+                f"no heartbeat {seconds_since(started, now):.0f}s after start"
+                f"{since_hold if since != started else ''} "
+                f"(startupTimeoutSeconds={ft.startup_timeout_seconds})"
             )
         return None
-    age = seconds_since(renew, now)
-    if age > ft.heartbeat_timeout_seconds:
+    since = timed_from(renew, hold_end)
+    assert since is not None
+    if seconds_since(since, now) > ft.heartbeat_timeout_seconds:
         return reasons.HEARTBEAT_TIMEOUT, (
-            f"heartbeat silent for {age:.0f}s (heartbeatTimeoutSeconds={ft.heartbeat_timeout_seconds})"
+            f"heartbeat silent for {seconds_since(renew, now):.0f}s{since_hold if since != renew else ''} "
+            f"(heartbeatTimeoutSeconds={ft.heartbeat_timeout_seconds})"
         )
     return None
 

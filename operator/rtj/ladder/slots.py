@@ -100,24 +100,28 @@ def observe(ps: Pass, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | 
     if node_reason is not None:
         return current, node_reason, f"node {current.node} of pod {current.name} is not Ready or gone"
     count_soft(ps, slot, current, lease)
+    hold_end = ps.st.heartbeat_hold_end_time
     lease_missing = current.phase == "Running" and missing_lease.applies(
         slot, lease is not None and lease.renew_time is not None
     )
     if lease_missing:
-        silence = missing_lease.silence(slot, ps.ft, ps.now)
+        silence = missing_lease.silence(slot, ps.ft, ps.now, hold_end)
     else:
         slot.lease_missing_since = None
-        silence = p.heartbeat_silence(current, lease, ps.ft, ps.now)
+        silence = p.heartbeat_silence(current, lease, ps.ft, ps.now, hold_end)
     for check in (p.reported_hard_fault(lease), silence):
         if check is not None:
             return current, check[0], f"pod {current.name}: {check[1]}"
     # Not silent yet: when it would be (a heartbeat's own deadline is in heartbeat_ages).
     if lease_missing:
-        ps.due_at(missing_lease.deadline(slot, ps.ft))
+        ps.due_at(missing_lease.deadline(slot, ps.ft, hold_end))
     else:
-        ps.due_at(p.startup_deadline(current, lease, ps.ft))
-    if lease is not None and lease.renew_time is not None:
-        ps.d.heartbeat_ages[slot.slot] = p.seconds_since(lease.renew_time, ps.now)
+        ps.due_at(p.startup_deadline(current, lease, ps.ft, hold_end))
+    renew = lease.renew_time if lease is not None else None
+    if renew is not None:
+        ps.d.heartbeat_ages[slot.slot] = p.seconds_since(renew, ps.now)  # the true age (a metric too)
+        if hold_end is not None and hold_end > renew:  # its deadline counts from the hold's end
+            ps.due_at(p.after(hold_end, ps.ft.heartbeat_timeout_seconds))
     if current.phase != "Running":
         slot.state = SlotState.PENDING
     elif lease_missing:

@@ -1,0 +1,117 @@
+"""Table tests of rtj.ladder.training_finished through decide(): once a worker pod exited 0, no pod
+is created again; a slot that faults or never joined is stopped; running pods are waited for.
+`make demo`, 2026-12-02: a replacement created while the job finished waited alone for ever."""
+
+from __future__ import annotations
+
+import pytest
+from ladder_testkit import (
+    NOW,
+    Case,
+    ObservedBuilder,
+    ago,
+    check,
+    hb,
+    make_job,
+    observe,
+    running_job,
+    running_status,
+    slot_status,
+)
+from rtj import reasons
+from rtj.api.models import ResilientTrainingJob
+from rtj.ladder import DeletePod, decide
+
+pytestmark = pytest.mark.unit
+
+
+def with_slot_0(**fields: object) -> ResilientTrainingJob:
+    return make_job().nodes(2).status(**running_status(2, nodeSlots=slot_status(2, {0: fields}))).obj()
+
+
+def finished_slot_1() -> ObservedBuilder:
+    """Slot 1's pod exited 0; slot 0's pod is added by each row."""
+    return observe().rdzv().worker(1, phase="Succeeded", exit_code=0)
+
+
+CASES = [
+    Case(
+        "a peer exited 0, then slot 0's pod failed: stopped, not replaced, the job Succeeded",
+        running_job().obj(),
+        finished_slot_1().worker(0, phase="Failed", exit_code=1).obj(),
+        [DeletePod("train-rdzv", "rdzv-1", None)],
+        state="Succeeded",
+        reason=reasons.TRAINING_FINISHED,
+        events=[reasons.POD_FAILED, reasons.TRAINING_FINISHED],
+        slots={0: {"state": "Failed", "lastFaultReason": reasons.POD_FAILED}, 1: {"state": "Succeeded"}},
+        conditions={"Succeeded": "True"},
+    ),
+    Case(
+        "a peer exited 0, slot 0's heartbeat silent: its pod deleted at once, no node quarantined",
+        running_job().obj(),
+        finished_slot_1().worker(0).lease("train-n0-a0", 400, hb()).obj(),
+        [DeletePod("train-n0-a0", "uid-train-n0-a0", 0), DeletePod("train-rdzv", "rdzv-1", None)],
+        state="Succeeded",
+        reason=reasons.TRAINING_FINISHED,
+        events=[reasons.HEARTBEAT_TIMEOUT, reasons.TRAINING_FINISHED],
+    ),
+    Case(
+        "a peer exited 0, slot 0's replacement still Starting: it never joined, deleted",
+        with_slot_0(attempt=1, pod="train-n0-a1", lastHeartbeatTime=None, state="Starting"),
+        finished_slot_1().worker(0, attempt=1, cause="HeartbeatTimeout", started=ago(10)).obj(),
+        [DeletePod("train-n0-a1", "uid-train-n0-a1", 5), DeletePod("train-rdzv", "rdzv-1", None)],
+        state="Succeeded",
+        reason=reasons.TRAINING_FINISHED,
+        events=[reasons.TRAINING_FINISHED, reasons.TRAINING_FINISHED],
+    ),
+    Case(
+        "a peer exited 0, slot 0 has no pod (its replacement not created yet): none is",
+        with_slot_0(attempt=1, pod="", state="Replacing"),
+        finished_slot_1().obj(),
+        [DeletePod("train-rdzv", "rdzv-1", None)],
+        state="Succeeded",
+        reason=reasons.TRAINING_FINISHED,
+        events=[reasons.TRAINING_FINISHED, reasons.TRAINING_FINISHED],
+    ),
+    Case(
+        "a peer exited 0, slot 0 still training: waited for, nothing deleted or created",
+        running_job().obj(),
+        finished_slot_1().worker(0).lease("train-n0-a0", 1, hb()).obj(),
+        [],
+        slots={0: {"state": "Training"}, 1: {"state": "Succeeded"}},
+    ),
+    Case(
+        "every worker exited 0: AllPodsSucceeded",
+        running_job().obj(),
+        finished_slot_1().worker(0, phase="Succeeded", exit_code=0).obj(),
+        [DeletePod("train-rdzv", "rdzv-1", None)],
+        state="Succeeded",
+        reason=reasons.ALL_PODS_SUCCEEDED,
+        events=[reasons.ALL_PODS_SUCCEEDED],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_training_finished(case: Case) -> None:
+    check(case)
+
+
+def test_training_finished_time_is_kept_and_a_stopped_slot_is_announced_once() -> None:
+    """3 slots: slot 2 exited 0, slot 1 failed (stopped), slot 0 still trains. The next pass, with
+    the status the first wrote, posts no second Event and still creates nothing even when the
+    succeeded pod is gone."""
+    job = running_job(3).obj()
+    first = observe().rdzv().worker(2, phase="Succeeded", exit_code=0).worker(1, phase="Failed", exit_code=1)
+    first = first.worker(0).lease("train-n0-a0", 1, hb())
+    d = decide(job, first.obj(), NOW)
+    assert [e.reason for e in d.events] == [reasons.POD_FAILED]
+    assert d.status.training_finished_time == NOW
+    assert d.actions == []
+    job.status = d.status
+    later = observe().rdzv().worker(0).lease("train-n0-a0", 1, hb())
+    d = decide(job, later.obj(), NOW)
+    assert d.status.training_finished_time == NOW
+    assert not any(type(a).__name__ == "CreateWorkerPod" for a in d.actions)
+    assert reasons.POD_FAILED not in [e.reason for e in d.events]
+    assert d.status.restarts.pod_reschedules == 0
