@@ -39,7 +39,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from rtj import builders, contract, kube, metrics, reasons
+from rtj import builders, contract, kube, metrics, reasons, watch_guard
 from rtj.api.models import ConditionType, JobState, JobStatus, ResilientTrainingJob
 from rtj.ladder import (
     OBSERVED_AT,
@@ -115,6 +115,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.finalizer = f"{GROUP}/cleanup"
     memo.kube = kube.Kube.from_environment(SETTINGS.request_timeout_seconds)
     metrics.serve(SETTINGS.metrics_port)
+    # kopf never restarts a watch stream that failed (nolar/kopf#1276): a dead one ends the process.
+    memo.watch_guard = watch_guard.WatchGuard().start()
     logger.info(
         "rtj operator started (metrics on :%s, interval %ss)",
         SETTINGS.metrics_port,
@@ -124,6 +126,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
 @kopf.on.cleanup()
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    if getattr(memo, "watch_guard", None) is not None:
+        await memo.watch_guard.stop()
     for key in list(_LOOPS):
         _stop_loop(key)
     if getattr(memo, "kube", None) is not None:
@@ -133,6 +137,12 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.probe(id="apiClient")
 def api_client_ready(memo: kopf.Memo, **_: Any) -> bool:
     return getattr(memo, "kube", None) is not None
+
+
+@kopf.on.probe(id="watches")
+async def watches(**_: Any) -> list[str]:
+    """kopf's running watch streams, by task name (rtj.watch_guard): /healthz shows what is watched."""
+    return watch_guard.live_watches(asyncio.all_tasks())
 
 
 # --- indexes (label-selected watches; values are small immutable observations) ----------------------
