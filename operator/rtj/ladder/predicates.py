@@ -83,9 +83,10 @@ def heartbeat_silence(
     since_hold = f", {seconds_since(hold_end, now):.0f}s since the outage hold ended" if hold_end else ""
     if renew is None:
         started = pod.started or pod.created
-        since = timed_from(started, hold_end)
-        if started is None or since is None:
+        if started is None:
             return None
+        since = timed_from(started, hold_end)
+        assert since is not None
         if seconds_since(since, now) > ft.startup_timeout_seconds:
             return reasons.STARTUP_TIMEOUT, (
                 f"no heartbeat {seconds_since(started, now):.0f}s after start"
