@@ -49,9 +49,12 @@ JOB_RESTART_BUDGET_EXHAUSTED = "JobRestartBudgetExhausted"
 POD_RESCHEDULE_BUDGET_EXHAUSTED = "PodRescheduleBudgetExhausted"
 DO_NOT_RESTART_EXIT_CODE = "DoNotRestartExitCode"
 ALL_PODS_SUCCEEDED = "AllPodsSucceeded"
-#: A worker pod exited 0 (training done) and the slots that could no longer finish were stopped, not
-#: replaced (rtj.ladder.training_finished): Succeeded's reason then, and the Event of each stop.
+#: rtj.ladder.training_finished: a worker pod exited 0 and a slot that faulted after its ranks had
+#: finished was stopped, not replaced (Succeeded's reason) ...
 TRAINING_FINISHED = "TrainingFinished"
+#: ... or a slot was stopped before its ranks finished (Failed's reason; the Event of a stopped slot
+#: without a pod).
+TRAINING_INCOMPLETE = "TrainingIncomplete"
 INVALID_SPEC = "InvalidSpec"
 #: A pod reported a fault of severity Permanent (a checkpoint of another world size, a bad
 #: config): deterministic, so the job fails on the first report; no pod replaced, no node quarantined.

@@ -1,8 +1,11 @@
 """Table tests of rtj.ladder.training_finished through decide(): once a worker pod exited 0, no pod
-is created again; a slot that faults or never joined is stopped; running pods are waited for.
-`make demo`, 2026-12-02: a replacement created while the job finished waited alone for ever."""
+is created again; a slot that faults, or has no pod, is stopped (Finished when its ranks had
+finished); running pods are waited for and judged by the progress watchdog. `make demo`,
+2026-12-02: a replacement created while the job finished waited alone."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 from ladder_testkit import (
@@ -36,42 +39,49 @@ def finished_slot_1() -> ObservedBuilder:
 
 CASES = [
     Case(
-        "a peer exited 0, then slot 0's pod failed: stopped, not replaced, the job Succeeded",
+        "a peer exited 0, then slot 0's pod failed before its ranks finished: stopped, not replaced; "
+        "the job Failed TrainingIncomplete",
         running_job().obj(),
         finished_slot_1().worker(0, phase="Failed", exit_code=1).obj(),
+        [DeletePod("train-rdzv", "rdzv-1", None)],
+        state="Failed",
+        reason=reasons.TRAINING_INCOMPLETE,
+        events=[reasons.POD_FAILED, reasons.TRAINING_INCOMPLETE],
+        slots={0: {"state": "Failed", "lastFaultReason": reasons.POD_FAILED}, 1: {"state": "Succeeded"}},
+        conditions={"Failed": "True"},
+    ),
+    Case(
+        "a peer exited 0, slot 0's pod failed after its ranks reported Finished: the job Succeeded "
+        "TrainingFinished",
+        running_job().obj(),
+        finished_slot_1()
+        .worker(0, phase="Failed", exit_code=1)
+        .lease("train-n0-a0", 1, hb("Finished"))
+        .obj(),
         [DeletePod("train-rdzv", "rdzv-1", None)],
         state="Succeeded",
         reason=reasons.TRAINING_FINISHED,
         events=[reasons.POD_FAILED, reasons.TRAINING_FINISHED],
-        slots={0: {"state": "Failed", "lastFaultReason": reasons.POD_FAILED}, 1: {"state": "Succeeded"}},
+        slots={0: {"state": "Finished"}, 1: {"state": "Succeeded"}},
         conditions={"Succeeded": "True"},
     ),
     Case(
-        "a peer exited 0, slot 0's heartbeat silent: its pod deleted at once, no node quarantined",
+        "a peer exited 0, slot 0's finished pod went silent: deleted at once, no node quarantined",
         running_job().obj(),
-        finished_slot_1().worker(0).lease("train-n0-a0", 400, hb()).obj(),
+        finished_slot_1().worker(0).lease("train-n0-a0", 400, hb("Finished")).obj(),
         [DeletePod("train-n0-a0", "uid-train-n0-a0", 0), DeletePod("train-rdzv", "rdzv-1", None)],
         state="Succeeded",
         reason=reasons.TRAINING_FINISHED,
         events=[reasons.HEARTBEAT_TIMEOUT, reasons.TRAINING_FINISHED],
     ),
     Case(
-        "a peer exited 0, slot 0's replacement still Starting: it never joined, deleted",
-        with_slot_0(attempt=1, pod="train-n0-a1", lastHeartbeatTime=None, state="Starting"),
-        finished_slot_1().worker(0, attempt=1, cause="HeartbeatTimeout", started=ago(10)).obj(),
-        [DeletePod("train-n0-a1", "uid-train-n0-a1", 5), DeletePod("train-rdzv", "rdzv-1", None)],
-        state="Succeeded",
-        reason=reasons.TRAINING_FINISHED,
-        events=[reasons.TRAINING_FINISHED, reasons.TRAINING_FINISHED],
-    ),
-    Case(
-        "a peer exited 0, slot 0 has no pod (its replacement not created yet): none is",
+        "a peer exited 0, slot 0 has no pod (its replacement not created yet): none is; TrainingIncomplete",
         with_slot_0(attempt=1, pod="", state="Replacing"),
         finished_slot_1().obj(),
         [DeletePod("train-rdzv", "rdzv-1", None)],
-        state="Succeeded",
-        reason=reasons.TRAINING_FINISHED,
-        events=[reasons.TRAINING_FINISHED, reasons.TRAINING_FINISHED],
+        state="Failed",
+        reason=reasons.TRAINING_INCOMPLETE,
+        events=[reasons.TRAINING_INCOMPLETE, reasons.TRAINING_INCOMPLETE],
     ),
     Case(
         "a peer exited 0, slot 0 still training: waited for, nothing deleted or created",
@@ -79,6 +89,13 @@ CASES = [
         finished_slot_1().worker(0).lease("train-n0-a0", 1, hb()).obj(),
         [],
         slots={0: {"state": "Training"}, 1: {"state": "Succeeded"}},
+    ),
+    Case(
+        "a peer exited 0, slot 0's replacement still Starting: waited for (the progress watchdog judges it)",
+        with_slot_0(attempt=1, pod="train-n0-a1", lastHeartbeatTime=None, state="Starting"),
+        finished_slot_1().worker(0, attempt=1, cause="HeartbeatTimeout", started=ago(10)).obj(),
+        [],
+        slots={0: {"state": "Starting"}, 1: {"state": "Succeeded"}},
     ),
     Case(
         "every worker exited 0: AllPodsSucceeded",
@@ -97,21 +114,27 @@ def test_training_finished(case: Case) -> None:
     check(case)
 
 
-def test_training_finished_time_is_kept_and_a_stopped_slot_is_announced_once() -> None:
+def test_a_stopped_slot_is_announced_once_and_does_not_disarm_the_watchdog() -> None:
     """3 slots: slot 2 exited 0, slot 1 failed (stopped), slot 0 still trains. The next pass, with
-    the status the first wrote, posts no second Event and still creates nothing even when the
-    succeeded pod is gone."""
-    job = running_job(3).obj()
+    the status the first wrote, posts no second Event and creates nothing, even with the succeeded
+    pod gone; later, slot 0's step frozen past twice progressTimeoutSeconds ends the job NoProgress."""
+    job = (
+        make_job().nodes(3).ft(progressTimeoutSeconds=600).status(**running_status(3, progressStep=100)).obj()
+    )
     first = observe().rdzv().worker(2, phase="Succeeded", exit_code=0).worker(1, phase="Failed", exit_code=1)
-    first = first.worker(0).lease("train-n0-a0", 1, hb())
+    first = first.worker(0).lease("train-n0-a0", 1, hb(step=100))
     d = decide(job, first.obj(), NOW)
     assert [e.reason for e in d.events] == [reasons.POD_FAILED]
     assert d.status.training_finished_time == NOW
     assert d.actions == []
     job.status = d.status
-    later = observe().rdzv().worker(0).lease("train-n0-a0", 1, hb())
+    later = observe().rdzv().worker(0).lease("train-n0-a0", 1, hb(step=100))
     d = decide(job, later.obj(), NOW)
-    assert d.status.training_finished_time == NOW
-    assert not any(type(a).__name__ == "CreateWorkerPod" for a in d.actions)
+    assert [s.state for s in d.status.node_slots] == ["Training", "Failed", "Succeeded"]
+    assert d.actions == []
     assert reasons.POD_FAILED not in [e.reason for e in d.events]
     assert d.status.restarts.pod_reschedules == 0
+    job.status = d.status
+    job.status.last_progress_time = NOW - timedelta(seconds=1300)
+    d = decide(job, later.obj(), NOW)
+    assert d.status.reason == reasons.NO_PROGRESS

@@ -812,6 +812,8 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
+    #: Stopped after its pod's ranks finished training (rtj.ladder.training_finished): only the exit failed.
+    FINISHED = "Finished"
     FAILED = "Failed"
     #: The API server refuses to create the job's pods (e.g. 403): retried with backoff.
     CREATE_REFUSED = "CreateRefused"
@@ -861,6 +863,8 @@ class JobState(StrEnum):
     #: Kueue: the job waits for its Workload's admission (or was evicted and queues again).
     QUEUED = "Queued"
     SUCCEEDED = "Succeeded"
+    #: Stopped after its pod's ranks finished training (rtj.ladder.training_finished): only the exit failed.
+    FINISHED = "Finished"
     FAILED = "Failed"
 
 
@@ -875,13 +879,15 @@ class SlotState(StrEnum):
     #: The pod heartbeated before and its Lease is gone (rtj.ladder.missing_lease): not known to train.
     LEASE_MISSING = "LeaseMissing"
     SUCCEEDED = "Succeeded"
+    #: Stopped after its pod's ranks finished training (rtj.ladder.training_finished): only the exit failed.
+    FINISHED = "Finished"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
 
 
 #: Slot states without a running pod ("": not observed yet).
 SLOT_STATES_WITHOUT_POD = frozenset(
-    {SlotState.PENDING, SlotState.REPLACING, SlotState.FAILED, SlotState.SUSPENDED, ""}
+    {SlotState.PENDING, SlotState.REPLACING, SlotState.FINISHED, SlotState.FAILED, SlotState.SUSPENDED, ""}
 )
 
 
@@ -1019,8 +1025,8 @@ class JobStatus(ApiModel):
     )
     training_finished_time: datetime | None = Field(
         None,
-        description="When a worker pod was first seen Succeeded: training is done. From then on no "
-        "pod is created; a slot whose pod faults, or has not joined training, is stopped instead.",
+        description="When a worker pod was first seen Succeeded: from then on no pod is created; a slot "
+        "whose pod faults, or that has no pod, is stopped instead (rtj.ladder.training_finished).",
     )
     progress_step: int | None = Field(
         None, description="Highest training step seen (progress watchdog; refreshed coarsely)."

@@ -128,10 +128,14 @@ def active(ps: Pass) -> None:
     faults = hold_correlated_silence(ps, faults)
     if ps.failed is None and training_finished.applies(ps):
         if training_finished.settle(ps, faults):
-            endings.succeed(ps, training_finished.stopped_slots(ps))
+            reason, message = training_finished.outcome(ps)
+            if reason == reasons.TRAINING_INCOMPLETE:
+                endings.fail(ps, reason, message)
+            else:
+                endings.succeed(ps, reason, message)
             return
         summary.summarize(ps)  # slots still finishing: no pod created, no spare kept
-        watch_progress(ps)
+        watch_progress(ps, training_finished.running_slots(ps))
         return
     # Many slots failing in one pass is a correlated fault (network, a zone), not several bad
     # nodes: replace the pods, quarantine no node.
@@ -157,10 +161,15 @@ def active(ps: Pass) -> None:
     watch_progress(ps)
 
 
-def watch_progress(ps: Pass) -> None:
-    """rtj.ladder.progress_watchdog: Stalled, then NoProgress."""
+def watch_progress(ps: Pass, judged: list[NodeSlotStatus] | None = None) -> None:
+    """rtj.ladder.progress_watchdog: Stalled, then NoProgress (of the `judged` slots, default all)."""
     verdict = progress_watchdog.check(
-        ps.st, ps.slots, ps.steps, ps.ft, ps.now, ps.cfg.heartbeat_status_resolution_seconds
+        ps.st,
+        ps.slots if judged is None else judged,
+        ps.steps,
+        ps.ft,
+        ps.now,
+        ps.cfg.heartbeat_status_resolution_seconds,
     )
     if verdict.failed:
         endings.fail(ps, reasons.NO_PROGRESS, verdict.message)

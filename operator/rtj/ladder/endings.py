@@ -34,18 +34,14 @@ def fail(ps: Pass, reason: str, message: str) -> None:
     ps.event(WARNING, reason, f"job failed: {message}; running pods deleted, nothing restarted")
 
 
-def succeed(ps: Pass, stopped: list[int] | None = None) -> None:
-    """Every worker pod succeeded, or (rtj.ladder.training_finished) one did and the slots `stopped`
-    could no longer finish."""
+def succeed(
+    ps: Pass, reason: str = reasons.ALL_PODS_SUCCEEDED, message: str = "every worker pod exited 0"
+) -> None:
+    """Every worker pod exited 0, or (rtj.ladder.training_finished) one did and the others' ranks had
+    finished before their pods were stopped."""
     ps.delete_live_pods({contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS})
     summary.close_degraded(ps)
     summary.collect_checkpoint(ps)
-    if stopped:
-        slots = ", ".join(str(s) for s in stopped)
-        reason = reasons.TRAINING_FINISHED
-        message = f"training finished: a worker pod exited 0; slot(s) {slots} stopped, not replaced"
-    else:
-        reason, message = reasons.ALL_PODS_SUCCEEDED, "every worker pod exited 0"
     ps.cond(ConditionType.SUCCEEDED, True, reason, message)
     ps.cond(ConditionType.RUNNING, False, reasons.FINISHED, "")
     ps.cond(ConditionType.RECOVERING, False, reasons.FINISHED, "")

@@ -1,29 +1,36 @@
-"""Policy: once a worker pod has exited 0, training is over: no pod is created for the job again.
+"""Policy: once a worker pod has exited 0, no pod is created for the job again.
 
 A worker pod exits 0 only when its launcher's ranks returned from the training script, and rank 0
-returns only once every rank has (rtj_trainer.inprocess.finish_together): the other pods are in
-their own teardown. A pod created now would wait for a rendezvous no peer joins again. `make demo`,
-2026-12-02: a healthy pod was replaced during an API server stall, the job finished without it, and
-the replacement waited alone (the job stayed Recovering).
+returns only once every rank has (rtj_trainer.inprocess.finish_together). A pod created after that
+would wait for a rendezvous no peer joins again. `make demo`, 2026-12-02: a healthy pod was replaced
+during an API server stall, the job finished without it, and the replacement waited alone (the job
+stayed Recovering until the progress watchdog's hour).
 
 So, from the first pass that sees a worker Succeeded (status.trainingFinishedTime):
 - a fault in another slot (silence, a failed, deleted or evicted pod, a lost node) stops that slot:
-  its pod is deleted if still live, nothing is created, no budget is spent, no node is quarantined;
-- a slot without a pod gets none, and a pod still Starting (it never joined the finished round) is
-  stopped;
-- pods still running are waited for; the progress watchdog still ends a job whose workers wait for
-  a peer that exited 0 early (issue 13), as before;
-- once no slot runs, the job Succeeded: AllPodsSucceeded, or TrainingFinished naming the slots
-  that were stopped (a training script exits 0 only when it is done).
+  its pod is deleted if still live, nothing is created, no budget is spent, no node is quarantined.
+  The slot shows Finished when its pod had reported its ranks finished (only its exit failed),
+  else Failed;
+- a slot without a pod gets none (Failed);
+- pods still running are waited for, and the progress watchdog judges them as before: a job whose
+  workers wait for a peer that exited 0 early still ends NoProgress (issue 13);
+- once no slot runs, the job ends: Succeeded/AllPodsSucceeded when every worker exited 0,
+  Succeeded/TrainingFinished when the others had finished their training, else
+  Failed/TrainingIncomplete (a slot stopped before its ranks finished: a replacement could not
+  have rejoined).
 """
 
 from __future__ import annotations
 
 from rtj import reasons
 from rtj.api.models import NodeSlotStatus, SlotState
+from rtj.contract import PodState
 from rtj.ladder import slots
 from rtj.ladder.observe import PodObs
-from rtj.ladder.pass_state import NORMAL, WARNING, Pass
+from rtj.ladder.pass_state import WARNING, Pass
+
+#: Slot states of a finished job's slots: exited 0, or stopped (after its ranks finished, or before).
+ENDED = frozenset({SlotState.SUCCEEDED, SlotState.FINISHED, SlotState.FAILED})
 
 
 def applies(ps: Pass) -> bool:
@@ -36,36 +43,61 @@ def applies(ps: Pass) -> bool:
 def settle(ps: Pass, faults: list[tuple[NodeSlotStatus, PodObs | None, str, str]]) -> bool:
     """Stop the slots that can no longer finish. True when no slot is left running (the job ends)."""
     done = [s.slot for s in ps.slots if s.state == SlotState.SUCCEEDED]
-    why = f"training finished (slot {done[0]}'s pod exited 0)" if done else "training finished"
+    why = f"slot {done[0]}'s pod exited 0" if done else "a worker pod exited 0"
     for slot, pod, reason, message in faults:
         _stop(ps, slot, pod, reason, f"slot {slot.slot}: {message}; not replaced: {why}")
     for slot in ps.slots:
-        if slot.state in (SlotState.SUCCEEDED, SlotState.FAILED):
-            continue
-        pod = _current(ps, slot)
-        if pod is None or not pod.live:
-            message = f"slot {slot.slot} has no pod; none created: {why}"
-            _stop(ps, slot, None, reasons.TRAINING_FINISHED, message)
-        elif slot.state in (SlotState.STARTING, SlotState.PENDING):
-            message = f"slot {slot.slot}: pod {pod.name} never joined the finished round: deleted ({why})"
-            _stop(ps, slot, pod, reasons.TRAINING_FINISHED, message)
-    return all(s.state in (SlotState.SUCCEEDED, SlotState.FAILED) for s in ps.slots)
+        if slot.state not in ENDED and _current(ps, slot) is None:
+            _stop(
+                ps,
+                slot,
+                None,
+                reasons.TRAINING_INCOMPLETE,
+                f"slot {slot.slot} has no pod; none created: {why}",
+            )
+    return all(s.state in ENDED for s in ps.slots)
 
 
-def stopped_slots(ps: Pass) -> list[int]:
-    return [s.slot for s in ps.slots if s.state != SlotState.SUCCEEDED]
+def outcome(ps: Pass) -> tuple[str, str]:
+    """(reason, message) of the ended job: who was stopped, and whether it had finished."""
+    finished = [str(s.slot) for s in ps.slots if s.state == SlotState.FINISHED]
+    failed = [str(s.slot) for s in ps.slots if s.state == SlotState.FAILED]
+    if failed:
+        return reasons.TRAINING_INCOMPLETE, (
+            f"a worker pod exited 0 while slot(s) {', '.join(failed)} had not finished training; they "
+            "were stopped, not replaced (a new pod cannot join a finished rendezvous)"
+        )
+    if finished:
+        return reasons.TRAINING_FINISHED, (
+            f"every worker finished training; the pod(s) of slot(s) {', '.join(finished)} faulted after "
+            "their ranks finished and were not replaced"
+        )
+    return reasons.ALL_PODS_SUCCEEDED, "every worker pod exited 0"
+
+
+def running_slots(ps: Pass) -> list[NodeSlotStatus]:
+    """The slots the progress watchdog judges: a stopped slot does not disarm it."""
+    return [s for s in ps.slots if s.state not in (SlotState.FINISHED, SlotState.FAILED)]
 
 
 def _current(ps: Pass, slot: NodeSlotStatus) -> PodObs | None:
-    return next((q for q in ps.workers.get(slot.slot, []) if q.attempt == slot.attempt), None)
+    return next((q for q in ps.workers.get(slot.slot, []) if q.attempt == slot.attempt and q.live), None)
 
 
 def _stop(ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, reason: str, message: str) -> None:
+    was = next((s.state for s in ps.old.node_slots if s.slot == slot.slot), "")
+    if was == SlotState.SUCCEEDED:  # exited 0 before (its pod deleted since): it stays so
+        slot.state = SlotState.SUCCEEDED
+        return
     if pod is not None and pod.live:
         ps.delete(pod, 0 if reason in slots.FORCE else ps.cfg.fault_grace_seconds)
-    was = next((s.state for s in ps.old.node_slots if s.slot == slot.slot), "")
-    slot.state, slot.last_fault_reason = SlotState.FAILED, reason
+    lease = ps.lease(pod) if pod is not None else None
+    ranks_done = (
+        lease is not None and lease.heartbeat is not None and lease.heartbeat.state == PodState.FINISHED
+    )
+    slot.state = SlotState.FINISHED if ranks_done or was == SlotState.FINISHED else SlotState.FAILED
+    slot.last_fault_reason = reason
     slot.recovering_since, slot.recovering_level = None, ""
-    if was != SlotState.FAILED:  # one Event per stopped slot (a later pass sees the same fault again)
+    if was not in ENDED:  # one Event per stopped slot (a later pass sees the same fault again)
         ps.note_fault(slot, reason, pod.name if pod is not None else slot.pod, slot.node)
-        ps.event(NORMAL if reason == reasons.TRAINING_FINISHED else WARNING, reason, message)
+        ps.event(WARNING, reason, message)
