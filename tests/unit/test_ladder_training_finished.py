@@ -62,7 +62,7 @@ CASES = [
         state="Succeeded",
         reason=reasons.TRAINING_FINISHED,
         events=[reasons.POD_FAILED, reasons.TRAINING_FINISHED],
-        slots={0: {"state": "Finished"}, 1: {"state": "Succeeded"}},
+        slots={0: {"state": "Completed"}, 1: {"state": "Succeeded"}},
         conditions={"Succeeded": "True"},
     ),
     Case(
@@ -82,6 +82,15 @@ CASES = [
         state="Failed",
         reason=reasons.TRAINING_INCOMPLETE,
         events=[reasons.TRAINING_INCOMPLETE, reasons.TRAINING_INCOMPLETE],
+    ),
+    Case(
+        # kubelet tier, 2026-12-02: "Finished" (a live pod's ranks done, the pod exiting) was taken for
+        # a stopped slot and the job Succeeded with that pod still running.
+        "a peer exited 0, slot 0's ranks finished and its pod is exiting: waited for",
+        running_job().obj(),
+        finished_slot_1().worker(0).lease("train-n0-a0", 1, hb("Finished")).obj(),
+        [],
+        slots={0: {"state": "Finished"}, 1: {"state": "Succeeded"}},
     ),
     Case(
         "a peer exited 0, slot 0 still training: waited for, nothing deleted or created",

@@ -812,8 +812,6 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
-    #: Stopped after its pod's ranks finished training (rtj.ladder.training_finished): only the exit failed.
-    FINISHED = "Finished"
     FAILED = "Failed"
     #: The API server refuses to create the job's pods (e.g. 403): retried with backoff.
     CREATE_REFUSED = "CreateRefused"
@@ -863,8 +861,6 @@ class JobState(StrEnum):
     #: Kueue: the job waits for its Workload's admission (or was evicted and queues again).
     QUEUED = "Queued"
     SUCCEEDED = "Succeeded"
-    #: Stopped after its pod's ranks finished training (rtj.ladder.training_finished): only the exit failed.
-    FINISHED = "Finished"
     FAILED = "Failed"
 
 
@@ -879,15 +875,16 @@ class SlotState(StrEnum):
     #: The pod heartbeated before and its Lease is gone (rtj.ladder.missing_lease): not known to train.
     LEASE_MISSING = "LeaseMissing"
     SUCCEEDED = "Succeeded"
-    #: Stopped after its pod's ranks finished training (rtj.ladder.training_finished): only the exit failed.
-    FINISHED = "Finished"
+    #: Stopped after its pod's ranks finished training (rtj.ladder.training_finished): only the exit
+    #: failed. Not "Finished": that is a live pod's heartbeat state (its ranks done, the pod exiting).
+    COMPLETED = "Completed"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
 
 
 #: Slot states without a running pod ("": not observed yet).
 SLOT_STATES_WITHOUT_POD = frozenset(
-    {SlotState.PENDING, SlotState.REPLACING, SlotState.FINISHED, SlotState.FAILED, SlotState.SUSPENDED, ""}
+    {SlotState.PENDING, SlotState.REPLACING, SlotState.COMPLETED, SlotState.FAILED, SlotState.SUSPENDED, ""}
 )
 
 

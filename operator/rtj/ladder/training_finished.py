@@ -9,7 +9,7 @@ stayed Recovering until the progress watchdog's hour).
 So, from the first pass that sees a worker Succeeded (status.trainingFinishedTime):
 - a fault in another slot (silence, a failed, deleted or evicted pod, a lost node) stops that slot:
   its pod is deleted if still live, nothing is created, no budget is spent, no node is quarantined.
-  The slot shows Finished when its pod had reported its ranks finished (only its exit failed),
+  The slot shows Completed when its pod had reported its ranks finished (only its exit failed),
   else Failed;
 - a slot without a pod gets none (Failed);
 - pods still running are waited for, and the progress watchdog judges them as before: a job whose
@@ -30,7 +30,7 @@ from rtj.ladder.observe import PodObs
 from rtj.ladder.pass_state import WARNING, Pass
 
 #: Slot states of a finished job's slots: exited 0, or stopped (after its ranks finished, or before).
-ENDED = frozenset({SlotState.SUCCEEDED, SlotState.FINISHED, SlotState.FAILED})
+ENDED = frozenset({SlotState.SUCCEEDED, SlotState.COMPLETED, SlotState.FAILED})
 
 
 def applies(ps: Pass) -> bool:
@@ -60,7 +60,7 @@ def settle(ps: Pass, faults: list[tuple[NodeSlotStatus, PodObs | None, str, str]
 
 def outcome(ps: Pass) -> tuple[str, str]:
     """(reason, message) of the ended job: who was stopped, and whether it had finished."""
-    finished = [str(s.slot) for s in ps.slots if s.state == SlotState.FINISHED]
+    finished = [str(s.slot) for s in ps.slots if s.state == SlotState.COMPLETED]
     failed = [str(s.slot) for s in ps.slots if s.state == SlotState.FAILED]
     if failed:
         return reasons.TRAINING_INCOMPLETE, (
@@ -77,7 +77,7 @@ def outcome(ps: Pass) -> tuple[str, str]:
 
 def running_slots(ps: Pass) -> list[NodeSlotStatus]:
     """The slots the progress watchdog judges: a stopped slot does not disarm it."""
-    return [s for s in ps.slots if s.state not in (SlotState.FINISHED, SlotState.FAILED)]
+    return [s for s in ps.slots if s.state not in (SlotState.COMPLETED, SlotState.FAILED)]
 
 
 def _current(ps: Pass, slot: NodeSlotStatus) -> PodObs | None:
@@ -95,7 +95,7 @@ def _stop(ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, reason: str, messa
     ranks_done = (
         lease is not None and lease.heartbeat is not None and lease.heartbeat.state == PodState.FINISHED
     )
-    slot.state = SlotState.FINISHED if ranks_done or was == SlotState.FINISHED else SlotState.FAILED
+    slot.state = SlotState.COMPLETED if ranks_done or was == SlotState.COMPLETED else SlotState.FAILED
     slot.last_fault_reason = reason
     slot.recovering_since, slot.recovering_level = None, ""
     if was not in ENDED:  # one Event per stopped slot (a later pass sees the same fault again)
