@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
+import uvloop  # installed with the project's extras; `kopf run` uses it when present
 from rtj import handlers, watch_guard
 from rtj.watch_guard import EXIT_WATCH_LOST, DeadWatch, WatchGuard, dead_watches, live_watches, remember
 
@@ -20,7 +21,6 @@ pytestmark = pytest.mark.unit
 def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
     if request.param == "asyncio":
         return asyncio.run
-    uvloop = pytest.importorskip("uvloop")
     return lambda coro: asyncio.run(coro, loop_factory=uvloop.new_event_loop)
 
 
@@ -38,6 +38,12 @@ async def returns() -> None:
 
 async def forever() -> None:
     await asyncio.Event().wait()
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 10) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
 
 
 async def settle(*tasks: asyncio.Task[Any]) -> None:
@@ -112,10 +118,10 @@ def test_the_guard_ignores_cancelled_watchers_other_tasks_and_anything_after_its
         guard = WatchGuard(exit_with=exits.append, interval=0.01).start()
         watcher = asyncio.create_task(forever(), name="watcher for nodes.v1@None")
         other = asyncio.create_task(fails(), name="poster of events")
-        await asyncio.sleep(0.05)  # a few looks: the watcher is remembered while it runs
+        await until(lambda: watcher in guard._seen)  # remembered while it runs
         watcher.cancel()
         await settle(watcher, other)
-        await asyncio.sleep(0.05)
+        await until(lambda: watcher not in guard._seen)  # a later look forgets the cancelled one
         await guard.stop()
         assert loop.get_task_factory() is None, "the loop's task factory is given back"
         late = asyncio.create_task(fails(), name="watcher for pods.v1@ns")  # kopf's teardown

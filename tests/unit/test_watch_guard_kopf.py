@@ -147,11 +147,11 @@ def test_kopf_stopping_a_healthy_watcher_is_not_a_death() -> None:
         guard = WatchGuard(exit_with=exits.append, interval=0.01).start()
         async with api_server("quiet") as server:
             async with lease_watcher(server) as task:
-                await asyncio.sleep(0.3)  # listed, watching; the guard has seen it many times
+                await until(lambda: task in guard._seen)  # the guard remembered it while it ran
                 assert not task.done()
             # kopf stopped it as terminate_redundancies() does.
             assert task.cancelled()
-            await asyncio.sleep(0.1)
+            await until(lambda: task not in guard._seen)  # a later look forgets the cancelled one
         await guard.stop()
 
     asyncio.run(scenario())

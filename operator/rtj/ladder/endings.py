@@ -34,9 +34,7 @@ def fail(ps: Pass, reason: str, message: str) -> None:
     ps.event(WARNING, reason, f"job failed: {message}; running pods deleted, nothing restarted")
 
 
-def succeed(
-    ps: Pass, reason: str = reasons.ALL_PODS_SUCCEEDED, message: str = "every worker pod exited 0"
-) -> None:
+def succeed(ps: Pass, reason: str, message: str) -> None:
     """Every worker pod exited 0, or (rtj.ladder.training_finished) one did and the others' ranks had
     finished before their pods were stopped."""
     ps.delete_live_pods({contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS})

@@ -80,28 +80,23 @@ def heartbeat_silence(
     if pod.phase != "Running":
         return None
     renew = lease.renew_time if lease is not None else None
-    since_hold = f", {seconds_since(hold_end, now):.0f}s since the outage hold ended" if hold_end else ""
-    if renew is None:
-        started = pod.started or pod.created
-        if started is None:
-            return None
-        since = timed_from(started, hold_end)
-        assert since is not None
-        if seconds_since(since, now) > ft.startup_timeout_seconds:
-            return reasons.STARTUP_TIMEOUT, (
-                f"no heartbeat {seconds_since(started, now):.0f}s after start"
-                f"{since_hold if since != started else ''} "
-                f"(startupTimeoutSeconds={ft.startup_timeout_seconds})"
-            )
+    heard = renew or pod.started or pod.created
+    if heard is None:
         return None
-    since = timed_from(renew, hold_end)
-    assert since is not None
-    if seconds_since(since, now) > ft.heartbeat_timeout_seconds:
-        return reasons.HEARTBEAT_TIMEOUT, (
-            f"heartbeat silent for {seconds_since(renew, now):.0f}s{since_hold if since != renew else ''} "
-            f"(heartbeatTimeoutSeconds={ft.heartbeat_timeout_seconds})"
+    since = max(heard, hold_end) if hold_end is not None else heard  # timed_from, never None here
+    limit = ft.heartbeat_timeout_seconds if renew is not None else ft.startup_timeout_seconds
+    if seconds_since(since, now) <= limit:
+        return None
+    held = f", {seconds_since(since, now):.0f}s since the outage hold ended" if since != heard else ""
+    if renew is None:
+        return reasons.STARTUP_TIMEOUT, (
+            f"no heartbeat {seconds_since(heard, now):.0f}s after start{held} "
+            f"(startupTimeoutSeconds={ft.startup_timeout_seconds})"
         )
-    return None
+    return reasons.HEARTBEAT_TIMEOUT, (
+        f"heartbeat silent for {seconds_since(heard, now):.0f}s{held} "
+        f"(heartbeatTimeoutSeconds={ft.heartbeat_timeout_seconds})"
+    )
 
 
 def reported_hard_fault(lease: LeaseObs | None) -> tuple[str, str] | None:
