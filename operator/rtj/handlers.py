@@ -39,7 +39,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from rtj import builders, contract, kube, metrics, reasons, watch_guard
+from rtj import builders, contract, heartbeat_delivery, kube, metrics, reasons, watch_guard
 from rtj.api.models import ConditionType, JobState, JobStatus, ResilientTrainingJob
 from rtj.ladder import (
     OBSERVED_AT,
@@ -160,14 +160,19 @@ def rtj_leases(
 ) -> dict[Any, Any]:
     key, name = (namespace, labels[contract.LABEL_JOB]), str(meta.get("name"))
     annotations = dict(meta.get("annotations") or {})
+    arrived = datetime.now(UTC)
+    _LATE_LEASES.observe(namespace, name, contract.parse_time(spec.get("renewTime")), arrived)
     lease = {
         "metadata": {"name": name, "annotations": annotations},
         "spec": {"renewTime": spec.get("renewTime")},
         # When this version arrived: bounds a future renewTime (see ladder.lease_from_dict).
-        OBSERVED_AT: datetime.now(UTC),
+        OBSERVED_AT: arrived,
     }
     _wake_on_lease(key, name, annotations)  # here, not in a second handler: one call per Lease event
     return {key: lease}
+
+
+_LATE_LEASES = heartbeat_delivery.LateDeliveries()
 
 
 def _wake_on_lease(key: tuple[str, str], name: str, annotations: dict[str, Any]) -> None:

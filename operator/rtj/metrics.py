@@ -5,6 +5,8 @@
   the deltas of a status write that succeeded (so exactly once per observed restart, per process).
 - rtj_recovery_seconds{level}: fault detected -> the pod back to Training (heartbeat time).
 - rtj_heartbeat_age_seconds{job_namespace,job_name,slot}: now - last heartbeat of each slot's pod.
+- rtj_heartbeat_delivery_seconds: a heartbeat Lease's renewTime to its watch event reaching the operator
+  (rtj.heartbeat_delivery).
 - rtj_create_refused_total{job_namespace,job_name,code}: creates the API server refused with a
   retryable 4xx (rtj.ladder.create_refusals), each retry counted.
 - rtj_reconcile_duration_seconds: one pass of one job.
@@ -42,6 +44,11 @@ HEARTBEAT_AGE = Gauge(
     "rtj_heartbeat_age_seconds",
     "Seconds since the slot's pod last heartbeat.",
     ["job_namespace", "job_name", "slot"],
+)
+HEARTBEAT_DELIVERY = Histogram(
+    "rtj_heartbeat_delivery_seconds",
+    "A heartbeat Lease's renewTime to its watch event reaching the operator (API server, watch, clock skew).",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60),
 )
 CREATE_REFUSED = Counter(
     "rtj_create_refused_total",

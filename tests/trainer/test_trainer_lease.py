@@ -7,16 +7,21 @@ removes the Lease with its pod.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import socket
+import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from rtj.contract import ExitCode, FaultReason, PodState, lease_name, parse_heartbeat
 from rtj_local.wait import wait_for
+from rtj_trainer.heartbeat import HeartbeatAgent, PodIdentity
 from trainer_harness import ToyJob
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(300)]
@@ -129,3 +134,43 @@ def test_api_errors_never_stop_training(job: ToyJob, tmp_path: Path) -> None:
     text = pod.log_text()
     assert "heartbeat Lease write failed" in text
     assert "sekrit-token-123" not in text
+
+
+def test_a_silent_api_server_cannot_stop_the_heartbeat(tmp_path: Path) -> None:
+    """An API server that accepts connections and never answers (a dead peer behind a Service IP):
+    each Lease write gives up after the Lease's duration and the next tick tries a new connection,
+    instead of the heartbeat thread waiting forever on the first one."""
+    accepted: list[socket.socket] = []
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.5)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                accepted.append(server.accept()[0])  # held open, never read nor answered
+
+    threading.Thread(target=accept, daemon=True).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{server.getsockname()[1]}', "
+        "insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    agent = HeartbeatAgent(
+        str(tmp_path),
+        PodIdentity(name="p", namespace="default", uid=None),
+        interval_seconds=1.0,  # a Lease of 3 s: each write gives up after 5 s
+        api_client=k8s_config.new_client_from_config(config_file=str(kubeconfig)),
+    )
+    agent.start()
+    try:
+        wait_for(lambda: len(accepted) >= 3, 120, message="the heartbeat to try a third connection")
+    finally:
+        stop.set()
+        for conn in accepted:  # first: a write still waiting (without its bound) fails now
+            conn.close()
+        server.close()
+        agent.stop(None)

@@ -232,7 +232,12 @@ class PodIdentity:
 
 
 class LeaseWriter:
-    """Creates and renews one pod's heartbeat Lease."""
+    """Creates and renews one pod's heartbeat Lease.
+
+    Each request is bounded by the Lease's duration: the kubernetes client waits forever by
+    default, and one write stuck on a dead connection (an API server restarted behind a Service
+    IP) would stop every later heartbeat of a pod that trains fine. Past its duration the Lease
+    is expired anyway; the next tick retries on a fresh connection."""
 
     def __init__(self, api_client: Any, pod: PodIdentity, lease_duration_seconds: int) -> None:
         from kubernetes import client
@@ -240,6 +245,7 @@ class LeaseWriter:
         self._api = client.CoordinationV1Api(api_client)
         self._pod = pod
         self._duration = lease_duration_seconds
+        self._timeout = max(5, lease_duration_seconds)
         self._acquire_time: str | None = None
 
     def body(self, hb: Heartbeat, now: datetime) -> dict[str, Any]:
@@ -277,11 +283,15 @@ class LeaseWriter:
         body = self.body(hb, now)
         name = body["metadata"]["name"]
         try:
-            lease = self._api.patch_namespaced_lease(name, self._pod.namespace, body)
+            lease = self._api.patch_namespaced_lease(
+                name, self._pod.namespace, body, _request_timeout=self._timeout
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            lease = self._api.create_namespaced_lease(self._pod.namespace, body)
+            lease = self._api.create_namespaced_lease(
+                self._pod.namespace, body, _request_timeout=self._timeout
+            )
         return dict(lease.metadata.annotations or {})
 
 
@@ -345,8 +355,16 @@ class HeartbeatAgent:
     def _publish(self, hb: Heartbeat) -> None:
         if self._writer is None:
             return
+        started = datetime.now(UTC)
         try:
-            annotations = self._writer.write(hb, datetime.now(UTC))
+            annotations = self._writer.write(hb, started)
+            took = (datetime.now(UTC) - started).total_seconds()
+            if took > self.interval:  # the next tick is due already: the pod looks silent
+                log.warning(
+                    "heartbeat Lease write took %.1f s (interval %.0f s): the API server is slow",
+                    took,
+                    self.interval,
+                )
             self._take_assignment(annotations.get(ASSIGNED_SLOT_ANNOTATION))
             if self._last_error:
                 log.info("heartbeat Lease writes recovered")
