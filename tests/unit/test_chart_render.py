@@ -27,6 +27,7 @@ METRICS = (
     "rtj_recovery_seconds_bucket",
     "rtj_heartbeat_age_seconds",
     "rtj_reconcile_duration_seconds_bucket",
+    "rtj_heartbeat_delivery_seconds_bucket",
     "rtj_goodput_ratio",
 )
 
