@@ -161,26 +161,33 @@ def rtj_leases(
     key, name = (namespace, labels[contract.LABEL_JOB]), str(meta.get("name"))
     annotations = dict(meta.get("annotations") or {})
     arrived = datetime.now(UTC)
-    _LATE_LEASES.observe(namespace, name, contract.parse_time(spec.get("renewTime")), arrived)
     lease = {
         "metadata": {"name": name, "annotations": annotations},
         "spec": {"renewTime": spec.get("renewTime")},
         # When this version arrived: bounds a future renewTime (see ladder.lease_from_dict).
         OBSERVED_AT: arrived,
     }
-    _wake_on_lease(key, name, annotations)  # here, not in a second handler: one call per Lease event
+    _on_lease_event(key, name, annotations, spec.get("renewTime"), arrived)  # here: one call per event
     return {key: lease}
 
 
 _LATE_LEASES = heartbeat_delivery.LateDeliveries()
 
 
-def _wake_on_lease(key: tuple[str, str], name: str, annotations: dict[str, Any]) -> None:
-    """Wake the job's pass when the Lease's content changed or a slot it found stale renewed;
-    an ordinary renewal only moves a deadline later (rtj.ladder.wakeups)."""
+def _on_lease_event(
+    key: tuple[str, str], name: str, annotations: dict[str, Any], renew_time: Any, arrived: datetime
+) -> None:
+    """Measure how late a renewal arrived, and wake the job's pass when the Lease's content changed
+    or a slot it found stale renewed; an ordinary renewal only moves a deadline later
+    (rtj.ladder.wakeups). A Lease's first sighting is not measured: the operator's own (re)listing
+    shows each Lease as old as it is, not as late."""
     job_loop = _LOOPS.get(key)
     if job_loop is None:
         return
+    seen = job_loop.lease_renew_times.get(name)
+    if seen is not None and renew_time != seen:
+        _LATE_LEASES.observe(key[0], name, contract.parse_time(renew_time), arrived)
+    job_loop.lease_renew_times[name] = renew_time
     digest = wakeups.heartbeat_digest(annotations)
     if job_loop.lease_digests.get(name) != digest or name in getattr(job_loop.memo, "watched_leases", ()):
         job_loop.lease_digests[name] = digest
@@ -362,6 +369,8 @@ class _JobLoop:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     #: Lease name -> rtj.ladder.wakeups.heartbeat_digest of its last version seen.
     lease_digests: dict[str, str] = field(default_factory=dict)
+    #: Lease name -> its renewTime last seen (rtj.heartbeat_delivery measures the next one).
+    lease_renew_times: dict[str, Any] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import kopf
 import pytest
 from ladder_testkit import hb, make_job, running_status
+from prometheus_client import REGISTRY
 from rtj import contract, handlers
 from rtj.api.models import JobStatus
 from rtj.ladder import wakeups
@@ -76,12 +77,14 @@ def test_next_deadline(ages: dict[int, float], due_in: float | None, expected: f
     assert wakeups.next_deadline(ages, FT, due, NOW) == pytest.approx(expected)
 
 
-def lease_event(annotations: dict[str, str], name: str = "train-n0-a0") -> None:
+def lease_event(
+    annotations: dict[str, str], name: str = "train-n0-a0", renew_time: str = "2026-01-01T00:00:00.000000Z"
+) -> None:
     handlers.rtj_leases(
         namespace="ns",
         labels={contract.LABEL_JOB: "train"},
         meta={"name": contract.lease_name(name), "annotations": annotations},
-        spec={"renewTime": "2026-01-01T00:00:00.000000Z"},
+        spec={"renewTime": renew_time},
     )
 
 
@@ -136,3 +139,30 @@ def test_a_node_changing_readiness_wakes_the_jobs_with_pods_on_it() -> None:
 
     # first seen, a status report that changes nothing, NotReady
     assert asyncio.run(scenario()) == [True, False, True]
+
+
+def test_delivery_is_measured_on_renewals_not_on_a_leases_first_sighting() -> None:
+    """An operator (re)listing Leases sees each as old as it is: only a renewal seen after an
+    earlier version counts as a delivery (rtj.heartbeat_delivery)."""
+
+    def delivered() -> float:
+        return REGISTRY.get_sample_value("rtj_heartbeat_delivery_seconds_count") or 0.0
+
+    def renewed(seconds_ago: float) -> str:
+        return contract.micro_time(datetime.now(UTC) - timedelta(seconds=seconds_ago))
+
+    async def scenario() -> list[float]:
+        handlers._LOOPS[("ns", "train")] = handlers._JobLoop("uid", kopf.Body({}), kopf.Memo())
+        counts, start, silent = [], delivered(), renewed(600)
+        try:
+            lease_event(annotations(step=1), renew_time=silent)  # first sighting: a Lease long silent
+            counts.append(delivered() - start)
+            lease_event(annotations(step=1), renew_time=silent)  # the same version again (a re-list)
+            counts.append(delivered() - start)
+            lease_event(annotations(step=2), renew_time=renewed(0.2))  # a renewal
+            counts.append(delivered() - start)
+        finally:
+            handlers._LOOPS.clear()
+        return counts
+
+    assert asyncio.run(scenario()) == [0, 0, 1]
