@@ -37,7 +37,7 @@ from rtj_local.wait import wait_for
 
 #: Three (the disk holds one unpacked 6 GB trainer image per node): after the node death row, a job's 2
 #: workers (1 CPU each), its rendezvous pod and the operator pod still fit on the two left.
-KUBELET_NODES = 3  # as `make test-e2e-nodes` starts them
+KUBELET_NODES = 4  # as `make test-e2e-nodes` starts them
 
 
 @pytest.fixture(scope="session")
@@ -79,11 +79,10 @@ def agent_stack(cluster: LocalCluster, raw: RawApi, run_dir: Path) -> Iterator[E
 
 @contextlib.contextmanager
 def kubelet_stack(
-    cluster: LocalCluster, raw: RawApi, run_dir: Path, nodes: KubeletNodes
+    cluster: LocalCluster, raw: RawApi, run_dir: Path, nodes: KubeletNodes, names: list[str]
 ) -> Iterator[E2EStack]:
-    """Kubelet nodes (a dead one from a previous module restarted: repaired) and the chart as users
-    install it: the operator pod from the local image."""
-    names = nodes.up(KUBELET_NODES, [TRAINER_IMAGE, OPERATOR_IMAGE])
+    """Kubelet nodes `names` (repaired, see e2e_stack) and the chart as users install it: the
+    operator pod from the local image."""
     wait_for(lambda: nodes_schedulable(raw, names), timeout=90, message="kubelet nodes Ready, untainted")
     install_chart(cluster, [NAMESPACE], OPERATOR_NAMESPACE, RELEASE, timeout=300, values=[KUBELET_VALUES])
     yield E2EStack(
@@ -105,6 +104,11 @@ def e2e_stack(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator
         if ours not in (n["metadata"].get("labels") or {}) and not n["spec"].get("unschedulable")
     ]
     set_unschedulable(raw, others, True)
+    if kind == node_kinds.KUBELET:
+        # A node a previous module killed is restarted first: its pods (the operator's, say) stay
+        # Terminating, and their namespace with them, until their kubelet confirms them gone.
+        kubelet_nodes = request.getfixturevalue("kubelet_nodes")
+        names = kubelet_nodes.up(KUBELET_NODES, [TRAINER_IMAGE, OPERATOR_IMAGE])
     # A previous module's teardown deletes both namespaces without waiting: let that finish first
     # (nothing can be created in a terminating namespace).
     for ns in (NAMESPACE, OPERATOR_NAMESPACE):
@@ -120,7 +124,7 @@ def e2e_stack(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator
         raw.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     try:
         if kind == node_kinds.KUBELET:
-            stack = kubelet_stack(cluster, raw, run_dir, request.getfixturevalue("kubelet_nodes"))
+            stack = kubelet_stack(cluster, raw, run_dir, kubelet_nodes, names)
         else:
             stack = agent_stack(cluster, raw, run_dir)
         with stack as e2e:
