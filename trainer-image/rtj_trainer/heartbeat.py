@@ -359,7 +359,7 @@ class HeartbeatAgent:
         try:
             annotations = self._writer.write(hb, started)
             took = (datetime.now(UTC) - started).total_seconds()
-            if took > self.interval:  # the next tick is due already: the pod looks silent
+            if took > self.interval:  # renewals fall behind their interval
                 log.warning(
                     "heartbeat Lease write took %.1f s (interval %.0f s): the API server is slow",
                     took,
