@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +99,7 @@ def job_manifest(
     node_selector: dict[str, str],
     steps: int = 60,
     interval: int = 10,
+    min_step_time: float = 0.2,
     env: dict[str, str] | None = None,
     fault_tolerance: dict[str, Any] | None = None,
     checkpoint: dict[str, Any] | None = None,
@@ -123,7 +125,7 @@ def job_manifest(
             "procsPerNode": 1,
             "resources": {"efaPerNode": 0, "cpu": "1", "memory": "2Gi", "sharedMemorySize": "256Mi"},
             "command": ["python", "-m", "rtj_trainer.examples.fsdp_train"],
-            "args": ["--steps", str(steps), "--dim", "64", "--min-step-time", "0.2"],
+            "args": ["--steps", str(steps), "--dim", "64", "--min-step-time", str(min_step_time)],
             # The ranks' step logs (on the checkpoint volume): steps lost per fault (rtj_local.train_log).
             "env": [{"name": k, "value": v} for k, v in {**train_log_env(), **(env or {})}.items()],
             "placement": {"nodeSelector": node_selector},
@@ -147,10 +149,10 @@ class JobRun:
     checkpoint_dir: Path
     timeline: Timeline
     lines: list[str] = field(default_factory=list)
-    #: fault key (`<kind>-<rank>-<step>`) -> index in `history` of the first poll that saw it fired
-    fired_at: dict[str, int] = field(default_factory=dict)
     #: number of Events seen by each poll (index as in `history`)
     events_at: list[int] = field(default_factory=list)
+    #: wall time at which each poll had read everything it holds (index as in `history`)
+    read_by: list[float] = field(default_factory=list)
 
     @property
     def raw(self) -> RawApi:
@@ -160,9 +162,8 @@ class JobRun:
         for line in self.timeline.poll():
             print(line, flush=True)
             self.lines.append(line)
-        for marker in self.checkpoint_dir.glob(".fault-*"):  # when each armed fault fired
-            self.fired_at.setdefault(marker.name.removeprefix(".fault-"), len(self.timeline.history) - 1)
         self.events_at.append(len(self.timeline.events))
+        self.read_by.append(time.time())
         return self.timeline.history[-1]
 
     def wait(self, predicate: Callable[[Snapshot], Any], timeout: float, what: str) -> Snapshot:
@@ -238,17 +239,23 @@ class JobRun:
             assert all(a <= b for a, b in itertools.pairwise(seen)), f"{pod}: {seen}"
 
     def window(self, key: str) -> tuple[dict[str, int], set[str]]:
-        """What fault `key` caused: the restart counters' increase and the Event reasons from the
-        poll that saw it fire to the poll that saw the next fault fire (or the end)."""
-        start = self.fired_at[key]
-        later = sorted(i for i in self.fired_at.values() if i > start)
-        end = later[0] if later else len(self.history) - 1
-        before = self.history[max(start - 1, 0)].restarts
-        after = self.history[end].restarts
+        """What fault `key` caused: the restart counters' increase and the Event reasons between the
+        last poll read before it fired and the last poll read before the next fault fired (or the
+        end). Fault times are the ranks' own (their step logs, this host's clock): the next fault's
+        restarts can never fall into this window, whenever a poll happens to notice it."""
+        fired = fault_times(job_train_logs(self.checkpoint_dir, self.name))
+        at = fired[key]
+        later = sorted(t for t in fired.values() if t > at)
+
+        def last_read_before(t: float) -> int:
+            return max((i for i, read in enumerate(self.read_by) if read < t), default=0)
+
+        start = last_read_before(at)
+        end = last_read_before(later[0]) if later else len(self.history) - 1
+        before, after = self.history[start].restarts, self.history[end].restarts
         delta = {k: after[k] - before[k] for k in after}
-        first_event = self.events_at[max(start - 1, 0)]
-        reasons = {ev.get("reason", "") for ev in self.timeline.events[first_event : self.events_at[end]]}
-        return delta, reasons
+        events = self.timeline.events[self.events_at[start] : self.events_at[end]]
+        return delta, {ev.get("reason", "") for ev in events}
 
     def steps_lost(self, fault: str, level: str, at: float | None = None) -> StepsLost | None:
         """What a fault cost, from the ranks' step logs: an injected fault by its key

@@ -36,13 +36,18 @@ def assert_succeeded(job: JobRun) -> None:
 
 
 #: One job, three soft faults in turn (each fires once per job, at a step past the previous fault's
-#: resume point): the rows below examine what each one caused, between it and the next.
+#: resume point): the rows below examine what each one caused, between it and the next. Steps of
+#: SOFT_STEP_SECONDS put more than 10 s between faults, so each fault's restarts are on the job's
+#: status before the next fault fires (the window ends there, by the ranks' clocks).
 SOFT_FAULTS = "exception:1:8;sigkill:1:20;hang:1:32"
+SOFT_STEP_SECONDS = 1.0
 
 
 @pytest.fixture(scope="module")
 def soft_faults(module_jobs) -> tuple[JobRun, dict[str, str]]:
-    job = module_jobs.start("soft", env={"RTJ_FAULT_INJECT": SOFT_FAULTS}, steps=45, interval=5)
+    job = module_jobs.start(
+        "soft", env={"RTJ_FAULT_INJECT": SOFT_FAULTS}, steps=45, interval=5, min_step_time=SOFT_STEP_SECONDS
+    )
     first = job.wait(all_training, START, "both pods training")
     pods = job.worker_pods(first)
     job.wait(finished, 2 * FINISH, "job to finish")
