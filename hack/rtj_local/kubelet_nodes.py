@@ -615,7 +615,14 @@ class KubeletNodes:
             return {}
         kind = 'labels."io.cri-containerd.kind"==container'
         ids = self._ctr(node, "containers", "ls", "--quiet", kind).stdout.split()
-        return {cid: json.loads(self._ctr(node, "containers", "info", cid).stdout)["Labels"] for cid in ids}
+        containers = {}
+        for cid in ids:
+            info = self._ctr(node, "containers", "info", cid, check=False)
+            if info.returncode == 0:
+                containers[cid] = json.loads(info.stdout)["Labels"]
+            elif "not found" not in info.stderr:  # else removed since the listing (the kubelet's GC)
+                raise ClusterError(f"ctr containers info {cid} on {node.name}: {info.stderr.strip()}")
+        return containers
 
     def pod_processes(self, namespace: str, name: str) -> list[ProcInfo]:
         """Every live process of the pod's containers on any live node (its pause sandbox excluded),
