@@ -490,11 +490,12 @@ async def run_pass(
         return None  # admit() marked it Failed/InvalidSpec
     k: kube.Kube = memo.kube
     rv = str(body.metadata.get("resourceVersion", ""))
-    # Read your own writes: kopf's copy may predate our last status write.
-    last = getattr(memo, "last_write", None)
-    if last is not None and last[0] == rv:
-        rv = last[1]
-        job = job.model_copy(update={"status": last[2]})
+    # Read your own writes: kopf's copy may predate our last status writes, several of them while
+    # its watch of the jobs is slow or re-listing.
+    mine = own_writes(getattr(memo, "last_write", None), rv)
+    if mine is not None:
+        rv = mine.resource_version
+        job = job.model_copy(update={"status": mine.status})
     now = datetime.now(UTC)
     job_pods = {p.name: p for p in pods.get((namespace, name), [])}
     workload = _workload(workloads, namespace, name, str(body.metadata.get("uid", "")))
@@ -533,7 +534,7 @@ async def run_pass(
                 logger.debug("status of %s/%s changed under this pass; next pass recomputes", namespace, name)
                 return RETRY_SECONDS
             raise
-        memo.last_write = (rv, new_rv, decision.status)
+        memo.last_write = OwnWrites((mine.replaced if mine else frozenset()) | {rv}, new_rv, decision.status)
         metrics.committed(namespace, name, decision.restarts, decision.recoveries)
         outcome = await act(k, job, decision, placement)
     else:
@@ -562,6 +563,24 @@ async def run_pass(
     ft = job.spec.fault_tolerance
     memo.watched_leases = wakeups.watched_leases(status, decision.heartbeat_ages, ft)
     return wakeups.next_deadline(decision.heartbeat_ages, ft, decision.due, now)
+
+
+@dataclass(frozen=True)
+class OwnWrites:
+    """The status this operator last wrote, the resourceVersion it got, and every resourceVersion
+    its writes replaced since kopf's copy of the job was last current. Not only the one before: a
+    pass whose copy is two writes behind would otherwise write from that copy, conflict, and retry
+    until the watch catches up, every status change and Event held back meanwhile."""
+
+    replaced: frozenset[str]
+    resource_version: str
+    status: JobStatus
+
+
+def own_writes(last: OwnWrites | None, resource_version: str) -> OwnWrites | None:
+    """Our writes, when kopf's copy (at `resource_version`) is one they replaced; else None: the copy
+    is current, or someone else changed the job since (the write's precondition then conflicts)."""
+    return last if last is not None and resource_version in last.replaced else None
 
 
 def _workload(workloads: kopf.Index | None, namespace: str, name: str, uid: str) -> WorkloadObs | None:

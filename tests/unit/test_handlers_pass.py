@@ -15,7 +15,7 @@ import kopf
 import pytest
 from ladder_testkit import NOW, make_job
 from rtj import builders, contract, handlers, kube
-from rtj.api.models import ResilientTrainingJob
+from rtj.api.models import JobStatus, ResilientTrainingJob
 from rtj.ladder import (
     AssignLease,
     CreateWorkerPod,
@@ -162,7 +162,7 @@ def test_a_new_job_writes_status_first_then_creates_its_children_then_posts_even
     assert [(e.method, e.body["reason"], e.body["involvedObject"]["name"]) for e in events] == [
         ("POST", ev.reason, "train") for ev in want.events
     ]
-    assert memo.last_write[:2] == ("7", "8")
+    assert (memo.last_write.replaced, memo.last_write.resource_version) == ({"7"}, "8")
 
 
 def test_a_stale_pass_conflicts_on_the_status_write_and_does_nothing_else() -> None:
@@ -449,3 +449,29 @@ def test_an_admitted_pass_reads_the_flavor_once_and_places_the_pods(monkeypatch:
         assert pod["spec"]["nodeSelector"]["pool"] == "a"
         assert pod["metadata"]["labels"][ka.PODSET_LABEL] in ("workers", "rendezvous")
     assert not [c for c in fake.calls if c.path.startswith(WORKLOADS)]  # the Workload exists: no create
+
+
+def test_a_copy_several_writes_behind_still_reads_the_last_write() -> None:
+    """kopf's copy of the job stays at resourceVersion 7 (its watch is slow) while this operator
+    writes 8, then 9: each pass writes from the newest of its own writes, none conflicts."""
+    job = make_job().nodes(2).obj()
+    fake = FakeKube({("PATCH", STATUS): {"metadata": {"resourceVersion": "8"}}})
+    _, memo = run_pass(fake, job_body(job))
+    # A second write (9), of a status this pass must change again (any will do: here an empty one).
+    memo.last_write = handlers.OwnWrites(memo.last_write.replaced | {"8"}, "9", JobStatus())
+    fake.calls.clear()
+    fake.answers[("PATCH", STATUS)] = {"metadata": {"resourceVersion": "10"}}
+    run_pass(fake, job_body(job), memo)  # decides from the status it wrote at 9: writes 9 -> 10
+    (write,) = [c for c in fake.calls if c.method == "PATCH"]
+    assert write.body["metadata"]["resourceVersion"] == "9"
+    assert (memo.last_write.replaced, memo.last_write.resource_version) == ({"7", "8", "9"}, "10")
+
+
+def test_a_copy_changed_by_someone_else_is_not_read_as_our_write() -> None:
+    job = make_job().nodes(2).obj()
+    fake = FakeKube({("PATCH", STATUS): {"metadata": {"resourceVersion": "8"}}})
+    _, memo = run_pass(fake, job_body(job))
+    fake.calls.clear()
+    run_pass(fake, job_body(job, resource_version="12"), memo)  # a user's edit: not one we replaced
+    assert [c.body["metadata"]["resourceVersion"] for c in fake.calls if c.method == "PATCH"] == ["12"]
+    assert handlers.own_writes(memo.last_write, "7") is None  # the chain restarted from 12
