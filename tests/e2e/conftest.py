@@ -35,9 +35,9 @@ from rtj_local.stack import KUBELET_VALUES, OperatorPod, OperatorProcess, instal
 from rtj_local.versions import REPO_ROOT, bin_path
 from rtj_local.wait import wait_for
 
-#: Three (the disk holds one unpacked 6 GB trainer image per node): after the node death row, a job's 2
-#: workers (1 CPU each), its rendezvous pod and the operator pod still fit on the two left.
-KUBELET_NODES = 4  # as `make test-e2e-nodes` starts them
+#: As many as `make test-e2e-nodes` starts: the launcher-budget row quarantines both of its job's nodes,
+#: so 3 left no node for the replacement; every one is repaired before each module (see e2e_stack).
+KUBELET_NODES = 4
 
 
 @pytest.fixture(scope="session")
