@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import uvloop  # installed with the project's extras; `kopf run` uses it when present
+from async_wait import until
 from rtj import handlers, watch_guard
 from rtj.watch_guard import EXIT_WATCH_LOST, DeadWatch, WatchGuard, dead_watches, live_watches, remember
 
@@ -38,12 +39,6 @@ async def returns() -> None:
 
 async def forever() -> None:
     await asyncio.Event().wait()
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 10) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
 
 
 async def settle(*tasks: asyncio.Task[Any]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp.web
 import kopf
 import pytest
+from async_wait import until
 from kopf._cogs.aiokits import aiotoggles
 from kopf._cogs.clients import auth
 from kopf._cogs.structs import credentials, references
@@ -102,12 +103,6 @@ async def lease_watcher(server: str) -> AsyncIterator[asyncio.Task[Any]]:
             remaining_resources=set(), remaining_namespaces=set(), ensemble=ensemble
         )
         await vault.close()
-
-
-async def until(predicate: Any, timeout: float = 10) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
 
 
 @pytest.mark.parametrize(

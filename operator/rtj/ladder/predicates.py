@@ -83,7 +83,8 @@ def heartbeat_silence(
     heard = renew or pod.started or pod.created
     if heard is None:
         return None
-    since = max(heard, hold_end) if hold_end is not None else heard  # timed_from, never None here
+    since = timed_from(heard, hold_end)
+    assert since is not None  # heard is not None
     limit = ft.heartbeat_timeout_seconds if renew is not None else ft.startup_timeout_seconds
     if seconds_since(since, now) <= limit:
         return None
