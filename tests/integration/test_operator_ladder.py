@@ -257,6 +257,30 @@ def test_rendezvous_pod_on_a_lost_node_is_recreated_and_counted(env: Callable[..
     assert e.status("train")["restarts"]["job"] == 1, e.status("train")
 
 
+def test_rendezvous_pod_terminating_on_a_node_that_died_is_forced_and_recreated(
+    env: Callable[..., OperatorEnv],
+) -> None:
+    """A graceful deletion (a drain, `kubectl delete pod`) that its node's death leaves unfinished:
+    no kubelet will end it, so the operator forces it rather than wait for it to replace the pod."""
+    e = env(nodes=3)
+    e.create_job("train", 2)
+    t = e.trainers("train")
+    until(running(e, "train", 2), t, 90, e.explain("train"))
+    old = e.core.read_namespaced_pod("train-rdzv", e.namespace)
+    e.operator.stop()
+    make_node_not_ready(e.core, old.spec.node_name)
+    e.core.delete_namespaced_pod("train-rdzv", e.namespace, grace_period_seconds=30)
+    assert e.core.read_namespaced_pod("train-rdzv", e.namespace).metadata.deletion_timestamp
+    e.operator.start(tick=t.beat)
+
+    def recreated() -> bool:
+        pods = e.core.list_namespaced_pod(e.namespace, field_selector="metadata.name=train-rdzv").items
+        return bool(pods) and pods[0].metadata.uid != old.metadata.uid and pods[0].status.phase == "Running"
+
+    until(recreated, t, 60, e.explain("train"))
+    assert reasons_of(events(e.core, e.namespace, "train")).count(reasons.RENDEZVOUS_LOST) == 1
+
+
 def test_deleted_pod_is_replaced_once(env: Callable[..., OperatorEnv]) -> None:
     e = env(nodes=2)
     e.create_job("train", 2)

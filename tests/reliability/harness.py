@@ -307,7 +307,11 @@ class SlotWatch:
 def leaks(kube: client.ApiClient, namespace: str, nodes: list[str]) -> list[str]:
     core = client.CoreV1Api(kube)
     sel = contract.LABEL_JOB
-    out = [f"pod {p.metadata.name}" for p in core.list_namespaced_pod(namespace, label_selector=sel).items]
+    out = [
+        f"pod {p.metadata.name} ({p.status.phase} on {p.spec.node_name or 'no node'}"
+        f"{', terminating' if p.metadata.deletion_timestamp else ''})"
+        for p in core.list_namespaced_pod(namespace, label_selector=sel).items
+    ]
     out += [
         f"service {s.metadata.name}"
         for s in core.list_namespaced_service(namespace, label_selector=sel).items

@@ -162,9 +162,13 @@ class ObservedBuilder:
         )
         return self
 
-    def rdzv(self, uid: str = "rdzv-1", phase: str = "Running", node: str = "") -> ObservedBuilder:
+    def rdzv(
+        self, uid: str = "rdzv-1", phase: str = "Running", node: str = "", deleting: bool = False
+    ) -> ObservedBuilder:
         name = f"{self.job}-rdzv"
-        self.pods[name] = PodObs(name=name, uid=uid, role=contract.ROLE_RENDEZVOUS, phase=phase, node=node)
+        self.pods[name] = PodObs(
+            name=name, uid=uid, role=contract.ROLE_RENDEZVOUS, phase=phase, node=node, deleting=deleting
+        )
         return self
 
     def lease(

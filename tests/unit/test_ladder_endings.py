@@ -37,6 +37,20 @@ CASES = [
         conditions={"Failed": "True", "Running": "False"},
     ),
     Case(
+        "exit 93 while the rendezvous pod's node is NotReady: that pod is deleted once, forced",
+        running_job().obj(),
+        observe()
+        .running(2)
+        .rdzv(node="dead")
+        .node("dead", ready="Unknown")
+        .worker(0, phase="Failed", exit_code=93)
+        .obj(),
+        [DeletePod("train-rdzv", "rdzv-1", 0), DeletePod("train-n1-a0", "uid-train-n1-a0", None)],
+        state="Failed",
+        reason=reasons.DO_NOT_RESTART_EXIT_CODE,
+        events=[reasons.RENDEZVOUS_LOST, reasons.DO_NOT_RESTART_EXIT_CODE],
+    ),
+    Case(
         "the API server refused a pod built from the spec: InvalidSpec, nothing retried",
         running_job().obj(),
         observe().running(1).refused('Pod "train-n1-a0" is invalid: spec.volumes[2]: Forbidden').obj(),
@@ -139,6 +153,24 @@ CASES = [
         )
         .obj(),
         observe().obj(),
+        [],
+    ),
+    Case(
+        "failed job: a graceful deletion on a node that went NotReady is forced (no kubelet ends it)",
+        make_job()
+        .nodes(1)
+        .status(conditions=[{"type": "Failed", "status": "True", "reason": "DoNotRestartExitCode"}])
+        .obj(),
+        observe().rdzv(node="dead", deleting=True).node("dead", ready="False").obj(),
+        [DeletePod("train-rdzv", "rdzv-1", 0)],
+    ),
+    Case(
+        "failed job: a graceful deletion on a Ready node is left to its kubelet",
+        make_job()
+        .nodes(1)
+        .status(conditions=[{"type": "Failed", "status": "True", "reason": "DoNotRestartExitCode"}])
+        .obj(),
+        observe().rdzv(node="up", deleting=True).node("up").obj(),
         [],
     ),
     Case(

@@ -123,9 +123,19 @@ class Pass:
     def lease(self, pod: PodObs) -> LeaseObs | None:
         return self.obs.leases.get(contract.lease_name(pod.name))
 
-    def delete(self, pod: PodObs, grace: int | None) -> None:
-        if not pod.deleting:
-            self.d.actions.append(DeletePod(pod.name, pod.uid, grace))
+    def delete(self, pod: PodObs, grace: int | None, force: bool = False) -> None:
+        """Deletes the pod with `grace` (None: its own terminationGracePeriodSeconds), or forces it
+        (grace 0, also a deletion already requested) when `force` or when no kubelet can finish it:
+        its node is not Ready or gone. A graceful deletion there never ends: the pod would stay
+        Terminating, even after its job is deleted."""
+        force = force or self.node_fault(pod) is not None
+        if not force and pod.deleting:
+            return
+        action = DeletePod(pod.name, pod.uid, 0 if force else grace)
+        earlier = [a for a in self.d.actions if isinstance(a, DeletePod) and a.name == pod.name]
+        if earlier and (earlier[0].grace_seconds == 0 or not force):
+            return  # one deletion per pod and pass; a forced one replaces a graceful one
+        self.d.actions = [a for a in self.d.actions if a not in earlier] + [action]
 
     def delete_live_pods(self, roles: set[str]) -> None:
         for pod in self.obs.pods.values():

@@ -15,7 +15,6 @@ from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     AssignLease,
     CreateWorkerPod,
-    DeletePod,
     PromoteSpare,
     RecoveryObserved,
     RestartObserved,
@@ -53,10 +52,7 @@ def observe(ps: Pass, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | 
         slot.last_heartbeat_time = slot.lease_missing_since = None  # a new pod: its own heartbeats
     for old in pods:
         if old.attempt < slot.attempt and old.live:
-            ps.delete(
-                old,
-                0 if ps.node_fault(old) else ps.cfg.fault_grace_seconds,
-            )
+            ps.delete(old, ps.cfg.fault_grace_seconds)
     current = next((q for q in pods if q.attempt == slot.attempt), None)
     if current is None:
         if slot.pod:
@@ -331,11 +327,11 @@ def fill(ps: Pass, slot: NodeSlotStatus, cause: str | None) -> None:
         overdue_at = p.after(q.delete_by, _OVERDUE_SECONDS) if q.delete_by is not None else None
         overdue = overdue_at is not None and ps.now > overdue_at
         if q.deleting:
+            # No kubelet will finish a deletion whose grace period is long over (nor one on a node
+            # that is not Ready or gone): force it, as `kubectl delete --force` would, or the slot
+            # waits.
             ps.due_at(overdue_at)
-        if q.deleting and (overdue or ps.node_fault(q) is not None):
-            # No kubelet will finish this deletion (its node is not Ready or gone, or its grace
-            # period is long over): force it, as `kubectl delete --force` would, or the slot waits.
-            ps.d.actions.append(DeletePod(q.name, q.uid, 0))
+            ps.delete(q, 0, force=overdue)
     if any(q.live or q.deleting for q in ps.workers.get(slot.slot, [])):
         slot.state = SlotState.REPLACING if slot.recovering_since else SlotState.PENDING
         return
