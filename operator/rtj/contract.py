@@ -176,10 +176,16 @@ class FaultReason(StrEnum):
     #: The ranks could not agree to commit a checkpoint; it is abandoned, the previous one stays.
     CHECKPOINT_COMMIT_ABANDONED = "CheckpointCommitAbandoned"
     MEMORY_SNAPSHOT_FAILED = "MemorySnapshotFailed"
+    #: A rank's process ended while starting or training without reporting a fault of its own:
+    #: killed by a signal (NVRx's hang detection, the OOM killer, a person) or an exit code (Soft:
+    #: the launcher restarts the workers). Written by the pod's heartbeat agent.
+    RANK_EXITED = "RankExited"
+    #: A rank its launcher stopped (SIGTERM) to restart the workers after a fault elsewhere.
+    RANK_STOPPED = "RankStopped"
 
 
 #: Fault reasons that are consequences of a fault elsewhere: a pod's heartbeat carries the root cause.
-COLLATERAL_FAULT_REASONS = frozenset({FaultReason.PEER_FAILURE})
+COLLATERAL_FAULT_REASONS = frozenset({FaultReason.PEER_FAILURE, FaultReason.RANK_STOPPED})
 
 
 Counter = Annotated[int, Field(ge=0, le=MAX_COUNTER)]

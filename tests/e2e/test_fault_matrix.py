@@ -79,6 +79,10 @@ def test_sigkill_of_a_rank_is_an_in_job_restart_pods_untouched(soft_faults) -> N
     delta, reasons = job.window("sigkill-1-20")
     assert delta["inJob"] >= 1 and delta["podReschedules"] == 0, delta
     assert "InJobRestart" in reasons
+    # The Event names this fault, not the exception the pod recovered from before (a SIGKILLed rank
+    # reports nothing; its pod's heartbeat agent says how it ended).
+    restarts = job.events_about("InJobRestart")
+    assert any("RankExited" in t and "killed by SIGKILL while training" in t for t in restarts), restarts
     assert_soft_run_ok(job, pods)
     cost = job.steps_lost("sigkill-1-20", "InJob")
     # Resumed from the newest persisted checkpoint (interval 5; one save may be skipped while the

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from rtj_local.wait import wait_for
-from rtj_trainer.rank_forkserver import ENV_SERVER_PID, MODULE, rank_command
+from rtj_trainer.rank_forkserver import ENV_SERVER_PID, MODULE, rank_command, read_exit
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(180)]
 
@@ -81,7 +81,7 @@ def server(target: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
 
 
 def start_rank(
-    server: tuple[str, int], target: Path, tmp_path: Path, action: str, module: bool = True
+    server: tuple[str, int], target: Path, tmp_path: Path, action: str, module: bool = True, **env: str
 ) -> tuple[subprocess.Popen[str], Path]:
     sock, pid = server
     report = tmp_path / "report.json"
@@ -92,7 +92,9 @@ def start_rank(
     )
     client = subprocess.Popen(
         rank_command(sock, command),
-        env=_env(target, REPORT=str(report), RANK_ACTION=action, MARKER="m-42", **{ENV_SERVER_PID: str(pid)}),
+        env=_env(
+            target, REPORT=str(report), RANK_ACTION=action, MARKER="m-42", **{ENV_SERVER_PID: str(pid)}, **env
+        ),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -159,6 +161,24 @@ def test_a_rank_killed_by_a_signal_kills_its_client_with_it(
     client, _ = start_rank(server, target, tmp_path, "selfkill")
     client.communicate(timeout=60)
     assert client.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize(
+    ("action", "how"), [("selfkill", "killed by SIGKILL"), ("exit:3", "exited with code 3")]
+)
+def test_how_a_rank_ended_is_recorded_for_the_heartbeat_agent(
+    server: tuple[str, int], target: Path, tmp_path: Path, action: str, how: str
+) -> None:
+    status_dir = tmp_path / "status"
+    status_dir.mkdir()
+    client, report = start_rank(
+        server, target, tmp_path, action, RTJ_STATUS_DIR=str(status_dir), LOCAL_RANK="1"
+    )
+    client.communicate(timeout=60)
+    pid = read_report(report, client)["pid"]
+    ended = read_exit(str(status_dir), 1, pid)  # the client returns only after the record
+    assert ended is not None and ended.describe() == how
+    assert read_exit(str(status_dir), 1, pid + 1) is None, "another pid's end is not this one's"
 
 
 def test_a_client_sigkilled_takes_its_rank_and_the_ranks_processes_with_it(

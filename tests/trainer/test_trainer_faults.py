@@ -100,11 +100,20 @@ def test_rank_sigkill_is_restarted_by_the_launcher(make_job) -> None:
     pids = _pids_by_rank(events)
     assert all(len(p) == 2 for p in pids.values()), f"every worker restarted exactly once: {pids}"
     assert max(e["ijr"] for e in events if e["rank"] == 1) == 1  # the launcher's own restart count
+    killed_launcher = next(e["ppid"] for e in events if e["rank"] == 1)
     for name in job.pods:
         hb = job.pods[name].last_heartbeat()
         assert hb.state is PodState.FINISHED
         # Both pods' workers were restarted (the other pod's through the new rendezvous round).
         assert hb.in_job_restarts == 1, (name, hb)
+        if launchers[name] == killed_launcher:  # the pod names the kill (the rank could not)
+            assert hb.fault is not None and hb.fault.reason == FaultReason.RANK_EXITED, hb.fault
+            assert (
+                "(rank 1, pid" in hb.fault.message and "killed by SIGKILL while training" in hb.fault.message
+            )
+        else:  # collateral: its ranks saw their collectives break, or were stopped by their launcher
+            assert hb.fault is not None, name
+            assert hb.fault.reason in (FaultReason.PEER_FAILURE, FaultReason.RANK_STOPPED), hb.fault
 
     t_fault = _fault_time(events, 1, 30)
     first_pid = min(pids[1], key=lambda p: min(e["t"] for e in events if e["pid"] == p))

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from rtj.contract import (
@@ -18,6 +19,7 @@ from rtj.contract import (
     parse_rank_report,
 )
 from rtj_trainer.heartbeat import Aggregator, LeaseWriter, PodIdentity, read_rank_files
+from rtj_trainer.rank_forkserver import RankExit
 from rtj_trainer.report import RankReporter
 
 pytestmark = pytest.mark.unit
@@ -331,3 +333,112 @@ def test_classify_exception() -> None:
         is FaultReason.PEER_FAILURE
     )
     assert classify_exception(dist.DistNetworkError("store closed")) is FaultReason.PEER_FAILURE
+
+
+# --- a rank that ended without a word -------------------------------------------------------------
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+EXCEPTION_AT_8 = {"severity": "Soft", "reason": "RankException", "message": "step 8", "time": T0.isoformat()}
+
+
+def ended(pid: int, sig: int | None = None, code: int | None = None, seconds: float = 30.0) -> RankExit:
+    return RankExit(pid, sig, code, (T0 + timedelta(seconds=seconds)).timestamp())
+
+
+def test_a_rank_killed_while_training_is_the_pods_fault_not_its_recovered_exception() -> None:
+    """The InJobRestart Event quotes the pod's fault: a SIGKILLed rank reports nothing itself, and
+    before this the pod's heartbeat kept the exception it had recovered from in process."""
+    agg = Aggregator()
+    agg.update([doc(0, 100, fault=EXCEPTION_AT_8), doc(1, 101)], alive)  # recovered: training
+    exits = {101: ended(101, sig=signal.SIGKILL)}
+    updated = {"updated": (T0 + timedelta(seconds=29)).isoformat()}
+    killed = parse_rank_report(json.dumps({**raw_doc(1, 101, step=20), **updated}))
+    reports = [doc(0, 100, fault=EXCEPTION_AT_8), killed]
+    hb = agg.update(reports, lambda pid: pid != 101, lambda r: exits.get(r.pid))
+    assert hb.fault is not None and hb.fault.reason == FaultReason.RANK_EXITED
+    assert hb.fault.message == (
+        "local rank 1 (rank 1, pid 101) killed by SIGKILL while training at step 20, "
+        "1s after its last report, reporting no fault"
+    )
+    assert hb.fault.time == T0 + timedelta(seconds=30)
+    # Seen again (the rank file stays until the new worker writes its own): the same fault.
+    assert agg.update(reports, lambda pid: pid != 101, lambda r: exits.get(r.pid)).fault == hb.fault
+
+
+def test_ranks_their_launcher_stopped_are_collateral() -> None:
+    exits = {555: ended(555, sig=signal.SIGKILL), 556: ended(556, sig=signal.SIGTERM)}
+    for order in ([doc(0, 556), doc(1, 555)], [doc(1, 555), doc(0, 556)]):
+        agg = Aggregator()
+        hb = agg.update(order, alive, lambda r: exits.get(r.pid))
+        assert hb.fault.reason == FaultReason.RANK_EXITED, order
+    # Only stopped (a peer pod's rank failed): that is this pod's news, not the recovered exception.
+    agg = Aggregator()
+    agg.update([doc(0, 556, fault=EXCEPTION_AT_8)], lambda pid: True)
+    hb = agg.update([doc(0, 556, fault=EXCEPTION_AT_8)], alive, lambda r: exits.get(r.pid))
+    assert hb.fault.reason == FaultReason.RANK_STOPPED
+    assert (
+        "killed by SIGTERM while training at step 10: its launcher restarts the workers" in hb.fault.message
+    )
+
+
+def test_a_root_cause_the_pod_has_not_recovered_from_outranks_the_stopped_ranks() -> None:
+    """One incident: rank 0 reported its exception and is restarting; rank 1, stopped by the
+    launcher, is collateral; so is a later PeerFailure while the pod has not trained since."""
+    exits = {556: ended(556, sig=signal.SIGTERM, seconds=1)}
+    root = {**EXCEPTION_AT_8, "time": (T0 + timedelta(seconds=0.5)).isoformat()}
+    agg = Aggregator()
+    hb = agg.update(
+        [doc(0, 100, "InProcessRestarting", fault=root), doc(1, 556)], alive, lambda r: exits.get(r.pid)
+    )
+    assert hb.fault.reason == FaultReason.RANK_EXCEPTION
+
+
+def test_an_explained_or_graceful_end_adds_no_fault() -> None:
+    exits = {555: ended(555, code=1), 556: ended(556, code=143)}
+    agg = Aggregator()
+    # 555 ended while in-process restarting: its own reported fault says why.
+    hb = agg.update(
+        [doc(0, 555, "InProcessRestarting", fault=EXCEPTION_AT_8), doc(1, 556)],
+        alive,
+        lambda r: exits.get(r.pid),
+    )
+    assert hb.fault.reason == FaultReason.RANK_EXCEPTION  # 556: 143 after the pod's graceful stop
+    assert Aggregator().update([doc(0, 555, "Finished")], alive, lambda r: exits.get(r.pid)).fault is None
+
+
+def test_without_the_rank_forkserver_a_rank_that_ended_says_so_without_how() -> None:
+    hb = Aggregator().update([doc(0, 555, step=4)], alive, now=T0)
+    assert hb.fault.reason == FaultReason.RANK_EXITED
+    assert hb.fault.message.startswith("local rank 0 (rank 0, pid 555) ended while training at step 4")
+    assert hb.fault.time == T0
+
+
+@pytest.mark.parametrize("peer_first", [False, True])
+def test_a_newer_fault_replaces_a_recovered_one_but_a_rank_files_old_fault_does_not(peer_first: bool) -> None:
+    agg = Aggregator()
+    agg.update([doc(0, 100, fault=EXCEPTION_AT_8), doc(1, 101)], alive)  # training: over
+    peer = {
+        "severity": "Soft",
+        "reason": "PeerFailure",
+        "message": "gloo",
+        "time": "2026-01-01T00:01:00+00:00",
+    }
+    reports = [doc(0, 100, fault=EXCEPTION_AT_8), doc(1, 101, fault=peer)]
+    reports = reports[::-1] if peer_first else reports
+    assert agg.update(reports, alive).fault.reason == FaultReason.PEER_FAILURE, "the next incident's news"
+    hb = agg.update(reports, alive)
+    assert hb.fault.reason == FaultReason.PEER_FAILURE, "rank 0's file still holds the old exception"
+
+
+def test_a_rank_restarted_between_two_updates_is_reported_from_its_last_report() -> None:
+    """The launcher restarted the rank before the agent saw its pid gone: only a new pid shows it."""
+    exits = {100: ended(100, sig=signal.SIGTERM), 101: ended(101, sig=signal.SIGKILL)}
+    agg = Aggregator()
+    agg.update([doc(0, 100), doc(1, 101, step=30)], alive)
+    hb = agg.update(
+        [doc(0, 200, "Starting", step=None), doc(1, 201, "Starting", step=None)],
+        alive,
+        lambda r: exits.get(r.pid),
+    )
+    assert hb.in_job_restarts == 1
+    assert hb.fault is not None and hb.fault.reason == FaultReason.RANK_EXITED
+    assert "(rank 1, pid 101) killed by SIGKILL while training at step 30" in hb.fault.message

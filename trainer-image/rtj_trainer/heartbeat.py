@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,7 +34,10 @@ from rtj.contract import (
     RANK_FILE_PREFIX,
     RANK_FILE_SUFFIX,
     CheckpointRef,
+    ExitCode,
     Fault,
+    FaultReason,
+    FaultSeverity,
     Heartbeat,
     PodState,
     RankReport,
@@ -43,6 +47,7 @@ from rtj.contract import (
 )
 
 from .pids import pid_alive
+from .rank_forkserver import RankExit, read_exit
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +102,14 @@ class Aggregator:
       ranks); while some rank has not reported one (a restarted worker), the last known. The
       replica step (the newest snapshot the peer pod holds for every rank) follows the same rule.
     - persist seconds: the longest any rank took to write its shard to the volume (never shrinks).
-    - checkpoint: newest committed; faults: hard over soft, a root cause over a collateral
-      `PeerFailure`, then the newest.
+    - checkpoint: newest committed.
+    - fault: of the current incident, hard over soft, a root cause over a collateral one
+      (`PeerFailure`, `RankStopped`), then the newest. A soft fault the pod has recovered from (an
+      update after it found every rank training) gives way to any newer fault: the next incident's
+      collateral fault is news, the last incident's root cause is not.
+    - a rank whose process is gone while it was starting or training had no chance to report why:
+      the agent reports it (`RankExited`, or `RankStopped` for its launcher's SIGTERM), with the
+      exit code or signal the rank forkserver recorded (`rank_forkserver.RankExit`).
     """
 
     last_step: int = 0
@@ -112,8 +123,23 @@ class Aggregator:
     persist_seconds: float | None = None
     checkpoints_skipped: int = 0
     fault: Fault | None = None
+    #: The held fault is over: an update since found every rank training.
+    fault_over: bool = False
+    #: Rank pids whose end was already looked at, and the faults already weighed.
+    exits_seen: set[int] = field(default_factory=set)
+    faults_seen: set[Fault] = field(default_factory=set)
+    #: Each local rank's report as last read: a rank restarted between two updates is seen gone
+    #: only as a new pid, and this is what its predecessor last said.
+    last_reports: dict[int, RankReport] = field(default_factory=dict)
 
-    def update(self, reports: Iterable[RankReport], is_alive: Callable[[int], bool] = pid_alive) -> Heartbeat:
+    def update(
+        self,
+        reports: Iterable[RankReport],
+        is_alive: Callable[[int], bool] = pid_alive,
+        exit_of: Callable[[RankReport], RankExit | None] = lambda _report: None,
+        now: datetime | None = None,
+    ) -> Heartbeat:
+        now = now or datetime.now(UTC)
         severity = -1
         state = PodState.STARTING
         steps: list[int] = []
@@ -123,8 +149,14 @@ class Aggregator:
             # Standby is the agent's own state, never a rank's: it reads as Starting.
             rank_state = report.state if report.state in _STATE_SEVERITY else PodState.STARTING
             pid = report.pid
+            if report.local_rank is not None:
+                before = self.last_reports.get(report.local_rank)
+                if before is not None and before.pid != pid:  # restarted between two updates
+                    self._rank_ended(before, exit_of, now)
+                self.last_reports[report.local_rank] = report
             if rank_state is not PodState.FINISHED and pid is not None and not is_alive(pid):
                 rank_state = PodState.IN_JOB_RESTARTING
+                self._rank_ended(report, exit_of, now)
             if _STATE_SEVERITY[rank_state] > severity:
                 severity, state = _STATE_SEVERITY[rank_state], rank_state
 
@@ -152,7 +184,18 @@ class Aggregator:
             self.replica_step = min(s for s in replica_steps if s is not None)
         if steps:
             self.last_step = min(steps)
+        if state in (PodState.TRAINING, PodState.CHECKPOINTING):
+            self.fault_over = True
         return self.heartbeat(state)
+
+    def _rank_ended(
+        self, report: RankReport, exit_of: Callable[[RankReport], RankExit | None], now: datetime
+    ) -> None:
+        if report.pid is None or report.pid in self.exits_seen:
+            return
+        self.exits_seen.add(report.pid)
+        if (fault := exit_fault(report, exit_of(report), now)) is not None:
+            self.record_fault(fault)
 
     def _generation(self, local_rank: int | None, pid: int | None) -> int:
         if local_rank is None or pid is None:
@@ -178,9 +221,45 @@ class Aggregator:
 
     def record_fault(self, fault: Fault) -> None:
         """A rank's fault, or one classified by the entrypoint itself (e.g. the launcher gave up):
-        kept when it outranks the one held."""
-        if self.fault is None or _fault_priority(fault) > _fault_priority(self.fault):
-            self.fault = fault
+        kept when it outranks the one held, or is newer than a soft one the pod recovered from.
+        Each fault counts once: a rank file keeps its fault after the rank recovered."""
+        if fault in self.faults_seen:
+            return
+        self.faults_seen.add(fault)
+        held = self.fault
+        if (
+            held is None
+            or _fault_priority(fault) > _fault_priority(held)
+            or (self.fault_over and held.severity is FaultSeverity.SOFT and fault.time > held.time)
+        ):
+            self.fault, self.fault_over = fault, False
+
+
+#: The rank states in which a rank's end is news: it reported no fault that explains it.
+_UNEXPLAINED_END = (PodState.STARTING, PodState.TRAINING, PodState.CHECKPOINTING)
+
+
+def exit_fault(report: RankReport, how: RankExit | None, now: datetime) -> Fault | None:
+    """The fault a rank gone in `report.state` did not report itself (None: it did, or it was
+    stopped gracefully with ExitCode.TERMINATED after the pod's SIGTERM)."""
+    if report.state not in _UNEXPLAINED_END:
+        return None
+    if how is not None and how.code == ExitCode.TERMINATED:
+        return None
+    when = datetime.fromtimestamp(how.time, UTC) if how is not None else now
+    ended = how.describe() if how is not None else "ended"
+    where = f" at step {report.step}" if report.step is not None else ""
+    quiet = ""
+    if report.updated is not None:  # long for a hung rank (NVRx kills it after its timeout)
+        quiet = f", {(when - report.updated).total_seconds():.0f}s after its last report"
+    who = f"local rank {report.local_rank} (rank {report.rank}, pid {report.pid})"
+    if how is not None and how.signal == signal.SIGTERM:
+        reason = FaultReason.RANK_STOPPED
+        text = f"{who} {ended} while {report.state.lower()}{where}: its launcher restarts the workers"
+    else:
+        reason = FaultReason.RANK_EXITED
+        text = f"{who} {ended} while {report.state.lower()}{where}{quiet}, reporting no fault"
+    return Fault(severity=FaultSeverity.SOFT, reason=reason, message=text, time=when)
 
 
 def _fault_priority(fault: Fault) -> tuple[int, int, datetime]:
@@ -337,7 +416,10 @@ class HeartbeatAgent:
 
     def tick(self, final_state: PodState | None = None) -> Heartbeat:
         with self._lock:
-            hb = self.aggregator.update(read_rank_files(self.status_dir))
+            hb = self.aggregator.update(
+                read_rank_files(self.status_dir),
+                exit_of=lambda r: read_exit(self.status_dir, r.local_rank or 0, r.pid or 0),
+            )
             if final_state is not None:
                 hb = hb.model_copy(update={"state": final_state})
             elif self.in_standby:
