@@ -140,6 +140,11 @@ def test_rank_hang_is_detected_and_restarted(make_job) -> None:
     assert "Did not get subsequent heartbeat" in logs, "NVRx rank heartbeat timeout did not fire"
     pids = _pids_by_rank(events)
     assert len(pids[1]) == 2, f"the hung rank was replaced: {pids}"
+    hung_launcher = next(e["ppid"] for e in events if e["rank"] == 1)
+    hung_pod = next(name for name in job.pods if launchers[name] == hung_launcher)
+    fault = job.pods[hung_pod].last_heartbeat().fault  # the pod names the hang (the rank could not)
+    assert fault is not None and fault.reason == FaultReason.RANK_EXITED, fault
+    assert "(rank 1, pid" in fault.message and "hung past rankHeartbeatTimeoutSeconds=5" in fault.message
 
     t_fault = _fault_time(events, 1, 30)
     back = first_step_after(events, t_fault, rank=1)

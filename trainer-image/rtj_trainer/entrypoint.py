@@ -283,7 +283,14 @@ def launch(grace_seconds: float) -> int:
         print("rtj-trainer: a standby pod needs the Kubernetes API (its Lease carries the promotion)",
               file=sys.stderr, flush=True)  # fmt: skip
         return ExitCode.CONFIG_ERROR
-    agent = HeartbeatAgent(status_dir, pod, cfg.heartbeat_interval_seconds, api_client, standby=cfg.standby)
+    agent = HeartbeatAgent(
+        status_dir,
+        pod,
+        cfg.heartbeat_interval_seconds,
+        api_client,
+        standby=cfg.standby,
+        hang_after_seconds=cfg.rank_heartbeat_timeout_seconds,
+    )
     agent.start()
     slot = parse_worker_pod_name(pod.name)
     if not cfg.standby:  # a hot spare starts it once it learns its slot

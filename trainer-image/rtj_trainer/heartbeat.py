@@ -131,6 +131,8 @@ class Aggregator:
     #: Each local rank's report as last read: a rank restarted between two updates is seen gone
     #: only as a new pid, and this is what its predecessor last said.
     last_reports: dict[int, RankReport] = field(default_factory=dict)
+    #: The job's rankHeartbeatTimeoutSeconds: how long a rank NVRx stops as hung was silent.
+    hang_after_seconds: float | None = None
 
     def update(
         self,
@@ -194,7 +196,7 @@ class Aggregator:
         if report.pid is None or report.pid in self.exits_seen:
             return
         self.exits_seen.add(report.pid)
-        if (fault := exit_fault(report, exit_of(report), now)) is not None:
+        if (fault := exit_fault(report, exit_of(report), now, self.hang_after_seconds)) is not None:
             self.record_fault(fault)
 
     def _generation(self, local_rank: int | None, pid: int | None) -> int:
@@ -239,27 +241,33 @@ class Aggregator:
 _UNEXPLAINED_END = (PodState.STARTING, PodState.TRAINING, PodState.CHECKPOINTING)
 
 
-def exit_fault(report: RankReport, how: RankExit | None, now: datetime) -> Fault | None:
+def exit_fault(
+    report: RankReport, how: RankExit | None, now: datetime, hang_after: float | None = None
+) -> Fault | None:
     """The fault a rank gone in `report.state` did not report itself (None: it did, or it was
-    stopped gracefully with ExitCode.TERMINATED after the pod's SIGTERM)."""
+    stopped gracefully with ExitCode.TERMINATED after the pod's SIGTERM). `hang_after`: the
+    rankHeartbeatTimeoutSeconds after which NVRx stops a silent rank; a rank that ended at least
+    that long after its last report was hung, whatever signal ended it."""
     if report.state not in _UNEXPLAINED_END:
         return None
     if how is not None and how.code == ExitCode.TERMINATED:
         return None
     when = datetime.fromtimestamp(how.time, UTC) if how is not None else now
     ended = how.describe() if how is not None else "ended"
-    where = f" at step {report.step}" if report.step is not None else ""
-    quiet = ""
-    if report.updated is not None:  # long for a hung rank (NVRx kills it after its timeout)
-        quiet = f", {(when - report.updated).total_seconds():.0f}s after its last report"
+    doing = f"{ended} while {report.state.lower()}" + (
+        f" at step {report.step}" if report.step is not None else ""
+    )
     who = f"local rank {report.local_rank} (rank {report.rank}, pid {report.pid})"
-    if how is not None and how.signal == signal.SIGTERM:
-        reason = FaultReason.RANK_STOPPED
-        text = f"{who} {ended} while {report.state.lower()}{where}: its launcher restarts the workers"
-    else:
-        reason = FaultReason.RANK_EXITED
-        text = f"{who} {ended} while {report.state.lower()}{where}{quiet}, reporting no fault"
-    return Fault(severity=FaultSeverity.SOFT, reason=reason, message=text, time=when)
+    quiet = (when - report.updated).total_seconds() if report.updated is not None else None
+    hung = hang_after is not None and quiet is not None and quiet >= hang_after
+    if how is not None and how.signal == signal.SIGTERM and not hung:
+        text = f"{who} {doing}: its launcher restarts the workers"
+        return Fault(severity=FaultSeverity.SOFT, reason=FaultReason.RANK_STOPPED, message=text, time=when)
+    text = f"{who} {doing}"
+    if quiet is not None:
+        text += f", {quiet:.0f}s after its last report"
+    text += f": hung past rankHeartbeatTimeoutSeconds={hang_after:g}" if hung else ", reporting no fault"
+    return Fault(severity=FaultSeverity.SOFT, reason=FaultReason.RANK_EXITED, message=text, time=when)
 
 
 def _fault_priority(fault: Fault) -> tuple[int, int, datetime]:
@@ -394,6 +402,7 @@ class HeartbeatAgent:
         api_client: Any | None,
         standby: bool = False,
         writer: LeaseStore | None = None,
+        hang_after_seconds: float | None = None,
     ) -> None:
         self.status_dir = status_dir
         self.interval = interval_seconds
@@ -401,7 +410,7 @@ class HeartbeatAgent:
         #: Set once the operator assigned this (standby) pod a node slot; `assigned_slot` holds it.
         self.promoted = threading.Event()
         self.assigned_slot: str | None = None
-        self.aggregator = Aggregator()
+        self.aggregator = Aggregator(hang_after_seconds=hang_after_seconds)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rtj-heartbeat", daemon=True)
