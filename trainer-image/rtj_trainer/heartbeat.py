@@ -108,8 +108,9 @@ class Aggregator:
       update after it found every rank training) gives way to any newer fault: the next incident's
       collateral fault is news, the last incident's root cause is not.
     - a rank whose process is gone while it was starting or training had no chance to report why:
-      the agent reports it (`RankExited`, or `RankStopped` for its launcher's SIGTERM), with the
-      exit code or signal the rank forkserver recorded (`rank_forkserver.RankExit`).
+      the agent reports it (`RankExited`, or `RankStopped` for its launcher's SIGTERM unless it was
+      silent past rankHeartbeatTimeoutSeconds: hung), with the exit code or signal the rank
+      forkserver recorded (`rank_forkserver.RankExit`).
     """
 
     last_step: int = 0
