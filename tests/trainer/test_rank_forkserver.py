@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from rtj_local.wait import wait_for
-from rtj_trainer.rank_forkserver import ENV_SERVER_PID, MODULE, rank_command, read_exit
+from rtj_trainer.rank_exit import read_exit
+from rtj_trainer.rank_forkserver import ENV_SERVER_PID, MODULE, rank_command
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(180)]
 

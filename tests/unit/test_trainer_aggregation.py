@@ -19,7 +19,7 @@ from rtj.contract import (
     parse_rank_report,
 )
 from rtj_trainer.heartbeat import Aggregator, LeaseWriter, PodIdentity, read_rank_files
-from rtj_trainer.rank_forkserver import RankExit
+from rtj_trainer.rank_exit import RankExit
 from rtj_trainer.report import RankReporter
 
 pytestmark = pytest.mark.unit

@@ -47,7 +47,7 @@ from rtj.contract import (
 )
 
 from .pids import pid_alive
-from .rank_forkserver import RankExit, read_exit
+from .rank_exit import RankExit, read_exit
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class Aggregator:
     - a rank whose process is gone while it was starting or training had no chance to report why:
       the agent reports it (`RankExited`, or `RankStopped` for its launcher's SIGTERM unless it was
       silent past rankHeartbeatTimeoutSeconds: hung), with the exit code or signal the rank
-      forkserver recorded (`rank_forkserver.RankExit`).
+      forkserver recorded (`rank_exit.RankExit`).
     """
 
     last_step: int = 0

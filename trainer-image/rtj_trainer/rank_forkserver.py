@@ -20,9 +20,8 @@ stderr to the server, which forks a child that becomes the rank (`runpy`, as `py
   and the server kills the child's whole process group, as ft_launcher would have;
 - with no server (not started, died, or its socket missing) the client runs the command itself
   (`exec`): the rank only starts as slowly as before;
-- how each rank ended (its exit code or signal) goes into `rank-<LOCAL_RANK>.exit` in the pod's
-  status dir before the rank is reaped, so the heartbeat agent, which sees the pid gone, can say
-  why (`RankExit`; a SIGKILLed rank reports nothing itself).
+- how each rank ended (its exit code or signal) is recorded before the rank is reaped, so the
+  heartbeat agent, which sees the pid gone, can say why (`rank_exit`).
 
 Hand-written: the stdlib's multiprocessing forkserver serves only its own parent's Process objects.
 """
@@ -39,8 +38,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 from .pids import pid_alive
 
@@ -65,66 +63,6 @@ PREWARM_MODULES = (
 READY_WAIT_S = 120.0
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _STATUS = struct.Struct("!ii")  # (pid, 0) once forked; then (wait status, 1)
-#: The rank file's environment (rtj.contract.ENV_STATUS_DIR; not imported: the client stays stdlib-only).
-_ENV_STATUS_DIR = "RTJ_STATUS_DIR"
-EXIT_FILE_SUFFIX = ".exit"
-
-
-@dataclass(frozen=True)
-class RankExit:
-    """How a rank process ended, as its server reaped it."""
-
-    pid: int
-    #: The signal that killed it, else None and `code` is its exit code.
-    signal: int | None
-    code: int | None
-    #: time.time() when it was reaped.
-    time: float
-
-    def describe(self) -> str:
-        if self.signal is not None:
-            with contextlib.suppress(ValueError):
-                return f"killed by {signal.Signals(self.signal).name}"
-            return f"killed by signal {self.signal}"
-        return f"exited with code {self.code}"
-
-
-def exit_file(status_dir: str, local_rank: int) -> str:
-    return os.path.join(status_dir, f"rank-{local_rank}{EXIT_FILE_SUFFIX}")
-
-
-def read_exit(status_dir: str, local_rank: int, pid: int) -> RankExit | None:
-    """How the rank process `pid` of `local_rank` ended; None if its server did not record it (no
-    server, or the rank was not its child)."""
-    try:
-        with open(exit_file(status_dir, local_rank), encoding="utf-8") as f:
-            data = json.load(f)
-        got = RankExit(int(data["pid"]), data.get("signal"), data.get("code"), float(data["time"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return got if got.pid == pid else None
-
-
-def _record_exit(path: str | None, info: os.waitid_result) -> None:
-    if path is None:
-        return
-    killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
-    record = {
-        "pid": info.si_pid,
-        "signal": info.si_status if killed else None,
-        "code": None if killed else info.si_status,
-        "time": time.time(),
-    }
-    tmp = f"{path}.tmp"
-    with contextlib.suppress(OSError):  # the status dir is gone (the pod is ending): nobody reads it
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record, f)
-        os.replace(tmp, path)
-
-
-def _exit_path(env: dict[str, str]) -> str | None:
-    status_dir, local_rank = env.get(_ENV_STATUS_DIR), env.get("LOCAL_RANK", "")
-    return exit_file(status_dir, int(local_rank)) if status_dir and local_rank.isdigit() else None
 
 
 def runnable(command: Sequence[str]) -> tuple[str, str] | None:
@@ -346,6 +284,8 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
 def serve(path: str, command: list[str]) -> int:
     import selectors
 
+    from .rank_exit import exit_path, record_exit
+
     parent = os.getppid()  # the pod's entrypoint: when it dies, so does its server
     failed = _prewarm(command)
     if failed:
@@ -394,11 +334,11 @@ def serve(path: str, command: list[str]) -> int:
                     for fd in fds:
                         os.close(fd)
                     conn.sendall(_STATUS.pack(pid, 0))
-                    children[pid] = (conn, _exit_path(request["env"]))
+                    children[pid] = (conn, exit_path(request["env"]))
                     sel.register(conn, selectors.EVENT_READ, pid)
                 elif key.data == "child":
                     os.read(wake_r, 4096)
-                    _reap(children, sel)
+                    _reap(children, sel, record_exit)
                 else:  # a client's connection: readable only when it closed (the client died)
                     pid = key.data
                     sel.unregister(key.fileobj)
@@ -413,7 +353,11 @@ def serve(path: str, command: list[str]) -> int:
             os.unlink(path)
 
 
-def _reap(children: dict[int, tuple[socket.socket, str | None]], sel: object) -> None:
+def _reap(
+    children: dict[int, tuple[socket.socket, str | None]],
+    sel: object,
+    record_exit: Callable[[str | None, os.waitid_result], None],
+) -> None:
     while children:
         try:
             # Look before reaping: the exit is recorded while the pid still exists (a zombie), so
@@ -425,7 +369,7 @@ def _reap(children: dict[int, tuple[socket.socket, str | None]], sel: object) ->
             return
         child = children.pop(info.si_pid, None)
         if child is not None:
-            _record_exit(child[1], info)
+            record_exit(child[1], info)
         _, status = os.waitpid(info.si_pid, 0)
         if child is None:
             continue
