@@ -10,6 +10,10 @@
 - `kube` (session): a kubernetes.client.ApiClient built from `kubeconfig`.
 - `namespace` (function): a fresh namespace, deleted after the test.
 
+Each tier directory implies its mark (`TIER_MARKS`, added at collection), so no test file can miss
+it: `-m unit` selects every test under tests/unit/. A file may add marks of its own (e.g. `slow`, or
+`integration` for a trainer test that needs the cluster).
+
 Wait with `rtj_local.wait.wait_for(predicate, timeout, interval, message)`; never sleep.
 Fixtures for one test area belong in that directory's own conftest.py.
 """
@@ -31,6 +35,28 @@ from rtj_local.cluster import LocalCluster
 from rtj_local.wait import wait_for
 
 SESSION_NODES = 4
+TESTS_ROOT = Path(__file__).parent
+#: The mark each tier directory implies (the directories' tests carried these marks by hand before).
+TIER_MARKS = {
+    "unit": "unit",
+    "integration": "integration",
+    "reliability": "integration",
+    "e2e": "e2e",
+    "trainer": "trainer",
+    "trainer_ckpt": "trainer",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its tier directory's mark (see TIER_MARKS)."""
+    for item in items:
+        try:
+            tier = item.path.relative_to(TESTS_ROOT).parts[0]
+        except ValueError:  # collected from outside tests/
+            continue
+        if (mark := TIER_MARKS.get(tier)) and item.get_closest_marker(mark) is None:
+            item.add_marker(mark)
 
 
 def pytest_report_header() -> str:
