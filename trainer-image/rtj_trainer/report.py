@@ -45,6 +45,14 @@ log = logging.getLogger(__name__)
 #: Minimum seconds between two writes caused by step() alone.
 STEP_WRITE_INTERVAL_SECONDS = 0.5
 
+#: The process that created a RankReporter of its own (not `automatic`): the script reports
+#: itself, so rtj_trainer.integrations.autoreport stands down in it.
+_explicit_pid: int | None = None
+
+
+def explicit_reporter_active() -> bool:
+    return _explicit_pid == os.getpid()
+
 
 def make_rank_monitor_client() -> Any | None:
     """An initialized NVRx RankMonitorClient when running under ft_launcher, else None."""
@@ -82,7 +90,12 @@ class RankReporter:
         progress_file: str | None = None,
         write_interval: float = STEP_WRITE_INTERVAL_SECONDS,
         ft_client: Any | None = None,
+        automatic: bool = False,
     ) -> None:
+        """`automatic`: created by autoreport for a script that reports nothing itself."""
+        global _explicit_pid
+        if not automatic:
+            _explicit_pid = os.getpid()
         self._ft = ft_client
         self._path = os.path.join(status_dir, rank_file_name(local_rank)) if status_dir else None
         self._progress_file = progress_file
@@ -101,7 +114,7 @@ class RankReporter:
             self._write()
 
     @classmethod
-    def from_env(cls) -> RankReporter:
+    def from_env(cls, automatic: bool = False) -> RankReporter:
         env = os.environ
         return cls(
             env.get(ENV_STATUS_DIR) or None,
@@ -110,6 +123,7 @@ class RankReporter:
             in_job_restarts=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
             progress_file=env.get(ENV_PROGRESS_FILE) or None,
             ft_client=make_rank_monitor_client(),
+            automatic=automatic,
         )
 
     @property

@@ -159,10 +159,25 @@ def _resolve_backend(value: str) -> str:
         return "gloo"
 
 
+#: Its `sitecustomize` installs rtj_trainer.integrations.autoreport in every rank: a script that
+#: reports nothing itself still reports its steps and checkpoints (not imported here: that package
+#: imports this module).
+AUTOREPORT_BOOTSTRAP_DIR = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "integrations", "bootstrap"
+)
+
+
+def ranks_pythonpath(existing: str | None) -> str:
+    """PYTHONPATH for the ranks: the autoreport bootstrap first, then what was there."""
+    parts = [p for p in (existing or "").split(os.pathsep) if p and p != AUTOREPORT_BOOTSTRAP_DIR]
+    return os.pathsep.join([AUTOREPORT_BOOTSTRAP_DIR, *parts])
+
+
 def rank_env_vars(cfg: TrainerConfig, *, status_dir: str, progress_file: str) -> dict[str, str]:
     """The variables the entrypoint sets for its ranks (ft_launcher passes them through)."""
     ip = cfg.in_process
     return {
+        "PYTHONPATH": ranks_pythonpath(os.environ.get("PYTHONPATH")),
         ENV_JOB_NAME: cfg.job_name,
         ENV_STATUS_DIR: status_dir,
         ENV_CHECKPOINT_DIR: cfg.checkpoint_dir,
