@@ -113,6 +113,10 @@ lint: venv ## ruff check, ruff format --check, import-linter
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
+.PHONY: typecheck
+typecheck: venv ## mypy with pydantic's plugin over operator/, trainer-image/ and hack/ (config: pyproject.toml [tool.mypy])
+	$(VENV)/bin/mypy
+
 .PHONY: audit
 audit: venv cluster-build ## helm lint, kubeconform, kube-score, checkov, hadolint, restricted Pod Security (hack/audit.sh; docs/audit.md)
 	hack/audit.sh

@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import itertools
 
+from rtj_trainer import nvrx_patches
 from rtj_trainer.examples.fsdp_train import ModelConfig, build, host_float, synthetic_batch
 
 td = datetime.timedelta
@@ -71,8 +72,6 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
-    from nvidia_resiliency_ext import inprocess
-
     a = parse_args()
     cuda = torch.cuda.is_available()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -156,20 +155,18 @@ def main() -> None:
         dist.barrier()
         dist.destroy_process_group()
 
-    # NVRx finds the parameter to pass the CallWrapper to by its (evaluated) annotation.
-    train.__annotations__["call_wrapper"] = inprocess.CallWrapper
-    kwargs = dict(WRAPPER_CONFIGS[a.config])
-    wrapper = inprocess.Wrapper(
-        store_kwargs={"host_name": master, "port": port + 2},
-        initialize=inprocess.initialize.RetryController(max_iterations=3),
-        health_check=inprocess.health_check.CudaHealthCheck() if cuda else None,
-        **kwargs,
+    wrapped = nvrx_patches.inprocess_wrapper(
+        train,
+        store_host=master,
+        store_port=port + 2,
+        max_iterations=3,
+        cuda_health_check=cuda,
+        # 0.7 adds GPU/NVLink/NIC probes before every restart (they kill CPU ranks, and cost time).
+        gpu_restart_probes=a.config == "stock" and cuda,
+        **WRAPPER_CONFIGS[a.config],
     )
-    # 0.7 adds GPU/NVLink/NIC probes before every restart (they kill CPU ranks, and cost time).
-    if (a.config != "stock" or not cuda) and hasattr(wrapper, "restart_health_check"):
-        wrapper.restart_health_check = wrapper.health_check
     t0 = time.time()
-    wrapper(train)()
+    wrapped()
     logf.close()
     if rank != 0:
         return

@@ -326,11 +326,13 @@ class Demo:
 
     # --- teardown -------------------------------------------------------------------------------------
     def teardown(self) -> None:
-        for step in (
-            lambda: self.operator and self.operator.stop(),
-            lambda: self.agent and self.agent.stop(),
-            self.cluster.down,
-        ):
+        steps: list[Callable[[], None]] = []
+        if self.operator:
+            steps.append(self.operator.stop)
+        if self.agent:
+            steps.append(self.agent.stop)
+        steps.append(self.cluster.down)
+        for step in steps:
             with contextlib.suppress(Exception):
                 step()
 

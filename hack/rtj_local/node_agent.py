@@ -75,6 +75,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENT_LABEL = "rtj.local/agent"
 AGENT_ANNOTATION = "rtj.local/node-agent"
 DEFAULT_PREFIX = "local-p5-"
+DEFAULT_NODE_NAMES = tuple(f"{DEFAULT_PREFIX}{i}" for i in range(3))
 KUBELET_VERSION = "v1.37.2-rtj-local"
 
 
@@ -152,7 +153,7 @@ class NodeAgent:
         self,
         kubeconfig: Path,
         run_dir: Path,
-        node_names: Iterable[str] = (f"{DEFAULT_PREFIX}{i}" for i in range(3)),
+        node_names: Iterable[str] = DEFAULT_NODE_NAMES,
         venv: Path = REPO_ROOT / ".venv",
         lease_duration_seconds: int = 40,
         renew_interval_seconds: float = 2.0,
@@ -372,7 +373,8 @@ class NodeAgent:
 
     def _post_node_status(self, name: str) -> None:
         node = self.request("GET", f"/api/v1/nodes/{name}/status")
-        ready = next((c for c in _get(node, "status", "conditions") or [] if c["type"] == "Ready"), {})
+        conditions = _get(node, "status", "conditions") or []
+        ready: dict[str, Any] = next((c for c in conditions if c["type"] == "Ready"), {})
         transition = ready.get("lastTransitionTime") if ready.get("status") == "True" else None
         status = self._node_status(name, transition or _now())
         self.request(

@@ -42,10 +42,10 @@ class RawApi:
             auth_settings=["BearerToken"],
         )
         resp = self.api.call_api(*params, _request_timeout=30)
-        resp.read()
+        data = resp.read()
         if not 200 <= resp.status <= 299:
             raise ApiException.from_response(http_resp=resp, body=None, data=None)
-        return json.loads(resp.data)
+        return json.loads(data)
 
     def get(self, path: str, **query: Any) -> dict[str, Any] | None:
         """GET, or None when the object does not exist."""

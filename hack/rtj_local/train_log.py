@@ -70,7 +70,7 @@ def job_train_logs(checkpoint_dir: Path, job: str) -> dict[str, list[dict[str, A
 
 def fault_times(logs: TrainLogs) -> dict[str, float]:
     """When each injected fault fired, keyed like its marker: `<kind>-<rank>-<step>`."""
-    out = {}
+    out: dict[str, float] = {}
     for key, recs in logs.items():
         rank = key.rsplit("rank-", 1)[-1].removesuffix(".jsonl")
         for rec in recs:

@@ -115,8 +115,8 @@ def set_conditions(namespace: str, job: str, true_conditions: frozenset[str]) ->
 def set_heartbeat_ages(namespace: str, job: str, ages: dict[int, float]) -> None:
     key = (namespace, job)
     seen = {str(s) for s in ages}
-    for slot in _slots.get(key, set()) - seen:
-        HEARTBEAT_AGE.remove(namespace, job, slot)
+    for gone in _slots.get(key, set()) - seen:
+        HEARTBEAT_AGE.remove(namespace, job, gone)
     for slot, age in ages.items():
         HEARTBEAT_AGE.labels(namespace, job, str(slot)).set(age)
     _slots[key] = seen

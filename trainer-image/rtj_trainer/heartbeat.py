@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from rtj.contract import (
     ASSIGNED_SLOT_ANNOTATION,
@@ -377,10 +377,11 @@ class LeaseWriter:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            # The client sends a dict body as it is (its type names only the model class).
             lease = self._api.create_namespaced_lease(
-                self._pod.namespace, body, _request_timeout=self._timeout
+                self._pod.namespace, cast(Any, body), _request_timeout=self._timeout
             )
-        return dict(lease.metadata.annotations or {})
+        return dict((lease.metadata.annotations if lease.metadata else None) or {})
 
 
 class LeaseStore(Protocol):

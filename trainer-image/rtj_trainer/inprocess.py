@@ -1,4 +1,5 @@
-"""In-process restart for a training function (NVRx `inprocess.Wrapper`), configured from RankEnv.
+"""In-process restart for a training function (NVRx `inprocess.Wrapper`, through
+`nvrx_patches.inprocess_wrapper`), configured from RankEnv.
 
 API (for training scripts)::
 
@@ -36,6 +37,7 @@ import torch
 import torch.distributed as dist
 from rtj.contract import FaultReason, FaultSeverity, PodState
 
+from . import nvrx_patches
 from .permanent import permanent_cause, report_permanent
 from .report import RankReporter
 from .runtime_env import RankEnv
@@ -53,10 +55,6 @@ FINISH_WAIT_SECONDS = 30.0
 FINISHED_KEY = "rtj/finished"
 
 
-#: Messages of collectives failing because another rank failed (gloo, NCCL, the c10d store).
-_PEER_FAILURE_MARKERS = ("gloo", "NCCL", "Connection reset by peer", "Connection closed by peer")
-
-
 #: Poll interval of the wrapper's monitors, heartbeats and last-call wait.
 _POLL_SECONDS = 0.05
 
@@ -67,7 +65,7 @@ def classify_exception(exc: BaseException) -> FaultReason:
     On an in-process restart every rank reports why it stopped; only the rank where the fault began
     has a `RankException`, the others see their collectives break.
     """
-    if isinstance(exc, dist.DistError) or any(m in str(exc) for m in _PEER_FAILURE_MARKERS):
+    if isinstance(exc, dist.DistError) or any(m in str(exc) for m in nvrx_patches.PEER_FAILURE_MARKERS):
         return FaultReason.PEER_FAILURE
     return FaultReason.RANK_EXCEPTION
 
@@ -180,62 +178,38 @@ def run_with_inprocess_restart(
             finish_together(env, store, reporter)
         return result
 
-    from nvidia_resiliency_ext import inprocess
-
-    class _ReportRestart(inprocess.finalize.Finalize):
+    def _on_restart(exc: BaseException | None, next_iteration: int) -> None:
         """Runs on every rank after an abort: record the fault and the restart for the heartbeat."""
+        if _report_if_permanent(reporter, exc):
+            # Deterministic: every in-process restart would fail alike; end the wrapper.
+            raise nvrx_patches.StopRestarting(f"permanent error: {exc}")
+        if exc is not None:
+            reporter.fault(FaultSeverity.SOFT, classify_exception(exc), f"{type(exc).__name__}: {exc}")
+        reporter.in_process_restart(next_iteration)
 
-        def __call__(self, state: Any) -> Any:
-            exc = state.fn_exception
-            if _report_if_permanent(reporter, exc):
-                # Deterministic: every in-process restart would fail alike; end the wrapper.
-                raise inprocess.exception.RestartAbort(f"permanent error: {exc}")
-            if exc is not None:
-                reporter.fault(FaultSeverity.SOFT, classify_exception(exc), f"{type(exc).__name__}: {exc}")
-            reporter.in_process_restart(state.iteration + 1)
-            return state
-
-    def _wrapped(call_wrapper: inprocess.CallWrapper = None) -> Any:  # type: ignore[assignment]
+    def _wrapped(call_wrapper: Any) -> Any:
         iteration = call_wrapper.iteration
         _init_process_group(env, store, f"pg{iteration}")
         reporter.state(PodState.TRAINING)
         return train_fn(call_wrapper=call_wrapper, restart_count=iteration)
 
-    health_checks: list[Any] = []
-    if env.dist_backend == "nccl" and torch.cuda.is_available():
-        health_checks.append(inprocess.health_check.CudaHealthCheck())
     soft = env.in_process.soft_timeout_seconds
     hard = env.in_process.hard_timeout_seconds
-    ra = inprocess.rank_assignment
-
-    class _FullWorldOnly(ra.RankAssignment):
-        """NVRx's default assignment shifts the survivors of a dead rank into a smaller world. Our
-        state is sharded for the full world (FSDP, per-rank checkpoints), so a smaller world must
-        never train: with any rank lost, every survivor is discarded and ft_launcher restarts the
-        worker group. (NVRx's FilterCountGroupedByKey would do this with a store barrier, but under
-        torch >= 2.15 `store.barrier` resolves to torch's own Store.barrier and fails.)"""
-
-        def __call__(self, ctx: Any) -> Any:
-            if ctx.terminated_ranks:
-                raise ra.RankDiscarded(f"rank(s) {sorted(ctx.terminated_ranks)} lost: full world required")
-            return ctx
-
     # The wrapper's own waits dominate recovery time: with NVRx's 1 s defaults an exception took
     # 2.1-2.7 s to the first step on 2xH200 (and did not recover at all in our FSDP2 runs); 50 ms
     # polls measured 0.98 s (docs/benchmarks.md). Each poll is a store round trip per rank.
     poll = datetime.timedelta(seconds=min(_POLL_SECONDS, soft / 4))
-    wrapper = inprocess.Wrapper(
-        # Compose applies right to left: the full-world check runs first.
-        rank_assignment=inprocess.Compose(ra.ActivateAllRanks(), ra.ShiftRanks(), _FullWorldOnly()),
-        store_kwargs={
-            "host_name": env.master_addr,
-            "port": env.master_port + _WRAPPER_STORE_PORT_OFFSET,
-            "timeout": datetime.timedelta(seconds=max(60.0, 2 * hard)),
-        },
-        initialize=inprocess.initialize.RetryController(max_iterations=env.in_process.max_restarts + 1),
-        abort=inprocess.abort.AbortTorchDistributed(),
-        finalize=_ReportRestart(),
-        health_check=inprocess.Compose(*health_checks) if health_checks else None,
+    wrapped = nvrx_patches.inprocess_wrapper(
+        _wrapped,
+        store_host=env.master_addr,
+        store_port=env.master_port + _WRAPPER_STORE_PORT_OFFSET,
+        store_timeout=datetime.timedelta(seconds=max(60.0, 2 * hard)),
+        max_iterations=env.in_process.max_restarts + 1,
+        on_restart=_on_restart,
+        cuda_health_check=env.dist_backend == "nccl" and torch.cuda.is_available(),
+        # NVRx's Wrapper probes GPU/NVLink between restarts, which kills a CPU rank: keep the plain check.
+        gpu_restart_probes=env.dist_backend == "nccl",
+        full_world_only=True,
         monitor_thread_interval=poll,
         monitor_process_interval=poll,
         progress_watchdog_interval=poll,
@@ -247,11 +221,8 @@ def run_with_inprocess_restart(
         completion_timeout=datetime.timedelta(seconds=max(hard, 30.0) * 2),
         last_call_wait=poll,
     )
-    if env.dist_backend != "nccl":
-        # NVRx's Wrapper probes GPU/NVLink between restarts, which kills a CPU rank: keep the plain check.
-        wrapper.restart_health_check = wrapper.health_check
     try:
-        result = wrapper(_wrapped)()
+        result = wrapped()
     finally:
         _destroy_process_group()
     if not agent_hosts:

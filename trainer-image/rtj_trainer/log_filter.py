@@ -14,14 +14,12 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import IO
 
-#: The one kind of line dropped: a store poll that timed out, in both forms torch's c10d socket code
-#: logs it (a failed poll, "failed with res=...", is not a timeout and passes).
-STORE_POLL_TIMEOUT = re.compile(
-    rb"\[c10d\] waitForInput: "
-    rb"(socket .* timed out after \d+ms|poll for socket .* returned 0, likely a timeout)"
-)
+# The one kind of line dropped is STORE_POLL_TIMEOUT: a store poll that timed out, in both forms torch's
+# c10d socket code logs it (nvrx_patches keeps the upstream text we rely on, under its canary).
+from .nvrx_patches import STORE_POLL_TIMEOUT
+
 SUMMARY_INTERVAL_SECONDS = 60.0
 
 
@@ -30,8 +28,8 @@ class NoiseFilter:
 
     def __init__(
         self,
-        source: BinaryIO,
-        sink: BinaryIO,
+        source: IO[bytes],
+        sink: IO[bytes],
         noise: re.Pattern[bytes] = STORE_POLL_TIMEOUT,
         summary_interval: float = SUMMARY_INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import io
 import json
 import os
 import signal
@@ -39,8 +40,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .pids import pid_alive
+
+if TYPE_CHECKING:
+    import selectors
 
 MODULE = "rtj_trainer.rank_forkserver"
 ENV_SERVER_PID = "RTJ_RANK_FORKSERVER_PID"
@@ -75,6 +80,14 @@ def runnable(command: Sequence[str]) -> tuple[str, str] | None:
     if command[1].endswith(".py"):
         return ("path", command[1])
     return None
+
+
+def _runnable_or_fail(command: Sequence[str]) -> tuple[str, str]:
+    """`runnable(command)` for a command the server was given (the client sends only runnable ones)."""
+    found = runnable(command)
+    if found is None:
+        raise ValueError(f"not a Python module or file command: {command!r}")
+    return found
 
 
 # --- the client: what ft_launcher starts as a rank --------------------------------------------------
@@ -141,10 +154,10 @@ def run_client(path: str, command: list[str]) -> int:
         return 1
     status = done[0]
     if os.WIFSIGNALED(status):  # die of the same signal (SIGKILL cannot be reset, nor caught)
-        sig = os.WTERMSIG(status)
+        ended_by = os.WTERMSIG(status)
         with contextlib.suppress(OSError, ValueError):
-            signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
+            signal.signal(ended_by, signal.SIG_DFL)
+        os.kill(os.getpid(), ended_by)
     return os.waitstatus_to_exitcode(status)
 
 
@@ -175,7 +188,7 @@ def _prewarm(command: list[str]) -> list[str]:
 
     import torch
 
-    kind, target = runnable(command)  # type: ignore[misc]
+    kind, target = _runnable_or_fail(command)
     failed: list[str] = []
     for name in PREWARM_MODULES:
         try:
@@ -206,8 +219,8 @@ def _prewarm(command: list[str]) -> list[str]:
 def _become_rank(request: dict, fds: list[int]) -> None:
     """In the forked child: take the client's stdio, environment and command, and run it."""
     os.setsid()
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
+    for std_fd, fd in enumerate(fds):
+        os.dup2(fd, std_fd)
         os.close(fd)
     for sig in (*FORWARDED, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
@@ -217,18 +230,19 @@ def _become_rank(request: dict, fds: list[int]) -> None:
     os.environ.update(request["env"])
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     for stream in (sys.stdout, sys.stderr):
-        stream.reconfigure(line_buffering=True, write_through=unbuffered)  # type: ignore[attr-defined]
+        if isinstance(stream, io.TextIOWrapper):  # always, but for a replaced stream
+            stream.reconfigure(line_buffering=True, write_through=unbuffered)
     import torch
 
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():  # read at import in a fresh process
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    import atexit
     import runpy
-    import threading
     import traceback
 
+    from .nvrx_patches import run_interpreter_exit
+
     argv = request["argv"]
-    kind, target = runnable(argv)  # type: ignore[misc]
+    kind, target = _runnable_or_fail(argv)
     # sys.path as the client's interpreter would have it: its PYTHONPATH, and its cwd for `-m`.
     for entry in reversed(os.environ.get("PYTHONPATH", "").split(os.pathsep)):
         if entry and entry not in sys.path:
@@ -253,8 +267,7 @@ def _become_rank(request: dict, fds: list[int]) -> None:
         traceback.print_exc()
         code = 1
     # What the interpreter does at exit, in its order: join threads, atexit, flush.
-    threading._shutdown()  # type: ignore[attr-defined]
-    atexit._run_exitfuncs()
+    run_interpreter_exit()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -355,7 +368,7 @@ def serve(path: str, command: list[str]) -> int:
 
 def _reap(
     children: dict[int, tuple[socket.socket, str | None]],
-    sel: object,
+    sel: selectors.BaseSelector,
     record_exit: Callable[[str | None, os.waitid_result], None],
 ) -> None:
     while children:
@@ -375,7 +388,7 @@ def _reap(
             continue
         conn = child[0]
         with contextlib.suppress(KeyError, ValueError):  # already unregistered: the client had gone
-            sel.unregister(conn)  # type: ignore[attr-defined]
+            sel.unregister(conn)
         with contextlib.suppress(OSError):
             conn.sendall(_STATUS.pack(status, 1))
         conn.close()

@@ -18,6 +18,8 @@ import time
 
 from rtj.contract import TrainerConfig
 
+from . import nvrx_patches
+from .nvrx_patches import CONTROL_PLANE_MODULE
 from .pids import stop_process
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,6 @@ def wait_for_free_port(
     return not stop.is_set()
 
 
-CONTROL_PLANE_MODULE = "nvidia_resiliency_ext.fault_tolerance.control_plane"
 #: The store host's longest poll between rounds (NVRx: 1 s; it alone polls, against its own store).
 HOST_POLL_SECONDS = 0.1
 
@@ -76,22 +77,9 @@ def control_plane_command(cfg: TrainerConfig, *, host: str, port: int) -> list[s
 
 def run_control_plane(argv: list[str]) -> None:
     """NVRx's `nvrx-control` in this interpreter, its store host polling for a new round every
-    HOST_POLL_SECONDS: NVRx's host waits between rounds in 1 s sleeps, so each in-job restart
-    waited up to a second more for its round to be closed (issue 14: 0.8-1.0 s of a 2.6 s restart
-    on CPU). Only this process polls faster; the launchers' polls are unchanged."""
-    from nvidia_resiliency_ext.fault_tolerance import ft_rendezvous_barrier
-
-    class _ShortSleeps:
-        """`time` for that module, its sleeps capped (its clocks and the rest are the real ones)."""
-
-        def __getattr__(self, name: str) -> object:
-            return getattr(time, name)
-
-        @staticmethod
-        def sleep(seconds: float) -> None:
-            time.sleep(min(seconds, HOST_POLL_SECONDS))
-
-    ft_rendezvous_barrier.time = _ShortSleeps()  # type: ignore[attr-defined]
+    HOST_POLL_SECONDS (`nvrx_patches.apply_store_host_poll`: NVRx's host waits between rounds in 1 s
+    sleeps, so each in-job restart waited up to a second more for its round to be closed)."""
+    nvrx_patches.apply_store_host_poll(HOST_POLL_SECONDS)
     sys.argv = [sys.argv[0], *argv]
     runpy.run_module(CONTROL_PLANE_MODULE, run_name="__main__", alter_sys=True)
 

@@ -15,15 +15,14 @@ Bounded: at most `max_relaunches()` per pod, and only while the rendezvous comes
 from __future__ import annotations
 
 import os
-import re
 import socket
 import threading
 import time
 
-#: How ft_launcher ends when its rendezvous store went away (the launcher's last words).
-LOST_STORE = re.compile(
-    rb"Agent run ended with exception, e=(?:DistNetworkError|RendezvousConnectionError|DistStoreError)"
-)
+# How ft_launcher ends when its rendezvous store went away (its last words): LOST_STORE, kept with the
+# other upstream text we rely on (nvrx_patches, under its canary).
+from .nvrx_patches import LOST_STORE
+
 #: Relaunches per pod after a lost rendezvous (env override, e.g. 0 to turn them off).
 ENV_RELAUNCHES = "RTJ_RENDEZVOUS_RELAUNCHES"
 DEFAULT_RELAUNCHES = 3

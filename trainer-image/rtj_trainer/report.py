@@ -150,6 +150,8 @@ class RankReporter:
             self._send_ft_heartbeat()
 
     def _send_ft_heartbeat(self) -> None:
+        if self._ft is None:
+            return
         try:
             self._ft.send_heartbeat()
         except Exception:  # the launcher is going away; its rank monitor handles the rest

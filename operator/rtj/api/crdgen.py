@@ -16,9 +16,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
+from pydantic import BaseModel
 
 from rtj import contract
 from rtj.api.models import JobSpec, JobStatus, ResilientTrainingJob
@@ -175,14 +176,14 @@ def _ordered(node: dict[str, Any]) -> dict[str, Any]:
     return {**first, **rest}
 
 
-def _model_schema(model: type, *, in_spec: bool) -> dict[str, Any]:
+def _model_schema(model: type[BaseModel], *, in_spec: bool) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     return structural(raw, raw.get("$defs", {}), in_spec=in_spec)
 
 
 def _printer_columns() -> list[dict[str, Any]]:
     def col(name: str, type_: str, path: str, description: str, priority: int = 0) -> dict[str, Any]:
-        c = {"name": name, "type": type_, "jsonPath": path, "description": description}
+        c: dict[str, Any] = {"name": name, "type": type_, "jsonPath": path, "description": description}
         if priority:
             c["priority"] = priority
         return c
@@ -236,7 +237,8 @@ def crd() -> dict[str, Any]:
             "spec": _ordered(spec_schema),
             "status": _ordered(status_schema),
         },
-        **ResilientTrainingJob.model_config["json_schema_extra"],
+        # A dict in the model (pydantic's type also allows a callable).
+        **cast(dict[str, Any], ResilientTrainingJob.model_config["json_schema_extra"]),
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -1,0 +1,297 @@
+"""The canary of rtj_trainer.nvrx_patches: the installed NVRx (the pinned 0.7.0) and torch still have each
+symbol, signature and behaviour a patch there relies on. A failure here after a version bump means a
+patch must be re-read against the new source, not that this test needs changing.
+
+Each check is in-process and cheap: signatures and source snippets of the patched functions, and the
+behaviour on a real in-process TCPStore where it takes well under a second.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import datetime
+import inspect
+import re
+import threading
+import time
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+from nvidia_resiliency_ext import inprocess
+from nvidia_resiliency_ext.fault_tolerance import ft_rendezvous_barrier, launcher, utils
+from nvidia_resiliency_ext.fault_tolerance.ft_rendezvous_barrier import (
+    FtRendezvousBarrierHandler,
+    _RendezvousBarrierState,
+)
+from rtj_trainer import nvrx_patches
+from rtj_trainer.launcher_main import terminate_groups
+
+pytestmark = pytest.mark.unit
+
+
+def _params(fn: Any) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def _source(obj: Any) -> str:
+    return inspect.getsource(obj)
+
+
+@pytest.fixture
+def store() -> Iterator[dist.TCPStore]:
+    server = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False, use_libuv=True)
+    yield server
+
+
+@pytest.fixture
+def restore(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """Everything a patch under test replaces is put back afterwards (the patches are process-wide)."""
+    monkeypatch.setattr(FtRendezvousBarrierHandler, "shutdown", FtRendezvousBarrierHandler.shutdown)
+    monkeypatch.setattr(
+        _RendezvousBarrierState,
+        "_wait_for_rendezvous_open",
+        _RendezvousBarrierState._wait_for_rendezvous_open,
+    )
+    monkeypatch.setattr(utils, "terminate_mp_processes", utils.terminate_mp_processes)
+    monkeypatch.setattr(ft_rendezvous_barrier, "time", ft_rendezvous_barrier.time)
+    return monkeypatch
+
+
+def _closed_round_then_next_open(store: dist.TCPStore, run_id: str) -> _RendezvousBarrierState:
+    """A launcher's barrier state still on round 0, which is closed (training), with round 1 not
+    yet opened: where a launcher stands when its workers fail."""
+    state = _RendezvousBarrierState(store, run_id)
+    assert state._round == 0 and state.round_done_key.endswith(":round_done_0")
+    store.set(state.round_done_key, b"1")
+    return state
+
+
+# --- apply_keep_rendezvous_open: FtRendezvousBarrierHandler.shutdown ------------------------------------
+def test_ft_launcher_leaves_through_shutdown_and_a_failure_through_shutdown_due_to_failure() -> None:
+    assert _params(FtRendezvousBarrierHandler.shutdown) == ["self", "reason"]
+    assert "self.shutdown(reason=RDZV_SHUTDOWN_REASON_FAILURE)" in _source(
+        FtRendezvousBarrierHandler.shutdown_due_to_failure
+    )
+    leaving = _source(launcher)
+    assert "_rdzv_handler.shutdown_due_to_failure()" in leaving
+    assert "_rdzv_handler.shutdown()" in leaving
+    assert "self._barrier_state = _RendezvousBarrierState(" in _source(FtRendezvousBarrierHandler.__init__)
+    assert utils.RDZV_SHUTDOWN_REASON_FAILURE == "failure"
+
+
+def test_a_launcher_leaving_after_a_failure_opens_the_next_round_and_shuts_nothing_down(
+    store: dist.TCPStore, restore: pytest.MonkeyPatch
+) -> None:
+    state = _closed_round_then_next_open(store, "canary-leave")
+    handler = types.SimpleNamespace(_barrier_state=state)
+    nvrx_patches.apply_keep_rendezvous_open()
+    nvrx_patches.apply_keep_rendezvous_open()  # applied twice, patched once
+    assert FtRendezvousBarrierHandler.shutdown(handler, utils.RDZV_SHUTDOWN_REASON_FAILURE) is True
+    assert store.get(f"{state.prefix}:round_done_1") == b"0"  # open_rendezvous: the next round is open
+    assert not state.is_shutdown()
+    assert FtRendezvousBarrierHandler.shutdown(handler) is True  # a graceful leave: nothing more
+    assert not state.is_shutdown()
+
+
+# --- apply_group_termination: utils.terminate_mp_processes --------------------------------------------
+def test_the_launcher_imports_terminate_mp_processes_by_name_from_utils_and_calls_it_with_the_pgids() -> None:
+    assert _params(utils.terminate_mp_processes) == ["allowed_pgids"]
+    source = _source(launcher)
+    imports = re.search(r"from nvidia_resiliency_ext\.fault_tolerance\.utils import \(([^)]*)\)", source)
+    assert imports and "terminate_mp_processes" in {name.strip(" ,") for name in imports.group(1).split()}
+    assert "terminate_mp_processes(allowed_pgids=self._children_pgids)" in source
+
+
+def test_group_termination_is_what_a_launcher_run_as_main_calls(restore: pytest.MonkeyPatch) -> None:
+    nvrx_patches.apply_group_termination(terminate_groups)
+    assert utils.terminate_mp_processes is terminate_groups
+
+
+# --- apply_sync_before_rendezvous_wait: _RendezvousBarrierState._wait_for_rendezvous_open ---------------
+def test_step_0_and_the_per_round_sync_have_the_signatures_the_patch_wraps() -> None:
+    assert _params(_RendezvousBarrierState._wait_for_rendezvous_open) == ["self", "node_desc", "stop_event"]
+    assert _params(_RendezvousBarrierState._sync_from_per_round_state) == ["self"]
+    assert _params(_RendezvousBarrierState.open_rendezvous) == ["self"]
+    assert "self._wait_for_rendezvous_open(" in _source(_RendezvousBarrierState)
+
+
+def test_a_restarting_launcher_finds_the_round_its_failure_opened_without_a_fixed_wait(
+    store: dist.TCPStore, restore: pytest.MonkeyPatch
+) -> None:
+    state = _closed_round_then_next_open(store, "canary-step0")
+    state.open_rendezvous()  # a launcher's failure opened round 1
+    nvrx_patches.apply_sync_before_rendezvous_wait()
+    nvrx_patches.apply_sync_before_rendezvous_wait()  # applied twice, patched once
+    t0 = time.monotonic()
+    state._wait_for_rendezvous_open("canary-node")
+    assert time.monotonic() - t0 < 0.5  # NVRx's loop sleeps a whole second before it looks again
+    assert state._round == 1
+
+
+# --- apply_store_host_poll: ft_rendezvous_barrier.time ----------------------------------------------------
+def test_the_barrier_module_sleeps_through_its_module_global_time() -> None:
+    assert ft_rendezvous_barrier.time is time
+    assert "time.sleep(1.0)" in _source(ft_rendezvous_barrier)
+
+
+def test_the_store_host_poll_caps_sleeps_and_keeps_the_real_clocks(restore: pytest.MonkeyPatch) -> None:
+    nvrx_patches.apply_store_host_poll(0.05)
+    patched = ft_rendezvous_barrier.time
+    t0 = time.monotonic()
+    patched.sleep(5.0)
+    assert time.monotonic() - t0 < 1.0
+    assert patched.monotonic is time.monotonic and patched.time is time.time
+
+
+# --- inprocess_wrapper: nvidia_resiliency_ext.inprocess -----------------------------------------------
+def test_the_wrapper_takes_every_keyword_we_pass() -> None:
+    params = set(_params(inprocess.Wrapper.__init__))
+    passed = {"store_kwargs", "initialize", "abort", "finalize", "health_check", "rank_assignment"}
+    timings = {
+        "monitor_thread_interval",
+        "monitor_process_interval",
+        "progress_watchdog_interval",
+        "heartbeat_interval",
+        "soft_timeout",
+        "hard_timeout",
+        "heartbeat_timeout",
+        "barrier_timeout",
+        "completion_timeout",
+        "last_call_wait",
+    }
+    assert passed | timings <= params
+    assert {"host_name", "port", "timeout"} <= set(_params(inprocess.store.TCPStore.__init__))
+    assert "max_iterations" in _params(inprocess.initialize.RetryController.__init__)
+    inprocess.abort.AbortTorchDistributed()
+    inprocess.health_check.CudaHealthCheck()
+
+
+def test_the_call_wrapper_has_what_training_functions_use() -> None:
+    assert isinstance(inspect.getattr_static(inprocess.CallWrapper, "iteration"), property)
+    assert _params(inprocess.CallWrapper.atomic) == ["self"]
+
+
+def test_nvrx_passes_the_call_wrapper_to_the_parameter_annotated_with_its_class() -> None:
+    from nvidia_resiliency_ext.inprocess import param_utils
+
+    def entry(call_wrapper=None):  # type: ignore[no-untyped-def]
+        return call_wrapper
+
+    entry.__annotations__ = {"call_wrapper": inprocess.CallWrapper}
+    marker = object()
+    args, kwargs = param_utils.substitute_param_value(entry, (), {}, {inprocess.CallWrapper: marker})
+    assert entry(*args, **kwargs) is marker
+    assert "param_utils.substitute_param_value(" in _source(inprocess.wrap)
+
+
+def test_on_cpu_the_restart_health_check_would_probe_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why `gpu_restart_probes=False` exists: with LOCAL_RANK set, 0.7 chains GPU, NVLink and NIC probes
+    into the check it runs before every restart (which kill a CPU rank); the Wrapper runs that check."""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.delenv("NVRX_NODE_LOCAL_TMPDIR", raising=False)
+    wrapper = inprocess.Wrapper(health_check=None)
+    probes = [type(c).__name__ for c in wrapper.restart_health_check.instances]
+    assert "ChainedGPUHealthCheck" in probes
+    assert "wrapper.restart_health_check(" in _source(inprocess.wrap)
+    assert "wrapper.health_check" in _source(inprocess.wrap)
+
+
+def test_the_wrapper_built_for_a_cpu_rank_keeps_the_plain_health_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.delenv("NVRX_NODE_LOCAL_TMPDIR", raising=False)
+    built: list[Any] = []
+    real = inprocess.Wrapper
+
+    class Recording(real):  # type: ignore[misc, valid-type]
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(inprocess, "Wrapper", Recording)
+    nvrx_patches.inprocess_wrapper(
+        lambda call_wrapper: None,
+        store_host="127.0.0.1",
+        store_port=1,
+        max_iterations=2,
+        on_restart=lambda exc, iteration: None,
+        gpu_restart_probes=False,
+        full_world_only=True,
+        soft_timeout=datetime.timedelta(seconds=5),
+        hard_timeout=datetime.timedelta(seconds=10),
+    )
+    (wrapper,) = built
+    assert wrapper.restart_health_check is wrapper.health_check is None
+    assert wrapper.store_kwargs == {"host_name": "127.0.0.1", "port": 1}
+    assert isinstance(wrapper.finalize, inprocess.finalize.Finalize)
+    assert isinstance(wrapper.rank_assignment, inprocess.rank_assignment.RankAssignment)
+
+
+def test_finalize_gets_the_state_with_the_exception_and_iteration() -> None:
+    fields = {f.name for f in dataclasses.fields(inprocess.state.State)}
+    assert {"fn_exception", "iteration"} <= fields
+    assert _params(inprocess.finalize.Finalize.__call__) == ["self", "state"]
+    assert issubclass(inprocess.exception.RestartAbort, BaseException)
+
+
+def test_rank_assignment_composes_right_to_left_and_a_lost_rank_discards_every_survivor() -> None:
+    ra = inprocess.rank_assignment
+    assert {f.name for f in dataclasses.fields(ra.RankAssignmentCtx)} >= {"terminated_ranks"}
+    assert issubclass(ra.RankDiscarded, inprocess.exception.RestartError)
+    order: list[str] = []
+
+    class Named(ra.RankAssignment):  # type: ignore[misc]
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __call__(self, ctx: Any) -> Any:
+            order.append(self.name)
+            return ctx
+
+    ctx = types.SimpleNamespace(terminated_ranks=set())
+    assert inprocess.Compose(Named("a"), Named("b"), Named("c"))(ctx) is ctx
+    assert order == ["c", "b", "a"]  # so our full-world check, given last, runs first
+    ra.ActivateAllRanks()
+    ra.ShiftRanks()
+
+
+# --- log and error text --------------------------------------------------------------------------------
+def test_a_store_poll_that_times_out_logs_lines_the_filter_drops(capfd: pytest.CaptureFixture[str]) -> None:
+    """torch's c10d socket code logs each store poll timeout twice (as NVRx's 50 ms polls cause)."""
+    server = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False, use_libuv=True)
+    client = dist.TCPStore(
+        "127.0.0.1",
+        server.port,
+        1,
+        is_master=False,
+        timeout=datetime.timedelta(milliseconds=50),
+        use_libuv=True,
+    )
+    with pytest.raises(dist.DistError):  # DistStoreError: classify_exception's peer failure
+        client.get("never-set")
+    logged = [line for line in capfd.readouterr().err.splitlines() if "[c10d] waitForInput" in line]
+    assert logged, "torch no longer logs store poll timeouts: log_filter drops nothing"
+    assert all(nvrx_patches.STORE_POLL_TIMEOUT.search(line.encode()) for line in logged), logged
+
+
+def test_the_lost_store_words_are_the_launchers_and_name_torchs_exception_classes() -> None:
+    assert "Agent run ended with exception, e=" in _source(launcher)
+    from torch.distributed.elastic.rendezvous import RendezvousConnectionError
+
+    for cls in (dist.DistNetworkError, dist.DistStoreError, RendezvousConnectionError):
+        line = f"Agent run ended with exception, e={cls.__name__}('store gone')".encode()
+        assert nvrx_patches.LOST_STORE.search(line)
+    assert issubclass(dist.DistNetworkError, dist.DistError) and issubclass(
+        dist.DistStoreError, dist.DistError
+    )
+
+
+# --- CPython -------------------------------------------------------------------------------------------
+def test_the_private_exit_steps_exist() -> None:
+    assert callable(threading._shutdown)  # type: ignore[attr-defined]
+    assert callable(atexit._run_exitfuncs)
