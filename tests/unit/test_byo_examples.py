@@ -11,7 +11,7 @@ from rtj.api.models import JobSpec
 pytestmark = pytest.mark.unit
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-BYO = ["plain-torchrun.yaml"]
+BYO = ["plain-torchrun.yaml", "hf-trainer.yaml"]
 
 
 @pytest.mark.parametrize("name", BYO)

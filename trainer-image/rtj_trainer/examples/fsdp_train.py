@@ -5,10 +5,13 @@ launcher; one code path for CPU (gloo, fp32) and GPU (NCCL, bf16 compute, fp32 m
 
     python -m rtj_trainer.examples.fsdp_train --steps 200 --dim 256 --layers 4 --log-dir /tmp/logs
 
+Every resilience piece comes through the integration API any script can use
+(`rtj_trainer.integrations.Resilience`: `attempt.resume`, `optimizer_step`, `save`, `step_done`).
+
 - `torch.distributed.fsdp.fully_shard` per block and at the root; AdamW.
 - Synthetic data: batch `s` of rank `r` is a pure function of (seed, s, r), a learnable sequence
   rule, so the loss falls and a resumed run sees exactly the batches it would have seen.
-- In-process restart via `rtj_trainer.inprocess.run_with_inprocess_restart`: on re-entry the
+- In-process restart (`Resilience.run`, NVRx's inprocess.Wrapper): on re-entry the
   model is rebuilt on the new process group and takes the shards still in memory
   (`rtj_trainer.kept_state`): no step is lost. It loads a snapshot only when the kept state is
   bad on some rank (missing, non-finite, ranks at different steps).
@@ -20,8 +23,8 @@ launcher; one code path for CPU (gloo, fp32) and GPU (NCCL, bf16 compute, fp32 m
   launcher must not take it for the end of training); the resume loses nothing.
 - Step/checkpoint/fault reports and NVRx heartbeats (hang detection) through RankReporter,
   asynchronous checkpoints (`rtj_trainer.checkpoint`), resume from the last committed one.
-- Fault injection for tests, env `RTJ_FAULT_INJECT` (the syntax of tests/trainer/toy_train.py;
-  `;`-separated), `<kind>:<rank>:<step>[:always][:delay=S]`:
+- Fault injection for tests (rtj_trainer.examples.faults), env `RTJ_FAULT_INJECT` (the syntax
+  of tests/trainer/toy_train.py; `;`-separated), `<kind>:<rank>:<step>[:always][:delay=S]`:
       exception:1:20            raise before step 20 on rank 1 (in-process restart)
       sigkill:1:20              SIGKILL rank 1 (ft_launcher restarts the workers)
       exit:1:20                 os._exit(1)
@@ -39,31 +42,20 @@ launcher; one code path for CPU (gloo, fp32) and GPU (NCCL, bf16 compute, fp32 m
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import math
 import os
-import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
-from rtj.contract import ENV_POD_NAME, ExitCode, PodState
 from torch import nn
 
-from rtj_trainer.checkpoint import CheckpointManager
-from rtj_trainer.graceful import GracefulStop
-from rtj_trainer.inprocess import run_with_inprocess_restart
-from rtj_trainer.kept_state import KeptState, agreed_step
-from rtj_trainer.report import RankReporter
-from rtj_trainer.runtime_env import RankEnv
+from rtj_trainer.examples.faults import ENV_FAULT_INJECT, FaultInjector, parse_faults
+from rtj_trainer.integrations.session import Attempt, Resilience
 
-ENV_FAULT_INJECT = "RTJ_FAULT_INJECT"
-FAULT_KINDS = ("exception", "sigkill", "hang", "exit", "finish", "kill-during-save", "corrupt")
+__all__ = ["ENV_FAULT_INJECT", "ModelConfig", "build", "host_float", "main", "synthetic_batch"]
 
 
 # --- model ----------------------------------------------------------------------------------------
@@ -192,105 +184,6 @@ def host_float(t: torch.Tensor) -> float:
     return float(t)
 
 
-# --- fault injection ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Fault:
-    kind: str
-    rank: int
-    step: int
-    relative: bool = False
-    always: bool = False
-    delay: float = 0.05
-
-    @property
-    def key(self) -> str:
-        return f".fault-{self.kind}-{self.rank}-{'+' if self.relative else ''}{self.step}"
-
-
-def parse_faults(spec: str | None) -> list[Fault]:
-    """`<kind>:<rank>:<step>[:always][:delay=S]` items separated by `;` (module docstring)."""
-    faults: list[Fault] = []
-    for item in (spec or "").split(";"):
-        parts = [p.strip() for p in item.strip().split(":")] if item.strip() else []
-        if not parts:
-            continue
-        if len(parts) < 3 or parts[0] not in FAULT_KINDS:
-            raise ValueError(
-                f"{ENV_FAULT_INJECT}: {item!r} is not <kind>:<rank>:<step>[:always][:delay=S] "
-                f"with kind one of {', '.join(FAULT_KINDS)}"
-            )
-        opts = parts[3:]
-        delay = next((float(o.split("=", 1)[1]) for o in opts if o.startswith("delay=")), 0.05)
-        faults.append(
-            Fault(
-                parts[0],
-                int(parts[1]),
-                int(parts[2].lstrip("+")),
-                parts[2].startswith("+"),
-                "always" in opts,
-                delay,
-            )
-        )
-    return faults
-
-
-class FaultInjector:
-    """Fires the faults meant for this rank; each once per job unless `always` (marker files)."""
-
-    def __init__(
-        self, faults: list[Fault], rank: int, state_dir: str, note: Callable[..., None] | None = None
-    ) -> None:
-        self.faults = [f for f in faults if f.rank == rank]
-        self.state_dir = state_dir
-        self.start_step = 0
-        #: Records each fault (kind, step, wall time) before it fires: benchmarks time from it.
-        self.note = note or (lambda **_: None)
-
-    def _due(self, fault: Fault, step: int) -> bool:
-        if step != (self.start_step + fault.step if fault.relative else fault.step):
-            return False
-        if fault.always:
-            return True
-        os.makedirs(self.state_dir, exist_ok=True)
-        try:
-            os.close(os.open(os.path.join(self.state_dir, fault.key), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return False
-        return True
-
-    def before_step(self, step: int, model: nn.Module | None = None) -> None:
-        for f in self.faults:
-            if f.kind == "kill-during-save" or not self._due(f, step):
-                continue
-            print(f"[fsdp_train] injecting {f.kind} before step {step} (pid {os.getpid()})", flush=True)
-            self.note(event="fault", kind=f.kind, step=step, t=time.time())
-            if f.kind == "corrupt" and model is not None:
-                with torch.no_grad():
-                    next(model.parameters()).to_local().fill_(float("nan"))
-                raise RuntimeError(f"injected corruption at step {step}")
-            if f.kind == "exception":
-                raise RuntimeError(f"injected exception at step {step}")
-            if f.kind == "sigkill":
-                os.kill(os.getpid(), signal.SIGKILL)
-            if f.kind == "exit":
-                os._exit(1)
-            if f.kind == "finish":
-                os._exit(0)
-            if f.kind == "hang":
-                # Block inside a C call (like a stuck collective): only NVRx's heartbeat timeout
-                # or the in-process hard timeout gets the job out of it.
-                r, _w = os.pipe()
-                os.read(r, 1)
-
-    def after_save(self, step: int) -> None:
-        for f in self.faults:
-            if f.kind == "kill-during-save" and self._due(f, step):
-                print(f"[fsdp_train] SIGKILL {f.delay} s into the save of step {step}", flush=True)
-                self.note(event="fault", kind=f.kind, step=step, t=time.time())
-                time.sleep(f.delay)
-                os.kill(os.getpid(), signal.SIGKILL)
-
-
 # --- training -------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -333,178 +226,68 @@ def process_start_time() -> float | None:
     return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
-class StepLog:
-    """`<log dir>/rank-<global rank>.jsonl`; a `{pod}` in the log dir is the pod's name
-    (RTJ_POD_NAME), so that the pods of a job can keep their logs on one shared volume."""
-
-    def __init__(self, log_dir: str | None, rank: int) -> None:
-        self._f = None
-        if log_dir:
-            log_dir = log_dir.replace("{pod}", os.environ.get(ENV_POD_NAME, "pod"))
-            os.makedirs(log_dir, exist_ok=True)
-            self._f = open(os.path.join(log_dir, f"rank-{rank}.jsonl"), "a", buffering=1)  # noqa: SIM115
-
-    def write(self, **rec: Any) -> None:
-        if self._f is not None:
-            self._f.write(json.dumps(rec, separators=(",", ":")) + "\n")
-
-
 def main(argv: list[str] | None = None) -> None:
     t_main = time.time()  # the imports above are done
     t_proc = process_start_time()
     args = parse_args(argv)
-    env = RankEnv.from_env()
-    reporter = RankReporter.from_env()
     cfg = ModelConfig(vocab=args.vocab, dim=args.dim, layers=args.layers, heads=args.heads, seq=args.seq)
-    ckpt_dir = args.checkpoint_dir or env.checkpoint_dir
-    interval = args.checkpoint_interval or env.checkpoint_interval_steps
-    mem_interval = (
-        env.memory_snapshot_interval_steps
-        if args.memory_snapshot_interval is None
-        else args.memory_snapshot_interval
+    res = Resilience(
+        checkpoint=not args.no_checkpoint,
+        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_interval=args.checkpoint_interval,
+        memory_interval=args.memory_snapshot_interval,
+        memory_dir=args.memory_snapshot_dir,
+        write_bytes_per_s=args.write_bytes_per_s,
+        snapshot_write_threads=args.snapshot_write_threads,
+        log_dir=args.log_dir or "",
     )
-    mem_dir = args.memory_snapshot_dir or env.memory_snapshot_dir or "/dev/shm/rtj-snapshots"
-    local_root = env.memory_tier_root(mem_dir) if mem_interval > 0 else None
-    replica = env.peer_replica() if local_root else None  # (this pod's replica server, the peer's)
-    ckpt = (
-        None
-        if args.no_checkpoint
-        else CheckpointManager(
-            ckpt_dir,
-            rank=env.rank,
-            world_size=env.world_size,
-            interval_steps=interval,
-            keep=env.checkpoints_to_keep,
-            reporter=reporter,
-            write_bytes_per_s=args.write_bytes_per_s,
-            local_root=local_root,
-            local_interval_steps=mem_interval or None,
-            adapt_local_interval=True,  # a snapshot write longer than the interval widens it
-            replica_endpoint=replica[0] if replica else None,
-            peer_endpoint=replica[1] if replica else None,
-            **({"local_write_threads": args.snapshot_write_threads} if args.snapshot_write_threads else {}),
-        )
+    faults = FaultInjector(
+        parse_faults(os.environ.get(ENV_FAULT_INJECT)), res.env.rank, res.checkpoint_dir, res.log.write
     )
-    log = StepLog(args.log_dir, env.rank)
-    faults = FaultInjector(parse_faults(os.environ.get(ENV_FAULT_INJECT)), env.rank, ckpt_dir, log.write)
-    use_cuda = env.dist_backend == "nccl"
-    kept = KeptState()  # survives in-process restarts (this process), never in-job restarts
-    stop = GracefulStop.install(status_dir=env.status_dir)
+    extra = {"seed": args.seed}
 
-    def train(*, call_wrapper: Any, restart_count: int) -> int:
-        t_train = time.time()  # the process group is up
-        device = torch.device("cuda", env.local_rank) if use_cuda else torch.device("cpu")
-        rank = dist.get_rank()
-        # Saves are agreed on with one tiny CPU all-reduce; NCCL cannot reduce a CPU tensor.
-        group = dist.new_group(backend="gloo") if use_cuda else None
-        if ckpt is not None:
-            ckpt.set_group(group)
-        reuse = agreed_step(kept, group)
-        # Fresh weights only when nothing is kept (a snapshot, if any, overwrites them).
+    def train(attempt: Attempt) -> int:
+        t_train = attempt.started  # the process group is up
         model, optim = build(
-            cfg, device, lr=args.lr, seed=args.seed, bf16=use_cuda, init_weights=reuse is None
+            cfg, attempt.device, lr=args.lr, seed=args.seed, bf16=res.use_cuda, init_weights=attempt.fresh
         )
         t_built = time.time()
-        source = "memory"
-        if reuse is not None:
-            try:
-                kept.adopt(model, optim)  # needs room for a second copy of the shards, briefly
-            except torch.OutOfMemoryError:
-                kept.drop()  # the next iteration reloads from a snapshot on every rank
-                raise
-            start = reuse
-        elif ckpt is not None and (resumed := ckpt.load_latest(model, optim)) is not None:
-            start, source = resumed.step, resumed.source
-        else:
-            start, source = 0, "init"
-        kept.hold(model, optim, start)
+        # Where a (re)start's seconds went: process start, imports done, process group up, model
+        # built; the resume record's `t` is the state loaded.
+        phases = {"proc": t_proc, "main": t_main, "train": t_train, "built": t_built}
+        start = attempt.resume(model, optim, phases=phases)
         faults.start_step = start
-        log.write(
-            event="resume",
-            step=start,
-            source=source,
-            iteration=restart_count,
-            restart=env.restart_count,
-            t=time.time(),
-            # Where a (re)start's seconds went: process start, imports done, process group up,
-            # model built; `t` is the state loaded.
-            phases={"proc": t_proc, "main": t_main, "train": t_train, "built": t_built},
-        )
-        prepared, copy_pending = False, False
         for step in range(start, args.steps):
             t0 = time.perf_counter()
             faults.before_step(step + 1, model)
             inputs, targets = synthetic_batch(
-                cfg, seed=args.seed, step=step, rank=rank, batch=args.batch, device=device
+                cfg, seed=args.seed, step=step, rank=attempt.rank, batch=args.batch, device=attempt.device
             )
             logits = model(inputs)
             loss = F.cross_entropy(logits.float().reshape(-1, cfg.vocab), targets.reshape(-1))
             loss.backward()
-            kept.advance(optim, step + 1, call_wrapper)  # optim.step() and the kept step, atomically
+            attempt.optimizer_step(optim, step + 1)
             optim.zero_grad(set_to_none=True)
             loss_value = host_float(loss.detach())  # one host sync per step: the loss is logged
-            outcome, snap, copy_s = "", 0.0, None
-            if ckpt is not None and copy_pending:
-                copy_s = ckpt.copy_seconds()  # the last snapshot's GPU copy (done: the step synced)
-                copy_pending = False
-            if ckpt is not None:
-                if not prepared:
-                    ckpt.prepare(model, optim)  # pinned buffers now, not inside the first save
-                    prepared = True
-                ts = time.perf_counter()
-                outcome = ckpt.maybe_save(step + 1, model, optim, extra={"seed": args.seed})
-                snap = time.perf_counter() - ts if outcome else 0.0
-                if outcome == "saved":
-                    copy_pending = use_cuda
-                    faults.after_save(step + 1)
-            reporter.step(step + 1)  # also the NVRx rank heartbeat under ft_launcher
+            saved = attempt.save(step + 1, model, optim, extra)
+            if saved.outcome == "saved":
+                faults.after_save(step + 1)
             if args.min_step_time:
                 time.sleep(max(0.0, args.min_step_time - (time.perf_counter() - t0)))
-            log.write(
-                step=step + 1,
-                loss=round(loss_value, 5),
+            attempt.step_done(
+                step + 1,
+                model,
+                optim,
+                loss=loss_value,
+                extra=extra,
                 dt=round(time.perf_counter() - t0, 5),
-                save=outcome,
-                snap=round(snap, 5),
-                copy=copy_s,
-                committed=ckpt.last_committed if ckpt else None,
-                iteration=restart_count,
-                restart=env.restart_count,
-                t=time.time(),
+                save=saved.outcome,
+                snap=round(saved.seconds, 5),
+                copy=saved.copy_seconds,
             )
-            if stop.agreed(group):
-                _stop_gracefully(step + 1, model, optim, group)
-        if ckpt is not None:
-            ckpt.close(timeout=ckpt.commit_timeout_s)
-        if use_cuda:
-            torch.cuda.synchronize()
-        with contextlib.suppress(Exception):
-            dist.barrier(group=group)
         return args.steps
 
-    def _stop_gracefully(step: int, model: nn.Module, optim: Any, group: Any) -> NoReturn:
-        stop.saving()
-        reporter.state(PodState.CHECKPOINTING)
-        t0 = time.time()
-        saved = ckpt.emergency_save(step, model, optim, extra={"seed": args.seed}) if ckpt else False
-        with contextlib.suppress(Exception):
-            dist.barrier(group=group)  # every rank's part is written (rank 0 returns once committed)
-        seconds = round(time.time() - t0, 3)
-        log.write(event="stopped", step=step, persisted=saved, seconds=seconds, t=time.time())
-        print(f"[fsdp_train] graceful stop at step {step}: persisted={saved} in {seconds} s", flush=True)
-        # Nothing is left to do, and the in-process wrapper's teardown plus the interpreter's took
-        # 10 s of the grace period on CPU: leave at once (TERMINATED, never 0: not finished).
-        os._exit(ExitCode.TERMINATED)
-
-    def train_unless_stopped(**kw: Any) -> int:
-        try:
-            return train(**kw)
-        except BaseException:
-            stop.died_with_peer()  # after SIGTERM: the launcher is restarting the workers, go now
-            raise
-
-    run_with_inprocess_restart(train_unless_stopped, env=env, reporter=reporter)
-    reporter.finished()
+    res.run(train)
 
 
 if __name__ == "__main__":
