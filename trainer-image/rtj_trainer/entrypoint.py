@@ -68,6 +68,8 @@ from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client, read_rank_f
 from .log_filter import NoiseFilter
 from .peer_replica import ReplicaServer
 from .pids import stop_process
+from .pod_exit import LauncherEnd, pod_exit
+from .pod_exit import map_exit_code as map_exit_code
 from .rank_forkserver import enabled as rank_forkserver_enabled
 from .rank_forkserver import rank_command
 from .rank_forkserver import start_server as start_rank_forkserver
@@ -214,17 +216,6 @@ def build_launcher_argv(
     return argv
 
 
-def map_exit_code(launcher_rc: int, *, terminated: bool, do_not_restart: Sequence[int]) -> int:
-    """The pod's exit code from how the launcher ended (pure; unit-tested)."""
-    if launcher_rc == 0 and not terminated:
-        return ExitCode.SUCCEEDED
-    if terminated:
-        return ExitCode.TERMINATED
-    if launcher_rc == ExitCode.DO_NOT_RESTART or launcher_rc in do_not_restart:
-        return ExitCode.DO_NOT_RESTART
-    return ExitCode.LAUNCHER_BUDGET_EXHAUSTED
-
-
 def reported_permanent_fault(reports: Iterable[RankReport]) -> Fault | None:
     """A Permanent fault some rank reported in its rank file, else None (pure; unit-tested)."""
     return next(
@@ -276,8 +267,6 @@ def launch(grace_seconds: float) -> int:
         return ExitCode.CONFIG_ERROR
     pod = replace(pod_identity(), job_name=cfg.job_name)
     status_dir = _prepare_status_dir(pod)
-    progress_file = os.path.join(status_dir, PROGRESS_FILE_NAME)
-
     api_client = load_api_client()
     if cfg.standby and api_client is None:
         print("rtj-trainer: a standby pod needs the Kubernetes API (its Lease carries the promotion)",
@@ -292,141 +281,156 @@ def launch(grace_seconds: float) -> int:
         hang_after_seconds=cfg.rank_heartbeat_timeout_seconds,
     )
     agent.start()
-    slot = parse_worker_pod_name(pod.name)
-    if not cfg.standby:  # a hot spare starts it once it learns its slot
-        start_peer_replica(cfg, pod.namespace, slot[0] if slot else None, status_dir)
-
-    env = {**os.environ, **rank_env_vars(cfg, status_dir=status_dir, progress_file=progress_file)}
-    # Ranks forked from a pre-warmed interpreter; it imports while ft_launcher starts.
-    forkserver_path = os.path.join(tempfile.gettempdir(), f"rtj-ranks-{os.getpid()}.sock")
-    forkserver = (
-        start_rank_forkserver(forkserver_path, [*cfg.command, *cfg.args], env)
-        if rank_forkserver_enabled()
-        else None
+    end = _LauncherRuns(cfg, pod, status_dir, agent, grace_seconds).run()
+    code, fault = pod_exit(
+        end,
+        do_not_restart=cfg.do_not_restart_exit_codes,
+        max_no_progress_cycles=cfg.max_no_progress_cycles,
+        now=datetime.now(UTC),
     )
+    final = agent.stop(PodState.FINISHED if code == ExitCode.SUCCEEDED else None, fault)
+    log.info(
+        "ft_launcher exited with %s; pod exit code %s; last heartbeat %s", end.rc, code, final.to_annotation()
+    )
+    return code
 
-    def argv_for(standby: bool) -> list[str]:
-        return build_launcher_argv(
-            cfg,
-            launcher=launcher_command(standby),
-            local_addr=pod.pod_ip,
-            progress_file=progress_file,
-            term_timeout_seconds=max(1.0, grace_seconds - 5),
-            rank_forkserver=forkserver_path if forkserver else None,
+
+class _LauncherRuns:
+    """ft_launcher in this pod, started again in place while the job's rendezvous comes back after
+    it was lost; the pod's peer replica server, rank fork server and stop signals around it."""
+
+    def __init__(
+        self,
+        cfg: TrainerConfig,
+        pod: PodIdentity,
+        status_dir: str,
+        agent: HeartbeatAgent,
+        grace_seconds: float,
+    ) -> None:
+        self.cfg, self.pod, self.status_dir, self.agent = cfg, pod, status_dir, agent
+        self.grace_seconds = grace_seconds
+        self.progress_file = os.path.join(status_dir, PROGRESS_FILE_NAME)
+        slot = parse_worker_pod_name(pod.name)
+        if not cfg.standby:  # a hot spare starts it once it learns its slot
+            start_peer_replica(cfg, pod.namespace, slot[0] if slot else None, status_dir)
+        self.env = {
+            **os.environ,
+            **rank_env_vars(cfg, status_dir=status_dir, progress_file=self.progress_file),
+        }
+        # Ranks forked from a pre-warmed interpreter; it imports while ft_launcher starts.
+        self.forkserver_path = os.path.join(tempfile.gettempdir(), f"rtj-ranks-{os.getpid()}.sock")
+        self.forkserver = (
+            start_rank_forkserver(self.forkserver_path, [*cfg.command, *cfg.args], self.env)
+            if rank_forkserver_enabled()
+            else None
+        )
+        if cfg.standby:
+            self.env[ENV_PREWARM_MODULE] = prewarm_module(cfg.command) or ""
+        self.terminate = threading.Event()
+        self.proc: subprocess.Popen[bytes] | None = None  # the launcher running now
+        self.ended = datetime.now(UTC)  # when the last launcher ended
+        self.exit_watch = ExitWatch(
+            float(os.environ.get(ENV_LAUNCHER_EXIT_TIMEOUT, DEFAULT_LAUNCHER_EXIT_TIMEOUT))
         )
 
-    argv = argv_for(cfg.standby)
-    if cfg.standby:
-        env[ENV_PREWARM_MODULE] = prewarm_module(cfg.command) or ""
-    log.info(
-        "%s ft_launcher (NVRx %s): %s",
-        "standby: pre-warming" if cfg.standby else "starting",
-        nvrx_version(),
-        " ".join(argv),
-    )
-    _become_subreaper()
-    terminate = threading.Event()
-    proc: subprocess.Popen[bytes] | None = None  # the launcher running now (a relaunch replaces it)
+    def _start_peer_replica(self, slot: int | None) -> None:
+        start_peer_replica(self.cfg, self.pod.namespace, slot, self.status_dir)
 
-    def _on_signal(signum: int, _frame: object) -> None:
-        if not terminate.is_set():
+    def argv(self, standby: bool) -> list[str]:
+        return build_launcher_argv(
+            self.cfg,
+            launcher=launcher_command(standby),
+            local_addr=self.pod.pod_ip,
+            progress_file=self.progress_file,
+            term_timeout_seconds=max(1.0, self.grace_seconds - 5),
+            rank_forkserver=self.forkserver_path if self.forkserver else None,
+        )
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if not self.terminate.is_set():
             log.info("received %s: stopping training gracefully", signal.Signals(signum).name)
-            terminate.set()
+            self.terminate.set()
             with contextlib.suppress(OSError):  # the ranks save before they exit (rtj_trainer.graceful)
-                Path(status_dir, GRACEFUL_STOP_FILE).touch()
-            if proc is not None:
-                _signal_launcher(proc, signal.SIGTERM)
+                Path(self.status_dir, GRACEFUL_STOP_FILE).touch()
+            if self.proc is not None:
+                _signal_launcher(self.proc, signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    def run(self) -> LauncherEnd:
+        cfg = self.cfg
+        argv = self.argv(cfg.standby)
+        what = "standby: pre-warming" if cfg.standby else "starting"
+        log.info("%s ft_launcher (NVRx %s): %s", what, nvrx_version(), " ".join(argv))
+        _become_subreaper()
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        relaunches, budget = 0, max_relaunches()
+        while True:
+            rc, permanent, lost = self._run_once(argv, first=relaunches == 0)
+            if rc == 0 or self.terminate.is_set() or permanent is not None or not lost:
+                break
+            if not self._rendezvous_back(relaunches, budget):
+                break
+            relaunches += 1
+            argv = self.argv(False)  # a promoted spare relaunches as the worker it has become
+        if self.forkserver is not None:
+            stop_process(self.forkserver, grace_s=5)  # SIGTERM first: it removes its socket (in /tmp)
+        if self.exit_watch.fired:
+            rc = 0  # the training itself completed on every rank
+        return LauncherEnd(
+            rc=rc,
+            terminated=self.terminate.is_set(),
+            permanent=permanent,
+            in_job_restarts=self.agent.aggregator.in_job_restarts,
+            progress=_read_progress(self.progress_file),
+        )
 
-    exit_watch = ExitWatch(float(os.environ.get(ENV_LAUNCHER_EXIT_TIMEOUT, DEFAULT_LAUNCHER_EXIT_TIMEOUT)))
-    relaunches, relaunch_budget = 0, max_relaunches()
-    while True:
+    def _run_once(self, argv: list[str], *, first: bool) -> tuple[int, Fault | None, bool]:
+        """(its exit status, a rank's permanent error, whether it lost the rendezvous) of one launcher."""
+        cfg = self.cfg
         lost_store = LostStoreWatch()
-        proc = subprocess.Popen(
+        self.proc = proc = subprocess.Popen(
             argv,
-            env=env,
+            env=self.env,
             start_new_session=True,
-            stdin=subprocess.PIPE if cfg.standby and relaunches == 0 else None,
+            stdin=subprocess.PIPE if cfg.standby and first else None,
             # The launcher's and every rank's stderr, minus the store-poll noise (see log_filter).
             stderr=subprocess.PIPE,
         )
         assert proc.stderr is not None
         log_filter = NoiseFilter(proc.stderr, sys.stderr.buffer, observe=lost_store).start()
-        if cfg.standby and relaunches == 0:
-            _await_promotion(
-                agent,
-                proc,
-                terminate,
-                on_promoted=lambda s: start_peer_replica(cfg, pod.namespace, s, status_dir),
-            )
-        rc, permanent = _supervise(proc, agent, exit_watch, terminate, status_dir, grace_seconds)
-        ended = datetime.now(UTC)
+        if cfg.standby and first:
+            _await_promotion(self.agent, proc, self.terminate, on_promoted=self._start_peer_replica)
+        rc, permanent = _supervise(
+            proc, self.agent, self.exit_watch, self.terminate, self.status_dir, self.grace_seconds
+        )
+        self.ended = datetime.now(UTC)
         # Workers the launcher left behind (e.g. it was SIGKILLed) must not outlive it.
-        _kill_group(proc, keep=forkserver.pid if forkserver else None)
+        _kill_group(proc, keep=self.forkserver.pid if self.forkserver else None)
         log_filter.join(timeout=5)
-        if rc == 0 or terminate.is_set() or permanent is not None or not lost_store.lost:
-            break
-        if relaunches >= relaunch_budget:
+        return rc, permanent, lost_store.lost
+
+    def _rendezvous_back(self, relaunches: int, budget: int) -> bool:
+        """After a lost rendezvous: whether to start the launcher again (the store is back, within
+        the pod's relaunch budget), recorded as a Soft fault the operator counts as an in-job restart."""
+        if relaunches >= budget:
             log.warning("rendezvous lost again: %d relaunches in this pod already, giving up", relaunches)
-            break
+            return False
         log.warning("rendezvous lost (the job's store went away): waiting for it to come back")
-        if not wait_for_rendezvous(cfg.rdzv_endpoint, terminate):
+        if not wait_for_rendezvous(self.cfg.rdzv_endpoint, self.terminate):
             log.warning("the rendezvous did not come back within %.0f s", RENDEZVOUS_WAIT_SECONDS)
-            break
-        relaunches += 1
-        # Soft: the pod is healthy. The operator counts the relaunched workers as an in-job restart
-        # and times its recovery from here.
-        agent.record_fault(
+            return False
+        # Soft: the pod is healthy. The operator times its recovery from the launcher's end.
+        self.agent.record_fault(
             Fault(
                 severity=FaultSeverity.SOFT,
                 reason=FaultReason.RENDEZVOUS_LOST,
-                message=f"ft_launcher lost the job's rendezvous; started again in this pod ({relaunches}/"
-                f"{relaunch_budget})",
-                time=ended,
+                message=f"ft_launcher lost the job's rendezvous; started again in this pod ({relaunches + 1}/"
+                f"{budget})",
+                time=self.ended,
             )
         )
-        log.warning(
-            "rendezvous lost: starting ft_launcher again in this pod (%d/%d)", relaunches, relaunch_budget
-        )
-        argv = argv_for(False)  # a promoted spare relaunches as the worker it has become
-    if forkserver is not None:
-        stop_process(forkserver, grace_s=5)  # SIGTERM first: it removes its socket (in /tmp) as it exits
-    if exit_watch.fired:
-        rc = 0  # the training itself completed on every rank
-
-    code = map_exit_code(rc, terminated=terminate.is_set(), do_not_restart=cfg.do_not_restart_exit_codes)
-    fault = None
-    now = datetime.now(UTC)
-    if permanent is not None and not terminate.is_set():
-        code, fault = ExitCode.DO_NOT_RESTART, permanent
-    elif code == ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
-        fault = Fault(
-            severity=FaultSeverity.HARD,
-            reason=FaultReason.LAUNCHER_BUDGET_EXHAUSTED,
-            message=f"ft_launcher exited with {rc} after {agent.aggregator.in_job_restarts} in-job restarts",
-            time=now,
-        )
-    elif code == ExitCode.DO_NOT_RESTART:
-        # Not a pod fault: a new pod would not make progress either. The exit code (93) is what
-        # fails the job; a Hard fault here would make the operator replace the pod first.
-        fault = Fault(
-            severity=FaultSeverity.SOFT,
-            reason=FaultReason.NO_PROGRESS,
-            message=(
-                f"ft_launcher exited with {rc}: NVRx saw no progress past checkpoint iteration "
-                f"{_read_progress(progress_file)} in {cfg.max_no_progress_cycles} restart cycles"
-                if rc == ExitCode.DO_NOT_RESTART
-                else f"ft_launcher exited with {rc}, one of the job's doNotRestartExitCodes"
-            ),
-            time=now,
-        )
-    final = agent.stop(PodState.FINISHED if code == ExitCode.SUCCEEDED else None, fault)
-    log.info(
-        "ft_launcher exited with %s; pod exit code %s; last heartbeat %s", rc, code, final.to_annotation()
-    )
-    return code
+        log.warning("rendezvous lost: starting ft_launcher again in this pod (%d/%d)", relaunches + 1, budget)
+        return True
 
 
 def _supervise(

@@ -1,0 +1,315 @@
+"""`CheckpointManager`: the one object a training loop holds, over the parts of this package
+(`parts.Parts`): it asks them, in the training thread, what to do at each step."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .config import DEFAULT_LOCAL_WRITE_THREADS, CheckpointConfig
+from .events import CheckpointEvent, Reporter, now
+from .parts import build_parts
+from .resume import Resumed
+from .staging import Snapshot
+from .state_tree import flatten, state_of
+
+
+class CheckpointManager:
+    """One per rank process; survives in-process restarts (call `set_group` after each re-entry).
+
+    Training loop::
+
+        ckpt = CheckpointManager(env.checkpoint_dir, rank=r, world_size=w, interval_steps=100,
+                                 keep=2, group=gloo_group, reporter=RankReporter.from_env())
+        resumed = ckpt.load_latest(model, optim)        # None on a fresh start
+        for step in range(start, steps):
+            ... loss.backward(); optim.step() ...
+            ckpt.maybe_save(step + 1, model, optim, extra={"seed": 1})
+        ckpt.close()
+
+    The keyword arguments are `CheckpointConfig`'s settings under the names this class has always
+    taken (root = checkpoint_dir, interval_steps, keep, local_root = memory_tier_root, local_*);
+    `CheckpointManager.from_config(CheckpointConfig.from_rank_env())` reads them from the rank's
+    environment instead.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        rank: int,
+        world_size: int,
+        interval_steps: int,
+        keep: int = 2,
+        group: Any = None,
+        reporter: Reporter | None = None,
+        commit_timeout_s: float = 600.0,
+        write_bytes_per_s: float | None = None,
+        on_event: Callable[[CheckpointEvent], None] | None = None,
+        local_root: str | None = None,
+        local_interval_steps: int | None = None,
+        local_keep: int = 2,
+        local_write_threads: int = DEFAULT_LOCAL_WRITE_THREADS,
+        adapt_local_interval: bool = False,
+        peer_endpoint: str | None = None,
+        replica_endpoint: str | None = None,
+    ) -> None:
+        config = CheckpointConfig.of_arguments(
+            root, rank, world_size, interval_steps, keep, commit_timeout_s, write_bytes_per_s,
+            local_root, local_interval_steps, local_keep, local_write_threads, adapt_local_interval,
+            peer_endpoint, replica_endpoint,
+        )  # fmt: skip
+        self._build(config, group, reporter, on_event)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: CheckpointConfig,
+        *,
+        group: Any = None,
+        reporter: Reporter | None = None,
+        on_event: Callable[[CheckpointEvent], None] | None = None,
+    ) -> CheckpointManager:
+        self = cls.__new__(cls)
+        self._build(config, group, reporter, on_event)
+        return self
+
+    def _build(
+        self,
+        cfg: CheckpointConfig,
+        group: Any,
+        reporter: Reporter | None,
+        on_event: Callable[[CheckpointEvent], None] | None,
+    ) -> None:
+        self.config = cfg
+        self._p = build_parts(cfg, group, reporter, on_event)
+        #: Whether the last `save` that went ahead also persists (else: memory tier only).
+        self.last_save_persists = False
+        self.saves_started = 0
+        self.saves_skipped = 0
+        self.last_snapshot_s = 0.0
+
+    # --- the training-loop API ----------------------------------------------------------------
+    def set_group(self, group: Any) -> None:
+        """The CPU (gloo) process group used to agree on saves; renew after an in-process restart."""
+        self._p.agreement.group = group
+
+    @property
+    def busy(self) -> bool:
+        """The host buffers are still being written out (a new snapshot must wait)."""
+        return self._p.writer.busy or self._p.staging.preparing
+
+    @property
+    def persisting(self) -> bool:
+        """A persist to `root` is in flight."""
+        return self.busy if self._p.memory is None else self._p.persistent.persisting
+
+    def is_due(self, step: int) -> bool:
+        return self._p.schedule.is_due(step)
+
+    def maybe_save(
+        self,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:
+        """Call after every completed step: "saved" (persisting), "snapshot" (memory tier only),
+        "skipped" or "" (not due). Never blocks on I/O.
+
+        Every rank must call it at the same steps (it holds the agreement collective when due).
+        """
+        self.poll()
+        self._p.schedule.tick(time.monotonic())
+        if not self.is_due(step):
+            return ""
+        self._p.schedule.saving()
+        if not self.save(step, model, optimizer, extra):
+            return "skipped"
+        return "saved" if self.last_save_persists else "snapshot"
+
+    def save(
+        self,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        extra: dict[str, Any] | None = None,
+        *,
+        force_persist: bool = False,
+    ) -> bool:
+        """Snapshot now (all ranks, same step); persist too when due. False: skipped (busy)."""
+        schedule = self._p.schedule
+        persist_due, memory_due = schedule.persist_due(step, force_persist), schedule.memory_due(step)
+        agreed = self._p.agreement.agree_on_save(
+            busy=self.busy,
+            persisting=self.persisting,
+            replicating=self._p.replication is not None and self._p.replication.busy,
+            write_s=self._p.memory.last_write_s if self._p.memory is not None else 0.0,
+            step_s=schedule.step_s,
+        )
+        decision = schedule.decide(step, persist_due, memory_due, agreed)
+        if decision.skipped:
+            self.saves_skipped += 1
+            self._p.events.put(CheckpointEvent("skipped", step, now(), "PreviousSaveDraining"))
+            self.poll()
+        if not decision.go:
+            return False
+        self.last_save_persists = decision.persist
+        t0 = time.perf_counter()
+        tensors: list[torch.Tensor] = []
+        skeleton = flatten(state_of(model, optimizer), tensors)
+        host, ready = self._p.staging.copy_to_host(tensors, optimizer)
+        self.last_snapshot_s = time.perf_counter() - t0
+        # Replicated only when no rank's replicator is busy: every rank offers the same steps, so a
+        # lost pod's replicas are of a step the survivors hold too (coalescing per rank would not).
+        replicate = self._p.replication is not None and not agreed.any_replicating
+        snap = Snapshot(step, agreed.nonce, skeleton, host, ready, dict(extra or {}), replicate)
+        self._p.control.abort.clear()
+        self._p.writer.start(snap, decision.persist)
+        self.saves_started += 1
+        return True
+
+    def emergency_save(
+        self,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        extra: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> bool:
+        """Snapshot and persist `step` now, on every rank (a graceful stop); True once committed.
+
+        An in-flight persist of an older step is abandoned: the newest state replaces it.
+        """
+        deadline = time.monotonic() + (timeout if timeout is not None else self.commit_timeout_s)
+        self.wait_local(max(0.0, deadline - time.monotonic()))
+        self.abort_inflight(timeout=max(0.0, deadline - time.monotonic()))
+        self._p.schedule.pending_memory = self._p.schedule.pending = False
+        if not self.save(step, model, optimizer, extra, force_persist=True):
+            return False
+        self.wait(max(0.0, deadline - time.monotonic()))
+        return self.last_committed == step
+
+    def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Allocate the pinned host buffers now, not inside the first save, and in the background:
+        pinning 13.7 GB took 6-7 s of the first step after a restart on an H200. Until they are
+        ready the manager is `busy`, so a save that falls due meanwhile waits for the next step,
+        as it waits for a writer still running.
+
+        Call after the first optimizer step: the optimizer state must exist.
+        """
+        self._p.staging.prepare(model, optimizer)
+
+    def fence(self) -> None:
+        """Make the current CUDA stream wait for the last snapshot copy (before mutating state).
+
+        Registered as an optimizer step pre-hook by `save`; call it yourself before any other
+        in-place change of parameters or optimizer state.
+        """
+        self._p.staging.fence()
+
+    def copy_seconds(self) -> float | None:
+        """GPU time of the last snapshot's device-to-host copy, once it has finished (else None)."""
+        return self._p.staging.copy_seconds()
+
+    def poll(self) -> list[CheckpointEvent]:
+        """Report what the writer did (commits, faults) from the training thread; cheap."""
+        self._p.persistent.poll_commit()
+        return self._p.events.drain()
+
+    def wait_local(self, timeout: float | None = None) -> bool:
+        """Wait for the writer only (the host buffers are free, a memory snapshot committed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in (self._p.staging.preparer, self._p.writer.thread):
+            if t is not None:
+                t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self.poll()
+        return not self.busy
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the in-flight save (end of training, tests); True when none is left."""
+        deadline = time.monotonic() + (timeout if timeout is not None else self.commit_timeout_s)
+        threads: tuple[Callable[[], Any], ...] = (
+            lambda: self._p.staging.preparer,
+            lambda: self._p.writer.thread,
+            lambda: self._p.persistent.persister,  # read after the writer ended: it may start one
+        )
+        for thread in threads:
+            if (t := thread()) is not None:
+                t.join(max(0.0, deadline - time.monotonic()))
+        self._p.persistent.wait_commit(deadline)
+        self.poll()
+        return not self.busy and not self.persisting
+
+    def abort_inflight(self, timeout: float = 5.0) -> None:
+        """Stop the in-flight save (its partial is dropped); used when the job is torn down."""
+        self._p.control.abort.set()
+        for t in (self._p.writer.thread, self._p.persistent.persister):
+            if t is not None:
+                t.join(timeout)
+        self._p.control.abort.clear()
+        self.poll()
+
+    def close(self, timeout: float | None = None) -> None:
+        self.wait(timeout)
+
+    def wait_replicated(self, timeout: float | None = None) -> bool:
+        """Wait until no replica is pending or streaming (tests, the end of training)."""
+        ok = self._p.replication is None or self._p.replication.wait(timeout)
+        self.poll()
+        return ok
+
+    # --- resume --------------------------------------------------------------------------------
+    def load_latest(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+    ) -> Resumed | None:
+        """Load the newest step that every rank can read intact, local or persistent; None if none
+        (`resume` says how the ranks choose it)."""
+        resumed = self._p.resume.load_latest(model, optimizer)
+        if resumed is not None:
+            self.poll()
+        return resumed
+
+    @property
+    def world_size(self) -> int:
+        return self.config.world_size
+
+    @world_size.setter
+    def world_size(self, value: int) -> None:
+        """As if the job were resized (tests): every part sees the new world size."""
+        self.config = dataclasses.replace(self.config, world_size=value)
+        self._p.set_world_size(value)
+
+    # --- settings and figures, read by training scripts, benchmarks and tests ------------------------
+    root = property(lambda self: self.config.checkpoint_dir)
+    rank = property(lambda self: self.config.rank)
+    interval_steps = property(lambda self: self.config.checkpoint_interval_steps)
+    keep = property(lambda self: self.config.checkpoints_to_keep)
+    commit_timeout_s = property(lambda self: self.config.commit_timeout_s)
+    write_bytes_per_s = property(lambda self: self.config.write_bytes_per_s)
+    local_root = property(lambda self: self.config.memory_tier_root)
+    local_interval_steps = property(lambda self: self.config.memory_snapshot_interval_steps)
+    local_keep = property(lambda self: self.config.memory_snapshots_to_keep)
+    local_write_threads = property(lambda self: self.config.memory_snapshot_write_threads)
+    adapt_local_interval = property(lambda self: self.config.adapt_memory_snapshot_interval)
+    replica_endpoint = property(lambda self: self.config.replica_endpoint)
+    #: The memory tier's interval in effect: local_interval_steps, or with adapt_local_interval the
+    #: one the measured write fits in (schedule.snapshot_every), agreed by the ranks at each save.
+    local_every = property(lambda self: self._p.schedule.memory_every)
+    last_committed = property(lambda self: self._p.events.last_committed)
+    last_local = property(lambda self: self._p.events.last_local)
+    last_replicated = property(lambda self: self._p.events.last_replicated)
+    replicate_failures = property(
+        lambda self: self._p.replication.replicate_failures if self._p.replication is not None else 0
+    )
+    # The parts' state under the names tests and benchmarks look at.
+    _writer = property(lambda self: self._p.writer.thread)
+    _preparer = property(lambda self: self._p.staging.preparer)
+    _persister = property(lambda self: self._p.persistent.persister)
+    _step_s = property(lambda self: self._p.schedule.step_s)
+    _last_write_s = property(lambda self: self._p.memory.last_write_s if self._p.memory is not None else 0.0)
+    _host = property(lambda self: getattr(self._p.staging.buffers, "tensors", []))

@@ -1,0 +1,63 @@
+"""The hook between the memory tier and the peer replica (`rtj_trainer.peer_replica`).
+
+Each memory snapshot this rank commits (and that all ranks agreed to replicate) is offered to a
+`Replicator`, which streams it to the replica server of another pod in the background (coalesced:
+the newest wins). The snapshot being streamed, and the last one the peer committed, are protected
+from pruning and recycling: a survivor then still holds the step a lost pod's replica is of (the
+ranks replicate the same steps).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from ..checkpoint_format import LOCAL_META
+from ..peer_replica import Offer, Replicator
+from .events import CheckpointEvent, EventLog, now
+
+log = logging.getLogger(__name__)
+
+
+class ReplicationHook:
+    def __init__(self, peer_endpoint: str, rank: int, lock: threading.Lock, events: EventLog) -> None:
+        self._lock = lock  # the memory tier's: protection vs. pruning and recycling
+        self._events = events
+        self.replica_source: str | None = None  # being streamed
+        self.replicated_source: str | None = None  # the newest one the peer committed
+        self.replicate_failures = 0
+        self.replicator = Replicator(peer_endpoint, rank, self._protect, self._done)
+
+    @property
+    def busy(self) -> bool:
+        return self.replicator.busy
+
+    def protected(self) -> tuple[str | None, str | None]:
+        return self.replica_source, self.replicated_source
+
+    def offer(self, step: int, nonce: int, path: str) -> None:
+        self.replicator.offer(step, nonce, path)
+
+    def wait(self, timeout: float | None) -> bool:
+        return self.replicator.wait(timeout)
+
+    def _protect(self, path: str | None) -> bool:
+        """The replicator's hold on the snapshot it streams: not pruned nor recycled meanwhile."""
+        with self._lock:
+            if path is not None and not os.path.isfile(os.path.join(path, LOCAL_META)):
+                return False  # pruned or recycled before its turn
+            self.replica_source = path
+            return True
+
+    def _done(self, offer: Offer, seconds: float, error: BaseException | None) -> None:
+        if error is None:
+            with self._lock:
+                self.replicated_source = offer.path
+            self._events.put(CheckpointEvent("replicated", offer.step, now(), seconds=seconds))
+            return
+        self.replicate_failures += 1
+        if self.replicate_failures in (1, 10) or self.replicate_failures % 100 == 0:
+            log.warning(
+                "replica of step %d not sent (%d failures): %r", offer.step, self.replicate_failures, error
+            )

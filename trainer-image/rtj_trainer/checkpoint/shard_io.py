@@ -1,0 +1,248 @@
+"""One rank's shard on disk: writing it from host tensors, copying it, reading or mapping it back.
+
+A shard is `rank-<r>.bin` (the tensors' bytes, back to back) and `rank-<r>.idx` (the skeleton and
+each tensor's dtype, shape and offset); layout in `checkpoint_format`. Every writer here checks a
+`WriteControl` between chunks, so an abort (a graceful stop, a torn-down job) ends it within one
+CHUNK_BYTES write.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..checkpoint_format import (
+    CHUNK_BYTES,
+    CheckpointError,
+    Manifest,
+    ShardIndex,
+    TensorEntry,
+    crc32_of,
+    read_local_meta,
+    shard_bin,
+    shard_idx,
+    write_file_atomic,
+)
+from .state_tree import as_bytes, dtype_named
+
+FileSums = dict[str, dict[str, Any]]
+
+
+class Aborted(Exception):
+    """The write was asked to stop (`WriteControl.abort`); its partial files are dropped."""
+
+
+@dataclass
+class WriteControl:
+    """Shared by every writer of one rank: the abort flag and an optional bandwidth throttle
+    (`bytes_per_s`: tests and benchmarks of "storage slower than the interval")."""
+
+    bytes_per_s: float | None = None
+    abort: threading.Event = field(default_factory=threading.Event)
+
+    def check(self) -> None:
+        if self.abort.is_set():
+            raise Aborted
+
+    def throttle(self, written: int, t_start: float) -> None:
+        if not self.bytes_per_s:
+            return
+        ahead = written / self.bytes_per_s - (time.monotonic() - t_start)
+        if ahead > 0 and self.abort.wait(ahead):
+            raise Aborted
+
+
+def _entry(t: torch.Tensor, offset: int, nbytes: int) -> TensorEntry:
+    return TensorEntry(str(t.dtype).removeprefix("torch."), tuple(t.shape), offset, nbytes)
+
+
+def _write_all(f: Any, chunk: memoryview) -> None:
+    written = 0
+    while written < len(chunk):
+        written += f.write(chunk[written:])
+
+
+def write_shard(
+    partial: str,
+    rank: int,
+    host: list[torch.Tensor],
+    tree: dict[str, Any],
+    control: WriteControl,
+    *,
+    throttle: bool = True,
+    checksum: bool = True,
+    threads: int = 1,
+) -> FileSums:
+    """This rank's .bin and .idx (holding `tree`: {"state": skeleton, "extra": ...}) in `partial`;
+    their sizes and CRC32s (None: `checksum` off, the memory tier: a CRC32 of 6.85 GB takes seconds,
+    a memory copy a fraction of that). `threads` > 1 (the memory tier: no checksum, no throttle)
+    splits the copy over threads. An existing `.bin.tmp` (a recycled snapshot) is overwritten in place."""
+    entries: list[TensorEntry] = []
+    bin_path = os.path.join(partial, shard_bin(rank))
+    tmp = f"{bin_path}.tmp"
+    crc, offset = 0, 0
+    t_start = time.monotonic()
+    with open(tmp, "r+b" if os.path.exists(tmp) else "wb", buffering=0) as f:
+        if threads > 1 and not checksum and not throttle:
+            offset = _write_parallel(f.fileno(), host, entries, threads, control)
+        else:
+            for t in host:
+                view = as_bytes(t)
+                entries.append(_entry(t, offset, len(view)))
+                for start in range(0, len(view), CHUNK_BYTES):
+                    control.check()
+                    chunk = view[start : start + CHUNK_BYTES]
+                    _write_all(f, chunk)
+                    if checksum:
+                        crc = crc32_of(chunk, crc)
+                    offset += len(chunk)
+                    if throttle:
+                        control.throttle(offset, t_start)
+        f.truncate(offset)  # a recycled file may have been longer
+        os.fsync(f.fileno())
+    os.replace(tmp, bin_path)
+    idx = ShardIndex(tree, entries).to_bytes()
+    write_file_atomic(os.path.join(partial, shard_idx(rank)), idx)
+    return {
+        shard_bin(rank): {"size": offset, "crc32": crc if checksum else None},
+        shard_idx(rank): {"size": len(idx), "crc32": crc32_of(idx) if checksum else None},
+    }
+
+
+def _write_parallel(
+    fd: int, host: list[torch.Tensor], entries: list[TensorEntry], threads: int, control: WriteControl
+) -> int:
+    """Write `host` into `fd` as the one-writer loop lays it out (appending to `entries`), in
+    CHUNK_BYTES pieces spread over `threads` threads: one thread copies a few GB/s into tmpfs,
+    well below what the memory bus gives several. The syscalls release the GIL."""
+    pieces: list[tuple[memoryview, int]] = []
+    offset = 0
+    for t in host:
+        view = as_bytes(t)
+        entries.append(_entry(t, offset, len(view)))
+        pieces.extend((view[i : i + CHUNK_BYTES], offset + i) for i in range(0, len(view), CHUNK_BYTES))
+        offset += len(view)
+    os.ftruncate(fd, offset)  # the final size at once (a recycled file may have been longer)
+
+    def write(piece: tuple[memoryview, int]) -> None:
+        chunk, at = piece
+        control.check()
+        done = 0
+        while done < len(chunk):
+            done += os.pwrite(fd, chunk[done:], at + done)
+
+    with ThreadPoolExecutor(max_workers=min(threads, max(1, len(pieces)))) as pool:
+        for _ in pool.map(write, pieces):  # re-raises the first failure (or Aborted)
+            pass
+    return offset
+
+
+def copy_shard(src: str, partial: str, rank: int, control: WriteControl) -> FileSums:
+    """Copy this rank's memory-tier shard `src` into a partial under root, computing its CRC32 on
+    the way (the memory tier has no checksums: committed by rename, in RAM; the persisted copy does)."""
+    files = read_local_meta(src)["files"]
+    bin_name, idx_name = shard_bin(rank), shard_idx(rank)
+    bin_path = os.path.join(partial, bin_name)
+    tmp = f"{bin_path}.tmp"
+    crc, offset, t_start = 0, 0, time.monotonic()
+    with open(os.path.join(src, bin_name), "rb", buffering=0) as fin, open(tmp, "wb", buffering=0) as f:
+        while chunk := fin.read(CHUNK_BYTES):
+            control.check()
+            view = memoryview(chunk)
+            _write_all(f, view)
+            crc = crc32_of(view, crc)
+            offset += len(view)
+            control.throttle(offset, t_start)
+        os.fsync(f.fileno())
+    with open(os.path.join(src, idx_name), "rb") as fin:
+        idx = fin.read()
+    if offset != files[bin_name]["size"] or len(idx) != files[idx_name]["size"]:
+        raise CheckpointError(f"{src}: its files do not have the sizes it was committed with")
+    os.replace(tmp, bin_path)
+    write_file_atomic(os.path.join(partial, idx_name), idx)
+    return {
+        bin_name: {"size": offset, "crc32": crc},
+        idx_name: {"size": len(idx), "crc32": crc32_of(idx)},
+    }
+
+
+def read_shard(ckpt_dir: str, rank: int, manifest: Manifest) -> tuple[Any, list[torch.Tensor]]:
+    """(skeleton, tensors) of one rank's shard, checked against the manifest's sizes and CRC32
+    (sizes only for a memory-tier snapshot, whose entries carry no CRC32: its tensors are then
+    views of the mapped file, `map_shard`)."""
+    files = manifest.ranks.get(rank)
+    if files is None:
+        raise CheckpointError(f"{ckpt_dir}: no shard for rank {rank}")
+    idx_meta, bin_meta = files[shard_idx(rank)], files[shard_bin(rank)]
+    with open(os.path.join(ckpt_dir, shard_idx(rank)), "rb") as f:
+        idx_bytes = f.read()
+    checked = idx_meta["crc32"] is not None  # None: the memory tier (sizes only)
+    if len(idx_bytes) != idx_meta["size"] or (checked and crc32_of(idx_bytes) != idx_meta["crc32"]):
+        raise CheckpointError(f"{ckpt_dir}: {shard_idx(rank)} fails its checksum")
+    index = ShardIndex.from_bytes(idx_bytes)
+    bin_path = os.path.join(ckpt_dir, shard_bin(rank))
+    if not checked:
+        return shard_state(index), map_shard(bin_path, index, bin_meta["size"])
+    return shard_state(index), _read_checked(bin_path, index, bin_meta)
+
+
+def _read_checked(bin_path: str, index: ShardIndex, bin_meta: dict[str, Any]) -> list[torch.Tensor]:
+    tensors: list[torch.Tensor] = []
+    crc = 0
+    with open(bin_path, "rb", buffering=0) as f:
+        if os.fstat(f.fileno()).st_size != bin_meta["size"]:
+            raise CheckpointError(f"{bin_path} does not have the size it was written with")
+        for e in index.entries:
+            raw = torch.empty(e.nbytes, dtype=torch.uint8)
+            if e.nbytes:
+                view = memoryview(raw.numpy()).cast("B")
+                got = 0
+                while got < e.nbytes:
+                    n = f.readinto(view[got:])
+                    if not n:
+                        raise CheckpointError(f"{bin_path} is truncated")
+                    got += n
+                crc = crc32_of(view, crc)
+            tensors.append(raw.view(dtype_named(e.dtype)).reshape(e.shape))
+    if crc != bin_meta["crc32"]:
+        raise CheckpointError(f"{bin_path} fails its checksum")
+    return tensors
+
+
+def shard_state(index: ShardIndex) -> dict[str, Any]:
+    skeleton = index.skeleton
+    return {
+        "model": skeleton["state"]["model"],
+        "optim": skeleton["state"]["optim"],
+        "extra": skeleton["extra"],
+    }
+
+
+def map_shard(path: str, index: ShardIndex, size: int) -> list[torch.Tensor]:
+    """A memory-tier shard's tensors as views of the file mapped into memory: its pages are already
+    in the tmpfs, so nothing is allocated or copied before the state is loaded from them (reading
+    them into new tensors took 14 s of a restart for 13.7 GB on an H200). Copy-on-write
+    (MAP_PRIVATE): the snapshot is never changed through them."""
+    if os.path.getsize(path) != size:
+        raise CheckpointError(f"{path} does not have the size it was written with")
+    whole = (
+        torch.from_file(path, shared=False, size=size, dtype=torch.uint8)
+        if size
+        else torch.empty(0, dtype=torch.uint8)
+    )
+    tensors = []
+    for e in index.entries:
+        if e.offset < 0 or e.offset + e.nbytes > size:
+            raise CheckpointError(f"{path}: an entry lies outside the file")
+        raw = whole[e.offset : e.offset + e.nbytes]
+        dtype = dtype_named(e.dtype)
+        if e.offset % dtype.itemsize:  # a view must be aligned to its element size
+            raw = raw.clone()
+        tensors.append(raw.view(dtype).reshape(e.shape))
+    return tensors

@@ -1,0 +1,156 @@
+"""Host staging: the rank's state copied into reused host buffers, the only part training waits for.
+
+On GPU the copy runs on a side CUDA stream into pinned buffers, and the training stream waits for
+it only right before the next `optimizer.step()` (an optimizer pre-hook calls `fence`), so the copy
+overlaps the next forward/backward. On CPU it is a plain copy.
+
+Where the bytes land is a `HostBuffers`: `PinnedBuffers` (private pinned memory, allocated once and
+reused) today. A memory tier whose buffers are shared memory that outlives the rank (issue 26) gives
+its own `HostBuffers`, so that a snapshot is this one device-to-host copy straight into them.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from .state_tree import flatten, state_of
+
+
+@dataclass
+class Snapshot:
+    """One save's state in host memory, handed from the training thread to the writer."""
+
+    step: int
+    nonce: int
+    skeleton: Any
+    host: list[torch.Tensor]
+    ready: Any  # torch.cuda.Event (the copy is done once it is) or None (done already)
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: Offered to the peer replica: decided by all ranks together (`CheckpointManager.save`).
+    replicate: bool = False
+
+    @property
+    def tree(self) -> dict[str, Any]:
+        """What the shard's index holds besides the tensors."""
+        return {"state": self.skeleton, "extra": self.extra}
+
+    def wait_copied(self) -> None:
+        if self.ready is not None:
+            self.ready.synchronize()
+
+
+class HostBuffers(Protocol):
+    """Where a snapshot's tensors are copied to: one host tensor per state tensor, in order."""
+
+    def buffer(self, i: int, spec: torch.Tensor, pin: bool) -> torch.Tensor:
+        """Host tensor `i`, of `spec`'s shape and dtype (reused while they match)."""
+        ...
+
+    def truncate(self, n: int) -> None:
+        """The state has `n` tensors now: drop buffers beyond them."""
+        ...
+
+
+class PinnedBuffers:
+    """Private host buffers, pinned when the state is on CUDA, allocated once and reused."""
+
+    def __init__(self) -> None:
+        self.tensors: list[torch.Tensor] = []
+
+    def buffer(self, i: int, spec: torch.Tensor, pin: bool) -> torch.Tensor:
+        if i < len(self.tensors):
+            buf = self.tensors[i]
+            if buf.shape == spec.shape and buf.dtype == spec.dtype:
+                return buf
+        buf = torch.empty(spec.shape, dtype=spec.dtype, device="cpu", pin_memory=pin)
+        if i < len(self.tensors):
+            self.tensors[i] = buf
+        else:
+            self.tensors.append(buf)
+        return buf
+
+    def truncate(self, n: int) -> None:
+        del self.tensors[n:]
+
+
+class HostStaging:
+    """The device-to-host copy of a snapshot, the fence that keeps it consistent, and the
+    background allocation of the buffers (`prepare`)."""
+
+    def __init__(self, buffers: HostBuffers | None = None) -> None:
+        self.buffers: HostBuffers = buffers if buffers is not None else PinnedBuffers()
+        self.preparer: threading.Thread | None = None  # allocating the pinned host buffers
+        self._stream: Any = None
+        self._fence_event: Any = None
+        self._copy_events: tuple[Any, Any] | None = None
+        self._hooked: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+
+    @property
+    def preparing(self) -> bool:
+        return self.preparer is not None and self.preparer.is_alive()
+
+    def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+        """Allocate the host buffers in a background thread (see `CheckpointManager.prepare`)."""
+        tensors: list[torch.Tensor] = []
+        flatten(state_of(model, optimizer), tensors)
+        specs = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors]
+        cuda = any(t.is_cuda for t in tensors)
+        device = torch.cuda.current_device() if cuda else None
+
+        def allocate() -> None:
+            if device is not None:
+                torch.cuda.set_device(device)
+            for i, spec in enumerate(specs):
+                self.buffers.buffer(i, spec, pin=cuda)
+
+        self.preparer = threading.Thread(target=allocate, name="rtj-ckpt-prepare", daemon=True)
+        self.preparer.start()
+
+    def copy_to_host(
+        self, tensors: list[torch.Tensor], optimizer: torch.optim.Optimizer | None
+    ) -> tuple[list[torch.Tensor], Any]:
+        """(the host buffers holding `tensors`, the CUDA event marking the copy done or None: on
+        CPU the copy is done on return)."""
+        host = [self.buffers.buffer(i, t, pin=t.is_cuda) for i, t in enumerate(tensors)]
+        self.buffers.truncate(len(tensors))
+        if not any(t.is_cuda for t in tensors):
+            for buf, t in zip(host, tensors, strict=True):
+                buf.copy_(t)
+            return host, None
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        stream = self._stream
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            start = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            for buf, t in zip(host, tensors, strict=True):
+                buf.copy_(t, non_blocking=t.is_cuda)
+                if t.is_cuda:
+                    t.record_stream(stream)
+            ready = torch.cuda.Event(enable_timing=True)
+            ready.record(stream)
+        self._fence_event = ready
+        self._copy_events = (start, ready)
+        if optimizer is not None and optimizer not in self._hooked:
+            optimizer.register_step_pre_hook(lambda *_: self.fence())
+            self._hooked.add(optimizer)
+        return host, ready
+
+    def fence(self) -> None:
+        """Make the current CUDA stream wait for the last snapshot copy (before mutating state)."""
+        ev, self._fence_event = self._fence_event, None
+        if ev is not None:
+            torch.cuda.current_stream().wait_event(ev)
+
+    def copy_seconds(self) -> float | None:
+        """GPU time of the last snapshot's device-to-host copy, once it has finished (else None)."""
+        if self._copy_events is None or not self._copy_events[1].query():
+            return None
+        start, end = self._copy_events
+        return start.elapsed_time(end) / 1000.0

@@ -1,0 +1,69 @@
+"""How a worker pod ends: the launcher's exit (and what the ranks reported) -> the pod's exit code and
+the fault its last heartbeat carries (pure; table-tested in tests/unit/test_entrypoint_exit.py).
+
+The operator's ladder reads both (`rtj.contract.ExitCode`, `FaultReason`): 0 training finished;
+143 stopped by SIGTERM; 93 no restart can help (NVRx saw no progress, one of the job's
+doNotRestartExitCodes, or a rank's permanent error); 70 the launcher's in-job restart budget is
+spent (a Hard fault: replace the pod).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from rtj.contract import ExitCode, Fault, FaultReason, FaultSeverity
+
+
+@dataclass(frozen=True)
+class LauncherEnd:
+    """What the entrypoint saw when its last launcher ended."""
+
+    rc: int  # the launcher's exit status (0 also when every rank finished and it lingered)
+    terminated: bool  # the pod was asked to stop (SIGTERM/SIGINT)
+    permanent: Fault | None  # a permanent error some rank reported
+    in_job_restarts: int  # the in-job restarts the heartbeat counted
+    progress: str  # the checkpoint iteration NVRx last saw ("none" if none)
+
+
+def map_exit_code(launcher_rc: int, *, terminated: bool, do_not_restart: Sequence[int]) -> int:
+    """The pod's exit code from how the launcher ended."""
+    if launcher_rc == 0 and not terminated:
+        return ExitCode.SUCCEEDED
+    if terminated:
+        return ExitCode.TERMINATED
+    if launcher_rc == ExitCode.DO_NOT_RESTART or launcher_rc in do_not_restart:
+        return ExitCode.DO_NOT_RESTART
+    return ExitCode.LAUNCHER_BUDGET_EXHAUSTED
+
+
+def pod_exit(
+    end: LauncherEnd, *, do_not_restart: Sequence[int], max_no_progress_cycles: int, now: datetime
+) -> tuple[int, Fault | None]:
+    """(the pod's exit code, the fault to report with it or None)."""
+    rc = end.rc
+    code = map_exit_code(rc, terminated=end.terminated, do_not_restart=do_not_restart)
+    if end.permanent is not None and not end.terminated:
+        return ExitCode.DO_NOT_RESTART, end.permanent
+    if code == ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
+        message = f"ft_launcher exited with {rc} after {end.in_job_restarts} in-job restarts"
+        return code, Fault(
+            severity=FaultSeverity.HARD,
+            reason=FaultReason.LAUNCHER_BUDGET_EXHAUSTED,
+            message=message,
+            time=now,
+        )
+    if code == ExitCode.DO_NOT_RESTART:
+        # Not a pod fault: a new pod would not make progress either. The exit code (93) is what
+        # fails the job; a Hard fault here would make the operator replace the pod first.
+        message = (
+            f"ft_launcher exited with {rc}: NVRx saw no progress past checkpoint iteration "
+            f"{end.progress} in {max_no_progress_cycles} restart cycles"
+            if rc == ExitCode.DO_NOT_RESTART
+            else f"ft_launcher exited with {rc}, one of the job's doNotRestartExitCodes"
+        )
+        return code, Fault(
+            severity=FaultSeverity.SOFT, reason=FaultReason.NO_PROGRESS, message=message, time=now
+        )
+    return code, None
