@@ -9,9 +9,19 @@ pruned after a new one commits is recycled for it: overwriting its file in place
 allocation of a new tmpfs file (3-4x the write time measured). Snapshots being persisted, being
 replicated, or replicated last are `protected` (the owner says which) and never pruned nor recycled.
 
-Shared-memory buffers that outlive the rank (issue 26 items 1-2) belong here too: this class would
-then also be the staging's `HostBuffers` (the device-to-host copy lands in the buffer of the slot
-being written, so `write` only commits its metadata), and `read` maps the committed slot.
+Snapshots at copy speed fit inside this part, keeping the layout above. The recycled snapshots
+already form a ring of `keep` files reused in place; to make one device-to-host copy land straight
+in them, this class becomes the staging's `HostBuffers` (`staging.HostBuffers`):
+- at a save, the training thread uncommits the ring slot to reuse (`_recycle`: one rename, the
+  same choice as today, never a protected slot; none free = busy, the snapshot waits) and asks for
+  its buffers: views of its `.bin` mapped shared (`torch.from_file(shared=True)`), registered once
+  with CUDA as pinned memory (`torch.cuda.cudart().cudaHostRegister`; nothing on CPU) and kept
+  mapped across renames, so pages are faulted in once and never allocated again;
+- the writer thread then only waits for the copy's event and commits: `snapshot.json` with the
+  step, the nonce and a CRC32 of the layout (each tensor's dtype, shape, offset), then the rename;
+  a kill before the rename leaves a `.partial`, never a committed slot over torn bytes;
+- `read` checks the layout CRC32 against the index and maps the file (as today); the copy into the
+  live tensors is then host-to-device from registered memory.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -45,37 +46,33 @@ class Snapshot:
 
 
 class HostBuffers(Protocol):
-    """Where a snapshot's tensors are copied to: one host tensor per state tensor, in order."""
+    """Where a snapshot's tensors are copied to: one host tensor per state tensor, in order (a
+    shared-memory ring can lay them out in one file: it sees the whole layout at once)."""
 
-    def buffer(self, i: int, spec: torch.Tensor, pin: bool) -> torch.Tensor:
-        """Host tensor `i`, of `spec`'s shape and dtype (reused while they match)."""
-        ...
-
-    def truncate(self, n: int) -> None:
-        """The state has `n` tensors now: drop buffers beyond them."""
+    def buffers(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> list[torch.Tensor]:
+        """Host tensors of `specs`' shapes and dtypes (reused while they match), pinned where `pin`."""
         ...
 
 
 class PinnedBuffers:
-    """Private host buffers, pinned when the state is on CUDA, allocated once and reused."""
+    """Private host buffers, pinned where the state is on CUDA, allocated once and reused."""
 
     def __init__(self) -> None:
         self.tensors: list[torch.Tensor] = []
 
-    def buffer(self, i: int, spec: torch.Tensor, pin: bool) -> torch.Tensor:
-        if i < len(self.tensors):
-            buf = self.tensors[i]
-            if buf.shape == spec.shape and buf.dtype == spec.dtype:
-                return buf
-        buf = torch.empty(spec.shape, dtype=spec.dtype, device="cpu", pin_memory=pin)
-        if i < len(self.tensors):
-            self.tensors[i] = buf
-        else:
-            self.tensors.append(buf)
-        return buf
-
-    def truncate(self, n: int) -> None:
-        del self.tensors[n:]
+    def buffers(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> list[torch.Tensor]:
+        for i, (spec, pinned) in enumerate(zip(specs, pin, strict=True)):
+            if i < len(self.tensors):
+                buf = self.tensors[i]
+                if buf.shape == spec.shape and buf.dtype == spec.dtype:
+                    continue
+            buf = torch.empty(spec.shape, dtype=spec.dtype, device="cpu", pin_memory=pinned)
+            if i < len(self.tensors):
+                self.tensors[i] = buf
+            else:
+                self.tensors.append(buf)
+        del self.tensors[len(specs) :]
+        return list(self.tensors)
 
 
 class HostStaging:
@@ -105,8 +102,7 @@ class HostStaging:
         def allocate() -> None:
             if device is not None:
                 torch.cuda.set_device(device)
-            for i, spec in enumerate(specs):
-                self.buffers.buffer(i, spec, pin=cuda)
+            self.buffers.buffers(specs, [cuda] * len(specs))
 
         self.preparer = threading.Thread(target=allocate, name="rtj-ckpt-prepare", daemon=True)
         self.preparer.start()
@@ -116,8 +112,7 @@ class HostStaging:
     ) -> tuple[list[torch.Tensor], Any]:
         """(the host buffers holding `tensors`, the CUDA event marking the copy done or None: on
         CPU the copy is done on return)."""
-        host = [self.buffers.buffer(i, t, pin=t.is_cuda) for i, t in enumerate(tensors)]
-        self.buffers.truncate(len(tensors))
+        host = self.buffers.buffers(tensors, [t.is_cuda for t in tensors])
         if not any(t.is_cuda for t in tensors):
             for buf, t in zip(host, tensors, strict=True):
                 buf.copy_(t)
