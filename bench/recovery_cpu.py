@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # trainer_harness imports trainer_pods
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "trainer"))
 
 from rtj_local.wait import wait_for

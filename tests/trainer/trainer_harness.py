@@ -7,11 +7,7 @@ monitors, ranks), like a node going away.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import re
-import signal
 import socket
 import subprocess
 import sys
@@ -20,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from rtj.contract import Heartbeat, TrainerConfig
+from rtj.contract import Heartbeat
 from rtj_local.procs import free_port, kill_tree
 from rtj_local.wait import wait_for
 from rtj_trainer.entrypoint import is_launcher
+from trainer_pods import kill_trees, last_heartbeat, pod_env, spawn, trainer_config
 
 TOY_TRAIN = Path(__file__).with_name("toy_train.py")
-LAST_HEARTBEAT = re.compile(r"last heartbeat (\{.*\})\s*$", re.M)
 
 
 @dataclass
@@ -40,9 +36,7 @@ class Pod:
         return self.log.read_text(errors="replace")
 
     def last_heartbeat(self) -> Heartbeat:
-        found = LAST_HEARTBEAT.findall(self.log_text())
-        assert found, f"{self.name}: no final heartbeat in its log"
-        return Heartbeat.model_validate_json(found[-1])
+        return last_heartbeat(self.log_text(), self.name)
 
 
 @dataclass
@@ -59,68 +53,47 @@ class ToyJob:
         self.port = free_port()
         self.events_file = self.tmp / "events.jsonl"
         self.ckpt_dir = self.tmp / "ckpt"
-        cfg = {
-            "jobName": "toy",
-            "command": [sys.executable, str(TOY_TRAIN)],
-            "args": [],
-            "nnodes": self.nnodes,
-            "nprocPerNode": self.nproc_per_node,
-            "rdzvEndpoint": f"127.0.0.1:{self.port}",
-            "rdzvId": f"toy-{self.port}",
-            "maxInJobRestarts": 3,
-            "heartbeatIntervalSeconds": 1,
-            "rankHeartbeatTimeoutSeconds": 20,
-            "rankInitialTimeoutSeconds": 90,
-            "inProcess": {
-                "enabled": True,
-                "softTimeoutSeconds": 15,
-                "hardTimeoutSeconds": 30,
-                "maxRestarts": 5,
+        cfg = trainer_config(
+            "toy",
+            [sys.executable, str(TOY_TRAIN)],
+            [],
+            self.port,
+            self.ckpt_dir,
+            nnodes=self.nnodes,
+            nproc_per_node=self.nproc_per_node,
+            **{
+                "rankHeartbeatTimeoutSeconds": 20,
+                "rankInitialTimeoutSeconds": 90,
+                "inProcess": {
+                    "enabled": True,
+                    "softTimeoutSeconds": 15,
+                    "hardTimeoutSeconds": 30,
+                    "maxRestarts": 5,
+                },
+                "maxNoProgressCycles": 2,
+                **self.config,
             },
-            "checkpointDir": str(self.ckpt_dir),
-            "checkpointIntervalSteps": 20,
-            "checkpointsToKeep": 2,
-            "maxNoProgressCycles": 2,
-            "doNotRestartExitCodes": [93, 78],
-        }
-        cfg.update(self.config)
-        TrainerConfig.model_validate(cfg)  # a typo in a test fails here, not in a pod
+        )
         self.trainer_config = json.dumps(cfg)
 
     def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> Pod:
         status_dir = self.tmp / f"status-{name}"
         log = self.tmp / f"{name}.log"
         env = {
-            **os.environ,
-            "RTJ_TRAINER_CONFIG": self.trainer_config,
-            "RTJ_POD_NAME": name,
-            "RTJ_NAMESPACE": "default",
-            "RTJ_POD_IP": "127.0.0.1",
-            "RTJ_STATUS_DIR": str(status_dir),
             "TOY_EVENTS": str(self.events_file),
             "TOY_STEP_SECONDS": "0.05",
             # Fail collectives fast on a dead peer (well under the in-process hard timeout).
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "3",
             "RTJ_TERMINATION_GRACE_SECONDS": "10",
             "RTJ_LAUNCHER_EXIT_TIMEOUT_SECONDS": "60",
-            "OMP_NUM_THREADS": "1",
-            "PYTHONUNBUFFERED": "1",
             # Several "pods" on one address: NVRx closes such a rendezvous unless told it is a simulation.
             "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1",
             **self.env,
             **(extra_env or {}),
-        }
-        if "KUBECONFIG" not in {**self.env, **(extra_env or {})}:
-            env.pop("KUBECONFIG", None)  # no Lease writes unless a test asks for them
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                # = the `rtj-trainer` console script, without needing the distribution installed.
-                [sys.executable, "-m", "rtj_trainer.entrypoint", *args],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        }  # KUBECONFIG only where a test gives it: no Lease writes unless a test asks for them
+        # = the `rtj-trainer` console script, without needing the distribution installed.
+        argv = [sys.executable, "-m", "rtj_trainer.entrypoint", *args]
+        proc = spawn(argv, pod_env(self.trainer_config, name, status_dir, env), log, mode="wb")
         return Pod(name, proc, log, status_dir)
 
     def start_rendezvous(self) -> None:
@@ -191,17 +164,7 @@ class ToyJob:
 
     def stop(self) -> None:
         """Tear everything down (test cleanup): every process tree we started."""
-        roots = [p.proc for p in self.pods.values()] + ([self.rdzv] if self.rdzv else [])
-        for proc in roots:
-            try:
-                root = psutil.Process(proc.pid)
-                procs = [root, *root.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                continue
-            for p in procs:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    p.send_signal(signal.SIGKILL)
-            psutil.wait_procs(procs, timeout=10)
+        kill_trees([p.proc for p in self.pods.values()] + ([self.rdzv] if self.rdzv else []))
         # Ranks orphaned by a killed launcher run in their own sessions: find them by their env file.
         for p in psutil.process_iter(["cmdline", "environ"]):
             try:

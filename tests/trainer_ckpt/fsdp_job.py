@@ -8,14 +8,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rtj_local.procs import free_port
+from trainer_pods import VENV_BIN, pod_env, start_one_pod, trainer_config
 
-VENV_BIN = Path(sys.executable).parent
+__all__ = ["VENV_BIN", "FsdpJob", "segments", "stop"]
 
 
 @dataclass
@@ -35,68 +35,30 @@ class FsdpJob:
         self.status_dir = self.tmp / "status"
 
     def env(self, port: int) -> dict[str, str]:
-        cfg = {
-            "jobName": self.name,
-            "command": [str(VENV_BIN / "python"), "-m", "rtj_trainer.examples.fsdp_train"],
-            "args": [
+        cfg = trainer_config(
+            self.name,
+            [str(VENV_BIN / "python"), "-m", "rtj_trainer.examples.fsdp_train"],
+            [
                 *("--steps", str(self.steps), "--log-dir", str(self.log_dir), "--min-step-time", "0.05"),
                 *self.extra_args,
             ],
-            "nnodes": 1,
-            "nprocPerNode": 2,
-            "rdzvEndpoint": f"127.0.0.1:{port}",
-            "rdzvId": f"fsdp-{port}",
-            "maxInJobRestarts": 3,
-            "heartbeatIntervalSeconds": 1,
-            "rankHeartbeatTimeoutSeconds": 120,
-            "rankInitialTimeoutSeconds": 300,
-            "inProcess": {
-                "enabled": True,
-                "softTimeoutSeconds": 60,
-                "hardTimeoutSeconds": 90,
-                "maxRestarts": 3,
-            },
-            "checkpointDir": str(self.ckpt_dir),
-            "checkpointIntervalSteps": self.checkpoint_interval,
-            "checkpointsToKeep": 2,
-            "memorySnapshotIntervalSteps": self.memory_interval,
-            "memorySnapshotDir": str(self.mem_dir),
-            "maxNoProgressCycles": 3,
-            "doNotRestartExitCodes": [93, 78],
-        }
+            port,
+            self.ckpt_dir,
+            rdzvId=f"fsdp-{port}",
+            checkpointIntervalSteps=self.checkpoint_interval,
+            memorySnapshotIntervalSteps=self.memory_interval,
+            memorySnapshotDir=str(self.mem_dir),
+        )
         env = {
-            **os.environ,
-            "RTJ_TRAINER_CONFIG": json.dumps(cfg),
-            "RTJ_POD_NAME": f"{self.name}-n0-a0",
-            "RTJ_NAMESPACE": "default",
-            "RTJ_POD_IP": "127.0.0.1",
-            "RTJ_STATUS_DIR": str(self.status_dir),
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "10",
             "RTJ_TERMINATION_GRACE_SECONDS": "30",
             "RTJ_FAULT_INJECT": self.faults,
-            "OMP_NUM_THREADS": "1",
-            "PYTHONUNBUFFERED": "1",
         }
-        env.pop("KUBECONFIG", None)
-        return env
+        return pod_env(cfg, f"{self.name}-n0-a0", self.status_dir, env)
 
     def start(self, tag: str = "") -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
         """(rendezvous, launch) processes, each in its own session; logs under tmp."""
-        port = free_port()
-        env = self.env(port)
-        procs = []
-        for cmd in ("rendezvous", "launch"):
-            with open(self.tmp / f"{cmd}{tag}.log", "ab") as out:
-                procs.append(
-                    subprocess.Popen(
-                        [str(VENV_BIN / "rtj-trainer"), cmd],
-                        env=env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-        return procs[0], procs[1]
+        return start_one_pod(self.env(free_port()), self.tmp, tag)
 
     def run(self, timeout: float = 600, tag: str = "") -> int:
         rdzv, launch = self.start(tag)
