@@ -23,7 +23,7 @@ from rtj_trainer.integrations.hf import ResilienceCallback
 from rtj_trainer.runtime_env import RankEnv
 
 
-class SequenceRule(torch.utils.data.Dataset):  # type: ignore[misc]
+class SequenceRule(torch.utils.data.Dataset):
     def __init__(self, vocab: int, seq: int, size: int = 4096) -> None:
         self.vocab, self.seq, self.size = vocab, seq, size
 
@@ -38,7 +38,7 @@ class SequenceRule(torch.utils.data.Dataset):  # type: ignore[misc]
         return {"input_ids": x, "labels": x.clone()}
 
 
-class InjectFaults(TrainerCallback):  # type: ignore[misc]
+class InjectFaults(TrainerCallback):
     def __init__(self, injector: FaultInjector) -> None:
         self.injector = injector
         self.started = False

@@ -34,12 +34,12 @@ import torch.distributed as dist
 from rtj.contract import ExitCode, PodState
 from transformers import TrainerCallback
 
-from rtj_trainer.checkpoint import CheckpointManager
+from rtj_trainer.checkpoint import CheckpointConfig, CheckpointManager
 from rtj_trainer.graceful import GracefulStop
 from rtj_trainer.report import RankReporter
 from rtj_trainer.runtime_env import RankEnv
 
-from .session import DEFAULT_MEMORY_DIR, ENV_TRAIN_LOG_DIR, StepLog
+from .session import ENV_TRAIN_LOG_DIR, StepLog
 
 
 def inner_optimizer(optimizer: Any) -> Any:
@@ -47,7 +47,7 @@ def inner_optimizer(optimizer: Any) -> Any:
     return getattr(optimizer, "optimizer", optimizer)
 
 
-class ResilienceCallback(TrainerCallback):  # type: ignore[misc]
+class ResilienceCallback(TrainerCallback):
     def __init__(self, env: RankEnv | None = None) -> None:
         self.env = env or RankEnv.from_env()
         self.reporter = RankReporter.from_env()
@@ -59,24 +59,7 @@ class ResilienceCallback(TrainerCallback):  # type: ignore[misc]
         self._scheduler: Any = None
 
     def _manager(self) -> CheckpointManager:
-        env = self.env
-        mem_dir = env.memory_snapshot_dir or DEFAULT_MEMORY_DIR
-        interval = env.memory_snapshot_interval_steps
-        local_root = env.memory_tier_root(mem_dir) if interval > 0 else None
-        replica = env.peer_replica() if local_root else None
-        return CheckpointManager(
-            env.checkpoint_dir,
-            rank=env.rank,
-            world_size=env.world_size,
-            interval_steps=env.checkpoint_interval_steps,
-            keep=env.checkpoints_to_keep,
-            reporter=self.reporter,
-            local_root=local_root,
-            local_interval_steps=interval or None,
-            adapt_local_interval=True,
-            replica_endpoint=replica[0] if replica else None,
-            peer_endpoint=replica[1] if replica else None,
-        )
+        return CheckpointManager.from_config(CheckpointConfig.from_rank_env(self.env), reporter=self.reporter)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         model, optim = kw["model"], inner_optimizer(kw["optimizer"])

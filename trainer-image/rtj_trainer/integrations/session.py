@@ -45,7 +45,7 @@ import torch
 import torch.distributed as dist
 from rtj.contract import ENV_POD_NAME, ExitCode, PodState
 
-from rtj_trainer.checkpoint import CheckpointManager
+from rtj_trainer.checkpoint import DEFAULT_LOCAL_WRITE_THREADS, CheckpointManager
 from rtj_trainer.graceful import GracefulStop
 from rtj_trainer.inprocess import run_with_inprocess_restart
 from rtj_trainer.kept_state import KeptState, agreed_step
@@ -128,7 +128,7 @@ class Resilience:
                 adapt_local_interval=True,  # a snapshot write longer than the interval widens it
                 replica_endpoint=replica[0] if replica else None,
                 peer_endpoint=replica[1] if replica else None,
-                **({"local_write_threads": snapshot_write_threads} if snapshot_write_threads else {}),
+                local_write_threads=snapshot_write_threads or DEFAULT_LOCAL_WRITE_THREADS,
             )
             if checkpoint
             else None

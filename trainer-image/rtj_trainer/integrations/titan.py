@@ -38,12 +38,12 @@ import torch.distributed as dist
 from rtj.contract import ExitCode, PodState
 from torchtitan.components.checkpointer.base import BaseCheckpointManager
 
-from rtj_trainer.checkpoint import CheckpointManager
+from rtj_trainer.checkpoint import CheckpointConfig, CheckpointManager
 from rtj_trainer.graceful import GracefulStop
 from rtj_trainer.report import RankReporter
 from rtj_trainer.runtime_env import RankEnv
 
-from .session import DEFAULT_MEMORY_DIR, ENV_TRAIN_LOG_DIR, StepLog
+from .session import ENV_TRAIN_LOG_DIR, StepLog
 
 
 def _plain(value: Any) -> bool:
@@ -86,23 +86,9 @@ class RtjCheckpointer(BaseCheckpointManager):
         self.dataloader, self.lr_schedulers, self.states = dataloader, lr_schedulers, states
         env = self.env = RankEnv.from_env()
         self.reporter = RankReporter.from_env()
-        interval = env.memory_snapshot_interval_steps
-        local_root = env.memory_tier_root(env.memory_snapshot_dir or DEFAULT_MEMORY_DIR) if interval else None
-        replica = env.peer_replica() if local_root else None
-        self.group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
-        self.ckpt = CheckpointManager(
-            env.checkpoint_dir,
-            rank=env.rank,
-            world_size=env.world_size,
-            interval_steps=env.checkpoint_interval_steps,
-            keep=env.checkpoints_to_keep,
-            group=self.group,
-            reporter=self.reporter,
-            local_root=local_root,
-            local_interval_steps=interval or None,
-            adapt_local_interval=True,
-            replica_endpoint=replica[0] if replica else None,
-            peer_endpoint=replica[1] if replica else None,
+        self.group: Any = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
+        self.ckpt = CheckpointManager.from_config(
+            CheckpointConfig.from_rank_env(env), group=self.group, reporter=self.reporter
         )
         self.stop = GracefulStop.install(status_dir=env.status_dir)
         self.log = StepLog(os.environ.get(ENV_TRAIN_LOG_DIR), env.rank)
