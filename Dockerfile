@@ -2,7 +2,8 @@
 # Operator image: `kopf run -m rtj.handlers`. Installs `.[operator]` only (no torch, no NVRx) and only the
 # `rtj` package (operator/; rtj_trainer and rtj_local are not copied, and pyproject's package discovery
 # finds only what is there).
-#   docker build -t rtj-operator:0.1.0 .            (make images builds it here with podman, see README)
+#   docker build -t rtj-operator:0.1.0 .
+# (`make images` builds it here with podman: docs/development.md, "Images and real kubelet nodes".)
 # Runs as UID 65532 with a read-only root filesystem (the chart mounts an emptyDir at /tmp).
 
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm

@@ -134,7 +134,7 @@ verify: lint generate ## lint + generate, then fail if generated files differ fr
 ##@ Demo and benchmarks
 
 # The demo runs the product as users run it (kubelet nodes, our images); the node agent's demo stays as the
-# quick look that needs no images (README: "How `make demo` works" gives both times).
+# quick look that needs no images (docs/development.md, "How `make demo-agent` works", gives both times).
 .PHONY: demo
 demo: venv nodes-build images ## The demo on 3 kubelet nodes: helm-installed operator pod, jobs of the trainer image, a node death (root)
 	RTJ_RUN_DIR=$(KUBELET_RUN_DIR) $(PY) -m rtj_local.kubelet_demo
