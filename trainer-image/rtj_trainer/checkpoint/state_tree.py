@@ -7,6 +7,7 @@ tensor like the live one at the same path, so FSDP2 meshes and placements stay t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -53,13 +54,13 @@ def unflatten(skel: Any, current: Any, loaded: list[torch.Tensor], mapped: bool 
             return current
         return saved.clone() if mapped else saved
     if isinstance(skel, dict):
-        cur = current if isinstance(current, dict) else {}
-        return {k: unflatten(v, cur.get(k), loaded, mapped) for k, v in skel.items()}
+        by_key: dict[Any, Any] = current if isinstance(current, dict) else {}
+        return {k: unflatten(v, by_key.get(k), loaded, mapped) for k, v in skel.items()}
     if isinstance(skel, list | tuple):
-        cur = (
+        in_order: Sequence[Any] = (
             current if isinstance(current, list | tuple) and len(current) == len(skel) else [None] * len(skel)
         )
-        items = [unflatten(v, c, loaded, mapped) for v, c in zip(skel, cur, strict=True)]
+        items = [unflatten(v, c, loaded, mapped) for v, c in zip(skel, in_order, strict=True)]
         return items if isinstance(skel, list) else tuple(items)
     return skel
 

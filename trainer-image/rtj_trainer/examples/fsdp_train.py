@@ -46,7 +46,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +54,9 @@ from torch import nn
 
 from rtj_trainer.examples.faults import ENV_FAULT_INJECT, FaultInjector, parse_faults
 from rtj_trainer.integrations.session import Attempt, Resilience
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 __all__ = ["ENV_FAULT_INJECT", "ModelConfig", "build", "host_float", "main", "synthetic_batch"]
 
@@ -148,7 +151,8 @@ def build(
         return model, optim
     with torch.no_grad():
         # Each local shard is cut from a full tensor generated identically on every rank.
-        for name, p in model.named_parameters():
+        for name, param in model.named_parameters():
+            p = cast("DTensor", param)  # fully_shard made every parameter a DTensor
             g = torch.Generator(device=device).manual_seed(seed + sum(map(ord, name)))
             if p.dim() > 1:
                 w = torch.randn(p.shape, generator=g, device=device) * 0.02
@@ -162,7 +166,7 @@ def build(
     return model, optim
 
 
-def _local_chunk(full: torch.Tensor, dtensor: Any) -> torch.Tensor:
+def _local_chunk(full: torch.Tensor, dtensor: DTensor) -> torch.Tensor:
     """The part of `full` this rank holds under the DTensor's Shard(0) placement."""
     from torch.distributed.tensor import distribute_tensor
 

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -58,7 +59,7 @@ def main() -> None:
     if (found := latest_checkpoint(args.save_dir)) is not None:
         start, path = found
         msd, osd = get_state_dict(model, optim)
-        state = {"model": msd, "optim": osd}
+        state: dict[str, Any] = {"model": msd, "optim": osd}
         dcp.load(state, checkpoint_id=path)
         set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
     log = open(args.log_file.replace("{rank}", str(rank)), "a", buffering=1) if args.log_file else None  # noqa: SIM115
