@@ -522,10 +522,6 @@ def fsx_persistent_volume_claim(job: ResilientTrainingJob) -> dict[str, Any] | N
     }
 
 
-def quarantine_taint(job_name: str) -> dict[str, str]:
-    return {"key": contract.QUARANTINE_TAINT_KEY, "value": job_name, "effect": "NoSchedule"}
-
-
 # --- Kueue (rtj.ladder.kueue_admission) --------------------------------------------------------------
 #: What of a pod's spec a Workload pod set's template keeps: what Kueue reads to count quota (the
 #: containers' requests and limits, overhead) and to pick flavors (node selector, affinity,

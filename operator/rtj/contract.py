@@ -74,8 +74,30 @@ CAUSE_HOT_SPARE = "HotSpare"
 CAUSE_RENDEZVOUS = "Rendezvous"
 
 # --- Node quarantine (writer: operator; reader: scheduler via the pods' anti-affinity, users) -----
-#: Taint key put on a node the operator quarantined after a hard fault; value is the job name.
+#: Taint key (effect NoSchedule) put on a node the operator quarantined on evidence against the
+#: node (rtj.ladder.blame); its value is the evidence's reason (e.g. NodeUnhealthy). The quarantine
+#: is the node's, not a job's: lifted by a decision about the node (rtj.ladder.quarantine), never
+#: by deleting a job.
 QUARANTINE_TAINT_KEY = f"{API_GROUP}/quarantined"
+#: Annotation on a quarantined node: a `Quarantine` as JSON (why, since, until, every job's evidence).
+QUARANTINE_ANNOTATION = f"{API_GROUP}/quarantine"
+#: Annotation on a node: the recent pod faults of our jobs there that carried no evidence against
+#: the node (`NodeFault` list as JSON). The same node failing pods of different jobs within
+#: NODE_FAULT_WINDOW_SECONDS is evidence against it (rtj.ladder.blame.repeated_on_node).
+NODE_FAULTS_ANNOTATION = f"{API_GROUP}/recent-faults"
+NODE_FAULT_WINDOW_SECONDS = 3600
+#: Node conditions whose status False says the node's hardware or OS is unhealthy: the EKS node
+#: monitoring agent's (which EKS node auto repair acts on) and the kubelet's own.
+NODE_HEALTH_CONDITIONS = frozenset(
+    {"AcceleratedHardwareReady", "NetworkingReady", "StorageReady", "KernelReady", "ContainerRuntimeReady"}
+)
+#: Node conditions whose status True reports a problem (node-problem-detector's permanent ones and
+#: the GPU problem conditions of NVIDIA's and EKS's detectors).
+NODE_PROBLEM_CONDITIONS = frozenset(
+    {"KernelDeadlock", "ReadonlyFilesystem", "GPUProblem", "XidError", "NVLinkError", "EFAProblem"}
+)
+#: The extended resource whose allocatable count dropping below capacity means a GPU was lost.
+GPU_RESOURCE = "nvidia.com/gpu"
 
 # --- Environment (writer: operator pod builder; reader: trainer entrypoint) ------------------------
 ENV_TRAINER_CONFIG = "RTJ_TRAINER_CONFIG"
@@ -182,10 +204,22 @@ class FaultReason(StrEnum):
     RANK_EXITED = "RankExited"
     #: A rank its launcher stopped (SIGTERM) to restart the workers after a fault elsewhere.
     RANK_STOPPED = "RankStopped"
+    #: A rank saw an error of its node's hardware (a CUDA device error, an NCCL/EFA transport
+    #: error, an Xid): reported Hard, it is evidence against the node (the operator quarantines it).
+    HARDWARE_ERROR = "HardwareError"
 
 
 #: Fault reasons that are consequences of a fault elsewhere: a pod's heartbeat carries the root cause.
 COLLATERAL_FAULT_REASONS = frozenset({FaultReason.PEER_FAILURE, FaultReason.RANK_STOPPED})
+#: Pod-reported fault reasons that are evidence against the pod's node (a training script may
+#: report its own, e.g. GpuXid, with these words in them: see is_hardware_fault).
+HARDWARE_FAULT_REASONS = frozenset(
+    {FaultReason.HARDWARE_ERROR, "GpuXid", "XidError", "EccError", "NvlinkError"}
+)
+
+
+def is_hardware_fault(reason: str) -> bool:
+    return reason in HARDWARE_FAULT_REASONS
 
 
 Counter = Annotated[int, Field(ge=0, le=MAX_COUNTER)]
@@ -485,3 +519,49 @@ def parse_time(value: Any) -> datetime | None:
     else:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+# --- Node records (writer: operator; readers: operator, users with kubectl describe node) ----------
+class NodeFault(_Model):
+    """One pod fault of one job on a node, without evidence against the node (NODE_FAULTS_ANNOTATION)."""
+
+    job: str = Field(max_length=317, description="namespace/name of the job")
+    reason: str = Field(max_length=128)
+    time: datetime
+
+
+class QuarantineEvidence(_Model):
+    job: str = Field(max_length=317)
+    reason: str = Field(max_length=128)
+    message: str = Field(default="", max_length=512)
+    time: datetime
+
+
+class Quarantine(_Model):
+    """Why a node is quarantined (QUARANTINE_ANNOTATION): recorded once, with every job's evidence."""
+
+    reason: str = Field(max_length=128)
+    since: datetime
+    #: When the quarantine is next checked: lifted then if the node shows no evidence, else extended.
+    until: datetime
+    evidence: tuple[QuarantineEvidence, ...] = ()
+
+
+def parse_node_faults(value: Any) -> tuple[NodeFault, ...]:
+    """The node's fault record; () when absent or malformed (anyone can write a node annotation)."""
+    try:
+        items = json.loads(value) if isinstance(value, str) else None
+        return tuple(NodeFault.model_validate(i) for i in items) if isinstance(items, list) else ()
+    except (ValueError, ValidationError):
+        return ()
+
+
+def format_node_faults(faults: tuple[NodeFault, ...] | list[NodeFault]) -> str:
+    return json.dumps([f.model_dump(mode="json") for f in faults], separators=(",", ":"))
+
+
+def parse_quarantine(value: Any) -> Quarantine | None:
+    try:
+        return Quarantine.model_validate_json(value) if isinstance(value, str) else None
+    except ValueError:
+        return None

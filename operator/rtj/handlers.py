@@ -33,7 +33,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
@@ -56,6 +56,7 @@ from rtj.ladder import (
     Observed,
     PatchWorkloadStatus,
     PromoteSpare,
+    RecordNodeFault,
     TaintNode,
     create_refusals,
     decide,
@@ -65,10 +66,18 @@ from rtj.ladder import (
     lease_from_dict,
     node_from_dict,
     pod_from_dict,
+    quarantine,
     wakeups,
 )
 from rtj.ladder.conditions import set_condition
-from rtj.ladder.observe import CreateRefusal, FlavorObs, WorkloadObs, flavor_from_dict, workload_from_dict
+from rtj.ladder.observe import (
+    CreateRefusal,
+    FlavorObs,
+    NodeObs,
+    WorkloadObs,
+    flavor_from_dict,
+    workload_from_dict,
+)
 from rtj.settings import Settings
 
 SETTINGS = Settings.from_env()
@@ -117,6 +126,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     metrics.serve(SETTINGS.metrics_port)
     # kopf never restarts a watch stream that failed (nolar/kopf#1276): a dead one ends the process.
     memo.watch_guard = watch_guard.WatchGuard().start()
+    memo.quarantine_review = asyncio.create_task(review_quarantines(memo.kube), name="rtj-quarantine-review")
     logger.info(
         "rtj operator started (metrics on :%s, interval %ss)",
         SETTINGS.metrics_port,
@@ -124,8 +134,33 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     )
 
 
+#: How often the operator looks for quarantines whose check is due (rtj.ladder.quarantine.review).
+QUARANTINE_REVIEW_SECONDS = 60.0
+
+
+async def review_quarantines(k: kube.Kube) -> None:
+    """Lift the quarantines whose check is due and whose node shows no evidence; extend the others."""
+    while True:
+        await asyncio.sleep(QUARANTINE_REVIEW_SECONDS)
+        now = datetime.now(UTC)
+        for node in list(_NODE_STATE.values()):
+            outcome = quarantine.review(node, now)
+            try:
+                if outcome.action == "lift":
+                    if await k.patch_node(node.name, quarantine.lift_patch):
+                        logger.info("%s", outcome.message)
+                elif outcome.action == "extend":
+                    later = now + timedelta(seconds=SETTINGS.quarantine_seconds)
+                    await k.patch_node(node.name, lambda obj, u=later: quarantine.extend_patch(obj, u))
+                    logger.info("node %s stays quarantined: %s", node.name, outcome.message)
+            except kube.KubeError as exc:  # a Conflict or an outage: the next round retries
+                logger.warning("quarantine review of node %s: %s", node.name, exc)
+
+
 @kopf.on.cleanup()
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    if getattr(memo, "quarantine_review", None) is not None:
+        memo.quarantine_review.cancel()
     if getattr(memo, "watch_guard", None) is not None:
         await memo.watch_guard.stop()
     for key in list(_LOOPS):
@@ -203,11 +238,14 @@ def rtj_services(namespace: str, labels: kopf.Labels, name: str, **_: Any) -> di
 
 @kopf.index("nodes")
 def rtj_nodes(name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    node = node_from_dict(_plain(body))
-    # A node's readiness or taints changed: wake the passes of the jobs with pods on it (a node
-    # status report that changes neither wakes nothing).
-    if _NODE_STATE.get(name) != (node.ready, node.taints):
-        _NODE_STATE[name] = (node.ready, node.taints)
+    plain = _plain(body)
+    plain["metadata"]["annotations"] = dict(body.metadata.annotations or {})
+    node = node_from_dict(plain)
+    # What the ladder reads of a node changed (readiness, taints, health conditions, GPUs, our
+    # records): wake the passes of the jobs with pods on it (a status report changing none of
+    # these wakes nothing).
+    if _NODE_STATE.get(name) != node:
+        _NODE_STATE[name] = node
         for key in _JOBS_ON_NODE.get(name, ()):
             if (job_loop := _LOOPS.get(key)) is not None:
                 job_loop.wake.set()
@@ -242,8 +280,8 @@ if SETTINGS.kueue_enabled:  # only then may the operator read Workloads (the cha
 
 #: Node -> jobs that had a pod bound to it (may name jobs whose pods have left: a spare wake-up).
 _JOBS_ON_NODE: dict[str, set[tuple[str, str]]] = {}
-#: Node -> (Ready status, taints) last seen.
-_NODE_STATE: dict[str, tuple[str, tuple[tuple[str, str, str], ...]]] = {}
+#: Node -> what the ladder last read of it (also what the quarantine review goes over).
+_NODE_STATE: dict[str, NodeObs] = {}
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:
@@ -328,21 +366,20 @@ async def admit(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         raise kopf.TemporaryError(f"checkpoint volume not created yet: {exc}", delay=5) from exc
 
 
-def holds_cluster_state(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
-    """The job has what garbage collection cannot undo: node taints of ours (quarantine) or a
-    cluster-scoped FSx PV. Only then does the job carry kopf's finalizer (kopf adds it when this
-    turns true and removes it when false): every other child is owned by the job and collected by
-    garbage collection, so a job without these is deletable with no operator running."""
-    return bool((spec.get("checkpoint") or {}).get("fsx")) or bool(status.get("quarantinedNodes"))
+def holds_cluster_state(spec: kopf.Spec, **_: Any) -> bool:
+    """The job has what garbage collection cannot undo: a cluster-scoped FSx PV. Only then does the
+    job carry kopf's finalizer (kopf adds it when this turns true and removes it when false): every
+    other child is owned by the job and collected by garbage collection, so a job without one is
+    deletable with no operator running (a namespace never stays Terminating for want of it). Node
+    quarantines are the nodes' (rtj.ladder.quarantine): deleting a job leaves them."""
+    return bool((spec.get("checkpoint") or {}).get("fsx"))
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, when=holds_cluster_state)
 async def cleanup(body: kopf.Body, memo: kopf.Memo, namespace: str, name: str, **_: Any) -> None:
-    """Undo what garbage collection cannot: our node taints and the cluster-scoped FSx PV."""
+    """Undo what garbage collection cannot: the cluster-scoped FSx PV."""
     k: kube.Kube = memo.kube
     try:
-        for node in body.status.get("quarantinedNodes") or []:
-            await k.set_node_taint(node, builders.quarantine_taint(name), present=False)
         if (body.spec.get("checkpoint") or {}).get("fsx"):
             await k.delete("PersistentVolume", None, builders.fsx_pv_name(namespace, name))
     except kube.KubeError as exc:
@@ -521,6 +558,7 @@ async def run_pass(
         heartbeat_status_resolution_seconds=SETTINGS.heartbeat_status_resolution_seconds,
         kueue_enabled=SETTINGS.kueue_enabled,
         api_recovery_hold_seconds=SETTINGS.api_recovery_hold_seconds,
+        quarantine_seconds=SETTINGS.quarantine_seconds,
     )
     placement = kueue_admission.placement(job, workload, flavors, SETTINGS.kueue_enabled)
     decision = decide(job, observed, now, config)
@@ -722,7 +760,18 @@ async def act(
                     case CreateRendezvousService():
                         await k.create(builders.rendezvous_service(job))
                     case TaintNode():
-                        await k.set_node_taint(action.node, builders.quarantine_taint(name), present=True)
+                        until = action.until or datetime.now(UTC)
+                        await k.patch_node(
+                            action.node,
+                            lambda obj, a=action, u=until: quarantine.taint_patch(
+                                obj, a.reason, a.job, a.evidence, u, datetime.now(UTC)
+                            ),
+                        )
+                    case RecordNodeFault():
+                        await k.patch_node(
+                            action.node,
+                            lambda obj, a=action: quarantine.fault_record_patch(obj, a.job, a.reason, a.time),
+                        )
                     case PromoteSpare():
                         return await k.patch(
                             "Pod",

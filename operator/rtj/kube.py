@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -96,7 +97,7 @@ class Kube:
         # responses and every other call queued behind them (bench/operator_scale.py, 50 jobs).
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rtj-kube")
         #: When a call last failed for want of an API server (no connection, a timeout, a 5xx):
-        #: node faults seen right after are held (rtj.ladder.pass_state.Pass.node_fault).
+        #: node faults seen right after are held (rtj.ladder.pass_state.Pass.node_verdict).
         self.failed_at: datetime | None = None
 
     @classmethod
@@ -266,36 +267,37 @@ class Kube:
     async def delete_job(self, namespace: str, name: str, uid: str) -> bool:
         return await self.delete("Job", namespace, name, uid)
 
-    # --- nodes (quarantine) ------------------------------------------------------------------------------
-    async def set_node_taint(self, node: str, taint: dict[str, str], present: bool) -> bool:
-        """Add (present) or remove a taint; read-modify-write guarded by resourceVersion.
-
-        Taints are a plain list (no merge key), so the whole list is written; a Conflict (someone
-        else changed the node) is retried by the next pass. A taint with the same key and effect but
-        another value (another job quarantined the node first) is left alone."""
+    # --- nodes (quarantine, fault record: rtj.ladder.quarantine computes the patches) ---------------------
+    async def patch_node(self, node: str, make: Callable[[dict[str, Any]], dict[str, Any] | None]) -> bool:
+        """Read the node, merge-patch it with `make(node)` under its resourceVersion (taints are a
+        plain list, written whole; a Conflict, someone else changing the node, is retried by the next
+        pass). False: the node is gone, or `make` had nothing to change."""
         try:
             obj = await self.request("GET", f"{_PATHS['Node']}/{node}")
         except KubeError as exc:
             if exc.not_found:
                 return False
             raise
-        taints = list((obj.get("spec") or {}).get("taints") or [])
-        same_slot = [t for t in taints if t.get("key") == taint["key"] and t.get("effect") == taint["effect"]]
-        if present:
-            if same_slot:
-                return False
-            new = [*taints, {**taint, "timeAdded": contract.kube_time(datetime.now(UTC))}]
-        else:
-            if not any(t.get("value") == taint["value"] for t in same_slot):
-                return False
-            new = [
-                t for t in taints if not (t.get("key") == taint["key"] and t.get("value") == taint["value"])
-            ]
-        patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "spec": {"taints": new}}
+        patch = make(obj)
+        if patch is None:
+            return False
         await self.request(
             "PATCH", f"{_PATHS['Node']}/{node}", patch, {"fieldManager": FIELD_MANAGER}, MERGE_PATCH
         )
         return True
+
+    async def quarantined_nodes(self) -> list[dict[str, Any]]:
+        """Every node carrying our quarantine taint (one LIST; the chart's uninstall hook and the
+        operator's quarantine review use it)."""
+        listing = await self.request("GET", _PATHS["Node"])
+        return [
+            n
+            for n in listing.get("items") or []
+            if any(
+                t.get("key") == contract.QUARANTINE_TAINT_KEY
+                for t in (n.get("spec") or {}).get("taints") or []
+            )
+        ]
 
     # --- events ---------------------------------------------------------------------------------------------
     async def emit_event(

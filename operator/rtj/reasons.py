@@ -22,17 +22,23 @@ POD_DELETED = "PodDeleted"
 NODE_NOT_READY = "NodeNotReady"
 NODE_LOST = "NodeLost"
 POD_REPORTED_HARD_FAULT = "PodReportedHardFault"
-#: Hard-fault reasons that point at the node (the node is quarantined when the spec asks for it).
-NODE_SUSPECT = frozenset(
-    {
-        HEARTBEAT_TIMEOUT,
-        STARTUP_TIMEOUT,
-        NODE_NOT_READY,
-        NODE_LOST,
-        POD_REPORTED_HARD_FAULT,
-        LAUNCHER_BUDGET_EXHAUSTED,
-    }
-)
+#: A Node condition says the node's hardware or OS is unhealthy, or its GPU count dropped.
+NODE_UNHEALTHY = "NodeUnhealthy"
+#: A rank reported an error of the node's hardware (contract.HARDWARE_FAULT_REASONS).
+HARDWARE_FAULT = "HardwareFault"
+#: The same node failed pods of different jobs within contract.NODE_FAULT_WINDOW_SECONDS.
+REPEATED_NODE_FAULTS = "RepeatedNodeFaults"
+#: The pod's evidence fits no class: replaced like a pod failure, reported as such, node untouched.
+UNCLASSIFIED = "Unclassified"
+#: A disruption, not a fault (rtj.ladder.blame): an eviction, preemption, drain or a delete by
+#: someone else. The pod is replaced, counted in restarts.disruptions; no fault budget is spent.
+POD_DISRUPTED = "PodDisrupted"
+#: The pod's launcher gave up waiting for peers the operator knows were not running yet: the pod is
+#: recreated, no budget spent, no node suspected.
+PEERS_NOT_READY = "PeersNotReady"
+#: The trainer container was killed by its own memory limit (the job's sizing, not the node's):
+#: the job fails with the limit in the message, as no restart can fix it.
+CONTAINER_OOM_KILLED = "ContainerOOMKilled"
 
 # --- Job level: one recovery for a fault that is not the pods' own (rtj.ladder.job_level) ----------
 #: The rendezvous pod was lost and is recreated (one job restart; the workers rejoin it).
@@ -60,6 +66,19 @@ INVALID_SPEC = "InvalidSpec"
 #: config): deterministic, so the job fails on the first report; no pod replaced, no node quarantined.
 PERMANENT_FAULT = "PermanentFault"
 
+# --- Waiting, not failing (condition Waiting; rtj.ladder.blame) ---------------------------------------
+#: Pods the scheduler cannot place (the scheduler's message): waiting for capacity.
+UNSCHEDULABLE = "Unschedulable"
+#: The kubelet retries pulling the image (ErrImagePull, ImagePullBackOff) ...
+IMAGE_PULL_RETRYING = "ImagePullRetrying"
+#: ... and gave up: an invalid image name at once, else still failing after imagePullTimeoutSeconds.
+IMAGE_PULL_FAILED = "ImagePullFailed"
+#: The container cannot be created from its config (a missing Secret or ConfigMap) ...
+CONFIG_WAITING = "CreateContainerConfigError"
+#: ... still so after the bound: the job fails naming it.
+CONFIG_FAILED = "ContainerConfigFailed"
+NOT_WAITING = "NotWaiting"
+
 # --- The API server refused a create (403, ...): condition type, Event reason (rtj.ladder.create_refusals)
 CREATE_REFUSED = "CreateRefused"
 CREATES_ACCEPTED = "CreatesAccepted"
@@ -82,6 +101,12 @@ POD_RESCHEDULED = "PodRescheduled"
 RECOVERED = "Recovered"
 NOT_RECOVERING = "NotRecovering"
 NODE_QUARANTINED = "NodeQuarantined"
+#: A job's evidence added to a node already quarantined (by another job, or earlier).
+NODE_QUARANTINE_EXTENDED = "NodeQuarantineExtended"
+#: The quarantine was lifted (rtj.ladder.quarantine: the node showed no evidence at its check).
+NODE_QUARANTINE_LIFTED = "NodeQuarantineLifted"
+#: A pod fault without node evidence recorded on the node (for RepeatedNodeFaults across jobs).
+NODE_FAULT_RECORDED = "NodeFaultRecorded"
 SPARE_PROMOTED = "SparePromoted"
 SUSPENDED = "Suspended"
 RESUMED = "Resumed"
@@ -101,3 +126,5 @@ LEVEL_IN_PROCESS = "InProcess"
 LEVEL_IN_JOB = "InJob"
 LEVEL_POD = "Pod"
 LEVEL_JOB = "Job"
+#: Not a level: pods replaced after a disruption (metric label `level`; no budget).
+LEVEL_DISRUPTION = "Disruption"

@@ -57,7 +57,14 @@ class Settings(BaseModel):
         ge=0,
         description="A node seen NotReady within this many seconds after the operator's own API calls "
         "failed (an API server outage) is not yet a fault: its kubelet could not renew either "
-        "(rtj.ladder.pass_state.Pass.node_fault). A node still NotReady afterwards is one.",
+        "(rtj.ladder.pass_state.Pass.node_verdict). A node still NotReady afterwards is one.",
+    )
+    quarantine_seconds: float = Field(
+        3600.0,
+        ge=60,
+        description="A quarantined node is checked again this long after its latest evidence: lifted "
+        "if it then shows none (Ready, no unhealthy condition, all GPUs), else checked again as long "
+        "later (rtj.ladder.quarantine).",
     )
     fault_grace_seconds: int = Field(
         5, ge=0, description="Grace when deleting a faulted pod (node lost: 0, forced)."

@@ -159,6 +159,7 @@ BASE = st.fixed_dictionaries(
                 optional={"value": st.one_of(_TEXT, sized(32768))},
             ),
             max_size=3,
+            unique_by=lambda e: e["name"],
         ),
         "resources": st.fixed_dictionaries(
             {},
@@ -319,6 +320,8 @@ PATTERN_BREAKS: list[tuple[tuple[str, ...], Any]] = [
     (("env",), [{"name": ""}]),
     (("env",), [{"name": "a" * 257}]),
     (("env",), [{"name": "A", "value": "v" * 32769}]),
+    (("env",), [{"name": "RTJ_TRAINER_CONFIG", "value": "{}"}]),  # the runtime's
+    (("env",), [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]),  # twice
     (("command",), []),
     (("command",), [""]),
     (("command",), ["x" * 4097]),

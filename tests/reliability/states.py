@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import strategies as st
@@ -33,6 +33,7 @@ from rtj.ladder import (
     decide,
     lease_from_dict,
     pod_from_dict,
+    quarantine,
 )
 
 #: At most this many slots get pods in generated states (a 10,000-node spec is decided in full,
@@ -236,8 +237,11 @@ def observed_states(draw: st.DrawFn, job: ResilientTrainingJob, now: datetime) -
 
 
 # --- one exercised pass ---------------------------------------------------------------------------------
-def render(job: ResilientTrainingJob, decision: Decision) -> list[dict[str, Any]]:
+def render(
+    job: ResilientTrainingJob, decision: Decision, now: datetime | None = None
+) -> list[dict[str, Any]]:
     """Every object the actions would create, through the builders (as rtj.handlers.act does)."""
+    now = now or datetime.now(UTC)
     out: list[dict[str, Any]] = []
     for action in decision.actions:
         if isinstance(action, CreateWorkerPod):
@@ -253,7 +257,8 @@ def render(job: ResilientTrainingJob, decision: Decision) -> list[dict[str, Any]
         elif isinstance(action, PromoteSpare):
             builders.promotion_patch(action.slot, action.attempt, action.cause)
         elif isinstance(action, TaintNode):
-            builders.quarantine_taint(str(job.metadata["name"]))
+            node = {"metadata": {"name": action.node, "resourceVersion": "1"}, "spec": {}}
+            quarantine.taint_patch(node, action.reason, action.job, action.evidence, action.until or now, now)
     for obj in (builders.fsx_persistent_volume(job), builders.fsx_persistent_volume_claim(job)):
         if obj is not None:
             out.append(obj)

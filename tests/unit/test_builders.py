@@ -116,12 +116,7 @@ def test_resources_omit_zero_devices(gpus: int, efa: int, expect: dict[str, str]
 
 
 def test_trainer_env_carries_config_and_downward_api() -> None:
-    job = (
-        make_job()
-        .nodes(4)
-        .spec(env=[{"name": "FOO", "value": "1"}, {"name": contract.ENV_TRAINER_CONFIG, "value": "spoof"}])
-        .obj()
-    )
+    job = make_job().nodes(4).spec(env=[{"name": "FOO", "value": "1"}]).obj()
     container = builders.worker_pod(job, 0, 0, "Initial")["spec"]["containers"][0]
     assert container["command"] == ["rtj-trainer", "launch"]
     env = {e["name"]: e for e in container["env"]}
@@ -136,6 +131,13 @@ def test_trainer_env_carries_config_and_downward_api() -> None:
     assert [e["name"] for e in container["env"]].count(contract.ENV_TRAINER_CONFIG) == 1
     assert env[contract.ENV_NODE_NAME]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert env[contract.ENV_POD_UID]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+
+
+def test_the_spec_refuses_env_the_runtime_owns_and_names_set_twice() -> None:
+    with pytest.raises(ValueError, match="RTJ_ are the runtime's: RTJ_TRAINER_CONFIG"):
+        make_job().spec(env=[{"name": contract.ENV_TRAINER_CONFIG, "value": "spoof"}]).obj()
+    with pytest.raises(ValueError, match=r"env\[1\]\.name 'FOO' is set twice"):
+        make_job().spec(env=[{"name": "FOO", "value": "1"}, {"name": "FOO", "value": "2"}]).obj()
 
 
 @pytest.mark.parametrize("pod_grace", [300, 30, 3])
@@ -247,14 +249,6 @@ def test_privileged_overrides_are_named() -> None:
         .obj()
     )
     assert builders.privileged_violations(job) == ["spec.podTemplate.volumes[1].hostPath must not be set"]
-
-
-def test_quarantine_taint() -> None:
-    assert builders.quarantine_taint("train") == {
-        "key": contract.QUARANTINE_TAINT_KEY,
-        "value": "train",
-        "effect": "NoSchedule",
-    }
 
 
 def all_pods(job) -> list[dict]:

@@ -243,7 +243,7 @@ def test_act_deletes_first_and_signals_a_promoted_spare_only_after_relabelling_i
         actions=[
             AssignLease(lease=spare, slot=1),
             PromoteSpare(pod=spare, slot=1, attempt=1, cause="HeartbeatTimeout"),
-            TaintNode(node="node-1"),
+            TaintNode("node-1", "NodeNotReady", "ns/train", "node node-1 is not Ready", NOW),
             DeletePod(name="train-n1-a0", uid="uid-n1", grace_seconds=0),
         ]
     )
@@ -281,12 +281,17 @@ def test_act_deletes_first_and_signals_a_promoted_spare_only_after_relabelling_i
     )
     taint = next(c for c in middle if c.method == "PATCH" and c.path == "/api/v1/nodes/node-1")
     (added,) = taint.body["spec"]["taints"]
-    assert taint.body["metadata"] == {"resourceVersion": "3"}  # read-modify-write under a precondition
+    assert taint.body["metadata"]["resourceVersion"] == "3"  # read-modify-write under a precondition
     assert {k: added[k] for k in ("key", "value", "effect")} == {
         "key": contract.QUARANTINE_TAINT_KEY,
-        "value": "train",
+        "value": "NodeNotReady",  # the node's evidence, not a job's name
         "effect": "NoSchedule",
     }
+    record = contract.parse_quarantine(taint.body["metadata"]["annotations"][contract.QUARANTINE_ANNOTATION])
+    assert record is not None and record.until == NOW
+    assert [(e.job, e.reason, e.message) for e in record.evidence] == [
+        ("ns/train", "NodeNotReady", "node node-1 is not Ready")
+    ]
     assert last == Call(
         "PATCH",
         lease_path,

@@ -1,4 +1,4 @@
-"""Table tests of the hold on node faults right after an API server outage (Pass.node_fault) through
+"""Table tests of the hold on node faults right after an API server outage (Pass.node_verdict) through
 decide(): while the API server was unreachable, kubelets could not renew their node Leases either,
 so a node seen NotReady within api_recovery_hold_seconds (30 s) of the operator's own last failed
 call is not yet a fault; one still NotReady afterwards is, and a node that is gone always is
@@ -10,9 +10,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ladder_testkit import NOW, Case, JobBuilder, ago, check, make_job, observe, running_status
+from ladder_testkit import NOW, Case, JobBuilder, ago, check, make_job, observe, quarantined, running_status
 from rtj import reasons
-from rtj.ladder import DeletePod, TaintNode, decide
+from rtj.ladder import DeletePod, decide
 
 pytestmark = pytest.mark.unit
 
@@ -21,7 +21,10 @@ def running_job() -> JobBuilder:
     return make_job().nodes(2).status(**running_status(2))
 
 
-NOT_READY_REPLACED = ([DeletePod("train-n1-a0", "uid-train-n1-a0", 0), TaintNode("node-1")], (0, 0, 1))
+NOT_READY_REPLACED = (
+    [DeletePod("train-n1-a0", "uid-train-n1-a0", 0), quarantined("node-1", reasons.NODE_NOT_READY)],
+    (0, 0, 1),
+)
 
 CASES = [
     Case(
@@ -51,7 +54,7 @@ CASES = [
         "node gone 10 s after a failed call: NodeLost is never held",
         running_job().obj(),
         observe().running(2).without_node("node-1").api_failed(10).obj(),
-        NOT_READY_REPLACED[0],
+        [DeletePod("train-n1-a0", "uid-train-n1-a0", 0), quarantined("node-1", reasons.NODE_LOST)],
         restarts=NOT_READY_REPLACED[1],
         events=[reasons.NODE_LOST, reasons.NODE_QUARANTINED],
     ),

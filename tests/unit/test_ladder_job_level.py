@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from ladder_testkit import NOW, ago, make_job, observe, running_status
+from ladder_testkit import NOW, actions, ago, make_job, observe, quarantined, recorded, running_status
 from rtj import reasons
 from rtj.api.models import ResilientTrainingJob
 from rtj.ladder import CreateRendezvousPod, CreateWorkerPod, DeletePod, Observed, TaintNode, decide
@@ -139,17 +139,18 @@ CASES = [
         [R],
     ),
     Case(
-        "the same exit 70 long after the window: that pod's own fault, its node quarantined",
+        "the same exit 70 long after the window: that pod's own fault, recorded on its node (no evidence "
+        "against it)",
         job(jobFaultTime=ago(61).isoformat(), jobRestartTime=ago(55).isoformat(), restarts={"job": 1}),
         exit70(2),
         [
             DeletePod("train-n2-a0", "uid-train-n2-a0", 5),
-            TaintNode("node-2"),
-            CreateWorkerPod(2, 1, "LauncherBudgetExhausted", ("node-2",)),
+            recorded("node-2", reasons.LAUNCHER_BUDGET_EXHAUSTED),
+            CreateWorkerPod(2, 1, "LauncherBudgetExhausted"),
         ],
         1,
         1,
-        [reasons.LAUNCHER_BUDGET_EXHAUSTED, reasons.NODE_QUARANTINED],
+        [reasons.LAUNCHER_BUDGET_EXHAUSTED],
     ),
     Case(
         "two workers exit 70 in one pass: PodsFailedTogether, one job restart",
@@ -191,7 +192,7 @@ CASES = [
         "a node fault right after the rendezvous loss stays that pod's (evidence about its node)",
         job(jobFaultTime=ago(5).isoformat()),
         observe().running(4).node("node-1", "False").obj(),
-        [DeletePod("train-n1-a0", "uid-train-n1-a0", 0), TaintNode("node-1")],
+        [DeletePod("train-n1-a0", "uid-train-n1-a0", 0), quarantined("node-1", reasons.NODE_NOT_READY)],
         1,
         0,
         [reasons.NODE_NOT_READY, reasons.NODE_QUARANTINED],
@@ -202,7 +203,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_job_level(case: Case) -> None:
     d = decide(case.job, case.observed, NOW)
-    assert d.actions == case.actions
+    assert actions(d) == case.actions
     assert (d.status.restarts.pod_reschedules, d.status.restarts.job) == (case.pod, case.job_restarts)
     assert [e.reason for e in d.events] == case.events
     if case.state:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ladder_testkit import NOW, Case, ago, check, make_job, observe, running_status
+from ladder_testkit import NOW, Case, ago, check, make_job, observe, recorded, running_status
 from rtj import reasons
 from rtj.api.models import ResilientTrainingJob
-from rtj.ladder import DeletePod, Observed, TaintNode, decide
+from rtj.ladder import DeletePod, Observed, decide
 
 pytestmark = pytest.mark.unit
 
@@ -51,9 +51,9 @@ CASES = [
         "missing past the grace with the last heartbeat past heartbeatTimeoutSeconds: HeartbeatTimeout",
         job_with_slot1(lastHeartbeatTime=ago(50).isoformat(), leaseMissingSince=ago(11).isoformat()),
         without_lease("train-n1-a0"),
-        [DeletePod("train-n1-a0", "uid-train-n1-a0", 0), TaintNode("node-1")],
+        [DeletePod("train-n1-a0", "uid-train-n1-a0", 0), recorded("node-1", reasons.HEARTBEAT_TIMEOUT)],
         restarts=(0, 0, 1),
-        events=[reasons.HEARTBEAT_TIMEOUT, reasons.NODE_QUARANTINED],
+        events=[reasons.HEARTBEAT_TIMEOUT],
         slots={1: {"attempt": 1, "lastFaultReason": reasons.HEARTBEAT_TIMEOUT, "leaseMissingSince": None}},
     ),
     Case(
@@ -72,9 +72,9 @@ CASES = [
         "a pod that never heartbeated still has its startup deadline (from pod start)",
         job_with_slot1(lastHeartbeatTime=None),
         without_lease("train-n1-a0"),
-        [DeletePod("train-n1-a0", "uid-train-n1-a0", 5), TaintNode("node-1")],
+        [DeletePod("train-n1-a0", "uid-train-n1-a0", 5), recorded("node-1", reasons.STARTUP_TIMEOUT)],
         restarts=(0, 0, 1),
-        events=[reasons.STARTUP_TIMEOUT, reasons.NODE_QUARANTINED],
+        events=[reasons.STARTUP_TIMEOUT],
         slots={1: {"attempt": 1}},
     ),
 ]

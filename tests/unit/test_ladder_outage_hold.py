@@ -13,10 +13,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from ladder_testkit import NOW, hb, make_job, observe, running_status
+from ladder_testkit import NOW, hb, make_job, observe, recorded, running_status
 from rtj import reasons
 from rtj.api.models import ResilientTrainingJob
-from rtj.ladder import DeletePod, Observed, TaintNode, decide
+from rtj.ladder import DeletePod, Observed, decide
 
 pytestmark = pytest.mark.unit
 
@@ -68,8 +68,8 @@ CASES = [
         "4 of 8 stale (not a majority), one past its deadline: no hold, that pod is replaced",
         False,
         ages(31, 20, 20, 20, 1, 1, 1, 1),
-        [DeletePod("train-n0-a0", "uid-train-n0-a0", 0), TaintNode("node-0")],
-        events=[reasons.HEARTBEAT_TIMEOUT, reasons.NODE_QUARANTINED],
+        [DeletePod("train-n0-a0", "uid-train-n0-a0", 0), recorded("node-0", reasons.HEARTBEAT_TIMEOUT)],
+        events=[reasons.HEARTBEAT_TIMEOUT],
         degraded=("True", reasons.PODS_PENDING),
     ),
     Case(
@@ -111,8 +111,8 @@ CASES = [
         "the hold ended 31 s ago and that slot never renewed: replaced, the message names both times",
         False,
         ages(62, 1, 1, 1, 1, 1, 1, 1),
-        [DeletePod("train-n0-a0", "uid-train-n0-a0", 0), TaintNode("node-0")],
-        events=[reasons.HEARTBEAT_TIMEOUT, reasons.NODE_QUARANTINED],
+        [DeletePod("train-n0-a0", "uid-train-n0-a0", 0), recorded("node-0", reasons.HEARTBEAT_TIMEOUT)],
+        events=[reasons.HEARTBEAT_TIMEOUT],
         degraded=("True", reasons.PODS_PENDING),
         hold_ended_ago=31,
     ),
@@ -120,8 +120,8 @@ CASES = [
         "a hold ended long ago: a slot renewed since is timed from its renewal as usual",
         False,
         ages(31, 1, 1, 1, 1, 1, 1, 1),
-        [DeletePod("train-n0-a0", "uid-train-n0-a0", 0), TaintNode("node-0")],
-        events=[reasons.HEARTBEAT_TIMEOUT, reasons.NODE_QUARANTINED],
+        [DeletePod("train-n0-a0", "uid-train-n0-a0", 0), recorded("node-0", reasons.HEARTBEAT_TIMEOUT)],
+        events=[reasons.HEARTBEAT_TIMEOUT],
         degraded=("True", reasons.PODS_PENDING),
         hold_ended_ago=600,
     ),

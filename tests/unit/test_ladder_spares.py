@@ -9,6 +9,7 @@ from ladder_testkit import (
     check,
     hb,
     observe,
+    recorded,
     replacing,
     running_job,
     slot_status,
@@ -20,7 +21,6 @@ from rtj.ladder import (
     CreateWorkerPod,
     DeletePod,
     PromoteSpare,
-    TaintNode,
 )
 
 pytestmark = pytest.mark.unit
@@ -45,13 +45,13 @@ CASES = [
         .obj(),
         [
             DeletePod("train-n1-a0", "uid-train-n1-a0", 5),
-            TaintNode("node-1"),
+            recorded("node-1", reasons.LAUNCHER_BUDGET_EXHAUSTED),
             PromoteSpare("train-spare-0-a0", 1, 1, reasons.LAUNCHER_BUDGET_EXHAUSTED),
             AssignLease("train-spare-0-a0", 1),
-            CreateSparePod(0, 1, ("node-1",)),
+            CreateSparePod(0, 1),
         ],
         restarts=(0, 0, 1),
-        events=[reasons.LAUNCHER_BUDGET_EXHAUSTED, reasons.NODE_QUARANTINED, reasons.SPARE_PROMOTED],
+        events=[reasons.LAUNCHER_BUDGET_EXHAUSTED, reasons.SPARE_PROMOTED],
     ),
     Case(
         "spare on a NotReady node is replaced (not counted: it was not training)",
@@ -120,7 +120,11 @@ CASES = [
         .spare(0)
         .lease("train-spare-0-a0", 1, hb("Starting"))
         .obj(),
-        [DeletePod("train-n1-a0", "uid-train-n1-a0", 5), CreateWorkerPod(1, 1, reasons.POD_FAILED)],
+        [
+            DeletePod("train-n1-a0", "uid-train-n1-a0", 5),
+            recorded("node-1", reasons.POD_FAILED),
+            CreateWorkerPod(1, 1, reasons.POD_FAILED),
+        ],
         restarts=(0, 0, 1),
         events=[reasons.POD_FAILED],
     ),

@@ -185,12 +185,31 @@ _PROGRAM_FIELDS = ("command", "args", "env")
 # ---------------------------------------------------------------------------------------------
 # spec
 # ---------------------------------------------------------------------------------------------
+#: Environment variables the runtime owns (its config, the pod's identity): a job may not set them.
+RUNTIME_ENV_PREFIX = "RTJ_"
+RUNTIME_ENV_OWNED = f"env names starting with {RUNTIME_ENV_PREFIX} are the runtime's"
+
+
 class EnvVar(ApiModel):
     """A plain environment variable of the trainer container."""
 
-    name: str = Field(
-        description="Environment variable name.", pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", max_length=256
+    model_config = ConfigDict(
+        json_schema_extra=cel((f"!self.name.startsWith('{RUNTIME_ENV_PREFIX}')", RUNTIME_ENV_OWNED, ".name"))
     )
+
+    name: str = Field(
+        description=f"Environment variable name; not starting with {RUNTIME_ENV_PREFIX} (the runtime's).",
+        pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+        max_length=256,
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _not_the_runtimes(cls, name: str) -> str:
+        if name.startswith(RUNTIME_ENV_PREFIX):
+            raise ValueError(f"{RUNTIME_ENV_OWNED}: {name}")
+        return name
+
     value: str = Field("", description="Value of the variable.", max_length=32768)
 
 
@@ -485,7 +504,19 @@ class FaultTolerance(ApiModel):
         3, description="Restart cycles without a new checkpoint before NVRx stops (exit 93).", ge=1, le=1000
     )
     quarantine_faulty_nodes: bool = Field(
-        True, description="Taint a node after a hard fault there and keep replacements off it."
+        True,
+        description="Taint a node when a fault carries evidence against that node (NotReady or gone, an "
+        "unhealthy hardware condition, lost GPUs, a hardware error its ranks report, pods of different "
+        "jobs failing there) and keep replacements off it. The quarantine is the node's: lifted when the "
+        "node shows no evidence at its check, never by deleting the job (docs/fault-classes.md).",
+    )
+    container_wait_timeout_seconds: int = Field(
+        600,
+        description="How long a pod's container may wait for its image (ErrImagePull, ImagePullBackOff) "
+        "or its config (CreateContainerConfigError) before the job fails naming it (ImagePullFailed, "
+        "ContainerConfigFailed); an invalid image name fails at once. Waiting spends no budget.",
+        ge=10,
+        le=86400,
     )
     progress_timeout_seconds: int = Field(
         1800,
@@ -758,7 +789,23 @@ class JobSpec(ApiModel):
     args: list[Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=list, description="Arguments of the training script.", max_length=256
     )
-    env: list[EnvVar] = Field(default_factory=list, description="Environment of the trainer.", max_length=256)
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        description="Environment of the trainer; each name once.",
+        max_length=256,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_unique(cls, env: list[EnvVar]) -> list[EnvVar]:
+        seen: set[str] = set()
+        for i, var in enumerate(env):
+            if var.name in seen:
+                raise ValueError(f"env[{i}].name {var.name!r} is set twice")
+            seen.add(var.name)
+        return env
+
     nodes: int = Field(
         description="Number of nodes, one pod per node. Immutable.",
         ge=1,
@@ -817,6 +864,9 @@ class ConditionType(StrEnum):
     CREATE_REFUSED = "CreateRefused"
     #: No pod reported a new highest step for progressTimeoutSeconds while all pods ran.
     STALLED = "Stalled"
+    #: Pods wait for something no restart fixes (rtj.ladder.blame): unschedulable, an image pulling
+    #: or failing to, a missing Secret/ConfigMap. The reason names it, the message quotes the evidence.
+    WAITING = "Waiting"
 
 
 class Condition(ApiModel):
@@ -833,9 +883,34 @@ class Condition(ApiModel):
 class RestartCounts(ApiModel):
     model_config = ConfigDict(extra="ignore")
 
-    in_process: int = Field(0, description="Level 1: in-process restarts observed (sum over pods).")
-    in_job: int = Field(0, description="Level 2: ft_launcher in-job restarts observed (sum over pods).")
-    pod_reschedules: int = Field(0, description="Level 3: pods replaced (derived from pod attempts).")
+    in_process: int = Field(
+        0,
+        description="Level 1: in-process restart incidents. Counts incidents, not pods: one exception is 1 "
+        "however many pods restart with it (their per-pod counts are in nodeSlots).",
+    )
+    in_job: int = Field(
+        0,
+        description="Level 2: ft_launcher in-job restart incidents, counted like inProcess; the in-job "
+        "restarts a pod replacement causes on its peers are part of that replacement.",
+    )
+    pod_reschedules: int = Field(
+        0, description="Level 3: pods replaced for a fault (derived from pod attempts); not disruptions."
+    )
+    disruptions: int = Field(
+        0,
+        description="Pods replaced after an eviction, preemption, drain or a delete by someone else: no "
+        "fault budget spent.",
+    )
+    in_process_incident_time: datetime | None = Field(
+        None,
+        description="When the last counted in-process incident began (its echoes within a heartbeat "
+        "timeout are not counted again).",
+    )
+    in_job_incident_time: datetime | None = Field(
+        None,
+        description="When the last counted in-job incident began (its echoes within a heartbeat timeout "
+        "are not counted again).",
+    )
     job: int = Field(
         0,
         description="Job-level recoveries: workers failing together, or right after the rendezvous pod "
@@ -869,6 +944,8 @@ class SlotState(StrEnum):
     (rtj.contract.PodState)."""
 
     PENDING = "Pending"
+    #: Its pod waits for something no restart fixes (condition Waiting names it).
+    WAITING = "Waiting"
     STARTING = "Starting"
     REPLACING = "Replacing"
     SILENT = "Silent"
@@ -884,7 +961,15 @@ class SlotState(StrEnum):
 
 #: Slot states without a running pod ("": not observed yet).
 SLOT_STATES_WITHOUT_POD = frozenset(
-    {SlotState.PENDING, SlotState.REPLACING, SlotState.COMPLETED, SlotState.FAILED, SlotState.SUSPENDED, ""}
+    {
+        SlotState.PENDING,
+        SlotState.WAITING,
+        SlotState.REPLACING,
+        SlotState.COMPLETED,
+        SlotState.FAILED,
+        SlotState.SUSPENDED,
+        "",
+    }
 )
 
 

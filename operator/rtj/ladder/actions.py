@@ -4,6 +4,7 @@ job, executing them is rtj.kube's."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 
@@ -42,9 +43,25 @@ class DeletePod:
 
 @dataclass(frozen=True)
 class TaintNode:
-    """Quarantine: add QUARANTINE_TAINT_KEY=<job>:NoSchedule."""
+    """Quarantine the node: QUARANTINE_TAINT_KEY=<reason>:NoSchedule, and this job's evidence added to
+    its QUARANTINE_ANNOTATION (checked again, and lifted if healthy, at `until`)."""
 
     node: str
+    reason: str = ""
+    #: namespace/name of the job whose evidence this is.
+    job: str = ""
+    evidence: str = ""
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RecordNodeFault:
+    """Add a pod fault without node evidence to the node's NODE_FAULTS_ANNOTATION record."""
+
+    node: str
+    job: str
+    reason: str
+    time: datetime
 
 
 @dataclass(frozen=True)
@@ -93,6 +110,7 @@ Action = (
     | CreateRendezvousService
     | DeletePod
     | TaintNode
+    | RecordNodeFault
     | PromoteSpare
     | AssignLease
     | DeleteJob

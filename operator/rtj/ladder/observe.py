@@ -23,6 +23,23 @@ def _int(value: Any) -> int | None:
 
 
 @dataclass(frozen=True)
+class ContainerObs:
+    """One container's (or init container's) state, as the kubelet reports it."""
+
+    name: str
+    init: bool = False
+    #: state.waiting.reason / .message (e.g. ImagePullBackOff, CreateContainerConfigError).
+    waiting_reason: str = ""
+    waiting_message: str = ""
+    #: state.terminated, else lastState.terminated (the latest run that ended).
+    terminated_reason: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    restart_count: int = 0
+    image: str = ""
+
+
+@dataclass(frozen=True)
 class PodObs:
     name: str
     uid: str = ""
@@ -40,6 +57,17 @@ class PodObs:
     status_reason: str = ""
     created: datetime | None = None
     started: datetime | None = None
+    status_message: str = ""
+    containers: tuple[ContainerObs, ...] = ()
+    #: The scheduler's message while PodScheduled is False with reason Unschedulable, else "".
+    unschedulable: str = ""
+    #: The DisruptionTarget condition (True) as "reason: message" (eviction, preemption, a drain,
+    #: a node's graceful shutdown), else "".
+    disruption: str = ""
+
+    @property
+    def trainer(self) -> ContainerObs | None:
+        return next((c for c in self.containers if c.name == contract.TRAINER_CONTAINER and not c.init), None)
 
     @property
     def terminal(self) -> bool:
@@ -66,6 +94,20 @@ class NodeObs:
     #: "True", "False" or "Unknown" (the Ready condition's status).
     ready: str = "Unknown"
     taints: tuple[tuple[str, str, str], ...] = ()
+    #: Health conditions that say the node is unhealthy, as "Type=Status: reason: message"
+    #: (contract.NODE_HEALTH_CONDITIONS False, NODE_PROBLEM_CONDITIONS True).
+    problems: tuple[str, ...] = ()
+    unschedulable: bool = False
+    #: The GPUs the device plugin reports (allocatable, capacity); None where the node has none.
+    gpus: tuple[int, int] | None = None
+    #: Recent pod faults of our jobs there without evidence against the node (NODE_FAULTS_ANNOTATION).
+    faults: tuple[contract.NodeFault, ...] = ()
+    #: Our quarantine (QUARANTINE_ANNOTATION), if any; the taint is in `taints`.
+    quarantine: contract.Quarantine | None = None
+
+    @property
+    def quarantined(self) -> bool:
+        return any(key == contract.QUARANTINE_TAINT_KEY for key, _value, _effect in self.taints)
 
 
 @dataclass(frozen=True)
@@ -122,11 +164,28 @@ def pod_from_dict(obj: dict[str, Any]) -> PodObs:
         if parsed is not None:
             slot = slot if slot is not None else parsed[0]
             attempt = attempt if attempt is not None else parsed[1]
+    containers = tuple(
+        _container(cs, init)
+        for key, init in (("initContainerStatuses", True), ("containerStatuses", False))
+        for cs in status.get(key) or []
+        if isinstance(cs, dict)
+    )
     exit_code = None
     for cs in status.get("containerStatuses") or []:
         if isinstance(cs, dict) and cs.get("name") == contract.TRAINER_CONTAINER:
             terminated = ((cs.get("state") or {}).get("terminated")) or {}
             exit_code = _int(terminated.get("exitCode")) if terminated else None
+    conditions = {str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, dict)}
+    scheduled = conditions.get("PodScheduled") or {}
+    unschedulable = ""
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        unschedulable = str(scheduled.get("message") or "no node fits the pod")
+    target = conditions.get("DisruptionTarget") or {}
+    disruption = ""
+    if target.get("status") == "True":
+        disruption = f"{target.get('reason') or 'DisruptionTarget'}: {target.get('message') or ''}".rstrip(
+            ": "
+        )
     return PodObs(
         name=name,
         uid=str(meta.get("uid", "")),
@@ -143,6 +202,27 @@ def pod_from_dict(obj: dict[str, Any]) -> PodObs:
         status_reason=str(status.get("reason") or ""),
         created=contract.parse_time(meta.get("creationTimestamp")),
         started=contract.parse_time(status.get("startTime")),
+        status_message=str(status.get("message") or ""),
+        containers=containers,
+        unschedulable=unschedulable,
+        disruption=disruption,
+    )
+
+
+def _container(cs: dict[str, Any], init: bool) -> ContainerObs:
+    state = cs.get("state") or {}
+    waiting = state.get("waiting") or {}
+    terminated = state.get("terminated") or (cs.get("lastState") or {}).get("terminated") or {}
+    return ContainerObs(
+        name=str(cs.get("name", "")),
+        init=init,
+        waiting_reason=str(waiting.get("reason") or "") if isinstance(waiting, dict) else "",
+        waiting_message=str(waiting.get("message") or "") if isinstance(waiting, dict) else "",
+        terminated_reason=str(terminated.get("reason") or "") if isinstance(terminated, dict) else "",
+        exit_code=_int(terminated.get("exitCode")) if isinstance(terminated, dict) else None,
+        signal=_int(terminated.get("signal")) if isinstance(terminated, dict) else None,
+        restart_count=_int(cs.get("restartCount")) or 0,
+        image=str(cs.get("image") or ""),
     )
 
 
@@ -182,7 +262,42 @@ def node_from_dict(obj: dict[str, Any]) -> NodeObs:
         for t in (obj.get("spec") or {}).get("taints") or []
         if isinstance(t, dict)
     )
-    return NodeObs(name=str(meta.get("name", "")), ready=ready, taints=taints)
+    annotations = meta.get("annotations") or {}
+    return NodeObs(
+        name=str(meta.get("name", "")),
+        ready=ready,
+        taints=taints,
+        problems=_node_problems(status.get("conditions") or []),
+        unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
+        gpus=_gpus(status),
+        faults=contract.parse_node_faults(annotations.get(contract.NODE_FAULTS_ANNOTATION)),
+        quarantine=contract.parse_quarantine(annotations.get(contract.QUARANTINE_ANNOTATION)),
+    )
+
+
+def _node_problems(conditions: list[Any]) -> tuple[str, ...]:
+    out = []
+    for c in conditions:
+        if not isinstance(c, dict):
+            continue
+        type_, status = str(c.get("type", "")), str(c.get("status", ""))
+        bad = (type_ in contract.NODE_HEALTH_CONDITIONS and status == "False") or (
+            type_ in contract.NODE_PROBLEM_CONDITIONS and status == "True"
+        )
+        if bad:
+            detail = ": ".join(str(x) for x in (c.get("reason"), c.get("message")) if x)
+            out.append(f"{type_}={status}" + (f": {detail}" if detail else ""))
+    return tuple(sorted(out))
+
+
+def _gpus(status: dict[str, Any]) -> tuple[int, int] | None:
+    def count(key: str) -> int | None:
+        return _int((status.get(key) or {}).get(contract.GPU_RESOURCE))
+
+    allocatable, capacity = count("allocatable"), count("capacity")
+    if capacity is None or capacity == 0:
+        return None
+    return (allocatable if allocatable is not None else capacity, capacity)
 
 
 @dataclass(frozen=True)

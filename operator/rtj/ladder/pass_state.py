@@ -9,9 +9,11 @@ from datetime import datetime
 from pydantic import ValidationError
 
 from rtj import contract, reasons
-from rtj.api.models import FaultStatus, JobStatus, NodeSlotStatus, ResilientTrainingJob
+from rtj.api.models import FaultStatus, JobStatus, NodeSlotStatus, ResilientTrainingJob, SlotState
+from rtj.ladder import blame
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import Action, DeletePod, JobEvent, RecoveryObserved, RestartObserved
+from rtj.ladder.blame import Verdict
 from rtj.ladder.conditions import set_condition
 from rtj.ladder.observe import LeaseObs, Observed, PodObs
 
@@ -27,8 +29,10 @@ class LadderConfig:
     heartbeat_status_resolution_seconds: float = 60.0
     #: Kueue integration (rtj.ladder.kueue_admission): a job labelled with a queue runs only admitted.
     kueue_enabled: bool = False
-    #: NodeNotReady within this long after the operator's own API calls failed is held (Pass.node_fault).
+    #: NodeNotReady within this long after the operator's own API calls failed is held (Pass.node_verdict).
     api_recovery_hold_seconds: float = 30.0
+    #: A quarantined node is checked again this long after the latest evidence (rtj.ladder.quarantine).
+    quarantine_seconds: float = 3600.0
 
 
 @dataclass
@@ -83,6 +87,9 @@ class Pass:
                 self.spares.setdefault(pod.spare_index, []).append(pod)
             elif pod.role == contract.ROLE_RENDEZVOUS and pod.name == contract.rendezvous_name(self.name):
                 self.rdzv = pod
+        self.job_key = f"{job.metadata.get('namespace', '')}/{self.name}"
+        #: Slots whose pods wait for something no restart fixes, with the evidence (condition Waiting).
+        self.waiting: list[tuple[NodeSlotStatus, Verdict]] = []
         self.failed: tuple[str, str] | None = None
         self.correlated = False
         self.stale_heartbeats = ""
@@ -104,21 +111,48 @@ class Pass:
         if when is not None and when >= self.now and (self.d.due is None or when < self.d.due):
             self.d.due = when
 
-    def node_fault(self, pod: PodObs) -> str | None:
-        """NodeNotReady / NodeLost for the pod's node, except a NotReady seen right after the
-        operator's own API calls failed: during an API server outage kubelets cannot renew their
-        node Leases either, and the node lifecycle controller may mark healthy nodes NotReady until
-        their next renewal (the analogue of its own "full disruption" mode). Held for
+    def node_verdict(self, node: str) -> Verdict | None:
+        """Evidence against a pod's node (rtj.ladder.blame.node_health), except a NotReady seen right
+        after the operator's own API calls failed: during an API server outage kubelets cannot renew
+        their node Leases either, and the node lifecycle controller may mark healthy nodes NotReady
+        until their next renewal (the analogue of its own "full disruption" mode). Held for
         api_recovery_hold_seconds after the last failed call; a node still NotReady then is a fault.
         A node that is gone (NodeLost) is never held."""
-        reason = p.node_fault(pod, self.obs.nodes, self.obs.nodes_known)
+        verdict = blame.node_health(self.obs.nodes.get(node), node, self.obs.nodes_known)
         failed = self.obs.api_failed_at
-        if reason == reasons.NODE_NOT_READY and failed is not None:
+        if verdict is not None and verdict.reason == reasons.NODE_NOT_READY and failed is not None:
             until = p.after(failed, self.cfg.api_recovery_hold_seconds)
             if self.now < until:
                 self.due_at(until)
                 return None
-        return reason
+        return verdict
+
+    @property
+    def waiting_reason(self) -> str:
+        """The most common reason slots wait for ("" when none waits)."""
+        counts: dict[str, int] = {}
+        for _slot, verdict in self.waiting:
+            counts[verdict.reason] = counts.get(verdict.reason, 0) + 1
+        return max(counts, key=lambda r: counts[r]) if counts else ""
+
+    def no_kubelet(self, pod: PodObs) -> bool:
+        """No kubelet can finish a graceful deletion of the pod: its node is not Ready or gone."""
+        verdict = self.node_verdict(pod.node)
+        return verdict is not None and verdict.reason in (reasons.NODE_NOT_READY, reasons.NODE_LOST)
+
+    def peers_waiting(self, slot: NodeSlotStatus) -> bool:
+        """Another slot of the job has no pod yet, or one that has not started (pending,
+        unschedulable, pulling): its peers' launchers wait for it. A peer that ended (failed in the
+        same pass, or exited 0) is not waited for."""
+        for other in self.slots:
+            if other.slot == slot.slot:
+                continue
+            current = [q for q in self.workers.get(other.slot, []) if q.attempt == other.attempt]
+            if not current and other.state not in (SlotState.SUCCEEDED, SlotState.COMPLETED):
+                return True
+            if any(q.phase == "Pending" for q in current):
+                return True
+        return False
 
     def lease(self, pod: PodObs) -> LeaseObs | None:
         return self.obs.leases.get(contract.lease_name(pod.name))
@@ -128,7 +162,7 @@ class Pass:
         (grace 0, also a deletion already requested) when `force` or when no kubelet can finish it:
         its node is not Ready or gone. A graceful deletion there never ends: the pod would stay
         Terminating, even after its job is deleted."""
-        force = force or self.node_fault(pod) is not None
+        force = force or self.no_kubelet(pod)
         if not force and pod.deleting:
             return
         action = DeletePod(pod.name, pod.uid, 0 if force else grace)

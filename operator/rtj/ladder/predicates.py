@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from rtj import contract, reasons
 from rtj.api.models import FaultTolerance
-from rtj.ladder.observe import LeaseObs, NodeObs, PodObs
+from rtj.ladder.observe import LeaseObs, PodObs
 
 
 def seconds_since(then: datetime, now: datetime) -> float:
@@ -35,18 +35,6 @@ def failed_pod_reason(pod: PodObs) -> str:
     if pod.exit_code == contract.ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
         return reasons.LAUNCHER_BUDGET_EXHAUSTED
     return reasons.POD_FAILED
-
-
-def node_fault(pod: PodObs, nodes: dict[str, NodeObs], nodes_known: bool) -> str | None:
-    """NodeNotReady / NodeLost for a pod bound to a node that is unhealthy or gone."""
-    if not pod.node or not nodes_known:
-        return None
-    node = nodes.get(pod.node)
-    if node is None:
-        return reasons.NODE_LOST
-    if node.ready != "True":
-        return reasons.NODE_NOT_READY
-    return None
 
 
 def timed_from(heard: datetime | None, hold_end: datetime | None) -> datetime | None:

@@ -17,7 +17,7 @@ def reconcile(ps: Pass) -> None:
     if not ps.obs.service_exists:
         ps.d.actions.append(CreateRendezvousService())
     pod = ps.rdzv
-    lost = pod is None or pod.terminal or ps.node_fault(pod)
+    lost = pod is None or pod.terminal or ps.no_kubelet(pod)
     if lost and ps.st.rendezvous_pod_uid:
         # Counted when first seen lost; the uid cleared in the same status write, so the
         # replacement is adopted without a second count.

@@ -10,12 +10,13 @@ from rtj.api.models import (
     NodeSlotStatus,
     SlotState,
 )
-from rtj.ladder import job_level, missing_lease, spares
+from rtj.ladder import blame, job_level, missing_lease, spares
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     AssignLease,
     CreateWorkerPod,
     PromoteSpare,
+    RecordNodeFault,
     RecoveryObserved,
     RestartObserved,
     TaintNode,
@@ -23,39 +24,28 @@ from rtj.ladder.actions import (
 from rtj.ladder.observe import LeaseObs, PodObs
 from rtj.ladder.pass_state import NORMAL, WARNING, Pass
 
-#: Faults whose pod is deleted without a grace period. A pod silent past heartbeatTimeoutSeconds is
-#: hung or cut off: a graceful stop would not be answered, and waiting for it (or for the node to
-#: turn NotReady, 40 s+ upstream) is exactly the delay the heartbeat deadline exists to avoid.
-FORCE = frozenset({reasons.NODE_NOT_READY, reasons.NODE_LOST, reasons.HEARTBEAT_TIMEOUT})
+#: Faults whose pod is deleted without a grace period (rtj.ladder.blame: a silent pod is hung or
+#: cut off, a graceful stop would not be answered; a node that is gone or NotReady has no kubelet).
+FORCE = frozenset(c.reason for c in blame.CLASSES.values() if c.force)
 #: A deletion still unfinished this long after its grace period ended will not be finished by a
 #: kubelet: force it rather than keep the slot empty.
 _OVERDUE_SECONDS = 2.0
 
 
 def observe(ps: Pass, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | None:
+    """The slot's fault this pass as (pod, reason, message), classified by rtj.ladder.blame; None
+    when there is none (the slot's state is updated: training, starting, waiting, ...)."""
     pods = ps.workers.get(slot.slot, [])
-    newest = max(pods, key=lambda q: q.attempt, default=None)
-    if newest is not None and newest.attempt > slot.attempt:
-        # Created (or promoted) by a pass whose status write was lost: adopt, count once.
-        if newest.cause in reasons.JOB_LEVEL_CAUSES:  # job level: no pod reschedule
-            slot.last_fault_reason = newest.cause
-            slot.recovering_since = slot.recovering_since or ps.now
-            slot.recovering_level = reasons.LEVEL_JOB
-        elif newest.cause and newest.cause not in reasons.NON_FAULT_CAUSES:
-            ps.st.restarts.pod_reschedules += 1
-            ps.d.restarts.append(RestartObserved(reasons.LEVEL_POD, newest.cause))
-            slot.last_fault_reason = newest.cause
-            slot.recovering_since = slot.recovering_since or ps.now
-            slot.recovering_level = reasons.LEVEL_POD
-        slot.attempt, slot.pod = newest.attempt, ""
-        slot.in_process_restarts = slot.in_job_restarts = 0
-        slot.last_heartbeat_time = slot.lease_missing_since = None  # a new pod: its own heartbeats
+    adopt_newer(ps, slot, max(pods, key=lambda q: q.attempt, default=None))
     for old in pods:
         if old.attempt < slot.attempt and old.live:
             ps.delete(old, ps.cfg.fault_grace_seconds)
     current = next((q for q in pods if q.attempt == slot.attempt), None)
     if current is None:
         if slot.pod:
+            node = ps.node_verdict(slot.node)
+            if node is not None:
+                return None, node.reason, f"pod {slot.pod} disappeared: {node.message}"
             return None, reasons.POD_DELETED, f"pod {slot.pod} disappeared"
         slot.state = SlotState.PENDING if slot.state not in (SlotState.REPLACING,) else slot.state
         return None
@@ -82,19 +72,61 @@ def observe(ps: Pass, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | 
                 f"pod {current.name} (slot {slot.slot}) exited with do-not-restart code {current.exit_code}",
             )
             return None
-        return (
-            current,
-            p.failed_pod_reason(current),
-            (
-                f"pod {current.name} failed (exit code {current.exit_code}, "
-                f"{current.status_reason or 'no reason'})"
-            ),
+        verdict = ps.node_verdict(current.node) or blame.ended(
+            current, lease, ps.spec.resources.memory or "", ps.peers_waiting(slot)
         )
-    if current.deleting:
+        return current, verdict.reason, verdict.message
+    node = ps.node_verdict(current.node)
+    if current.deleting and node is None:
+        if current.disruption:
+            return (
+                current,
+                reasons.POD_DISRUPTED,
+                f"pod {current.name} is being deleted: {current.disruption}",
+            )
         return current, reasons.POD_DELETED, f"pod {current.name} is being deleted"
-    node_reason = ps.node_fault(current)
-    if node_reason is not None:
-        return current, node_reason, f"node {current.node} of pod {current.name} is not Ready or gone"
+    if node is not None:
+        return current, node.reason, node.message
+    if (waiting := blame.waiting(current, ps.ft, ps.now)) is not None:
+        if waiting.cls.act == blame.Act.FAIL:
+            ps.note_fault(slot, waiting.reason, current.name, current.node)
+            ps.failed = (waiting.reason, f"slot {slot.slot}: {waiting.message}")
+            return None
+        slot.state = SlotState.WAITING
+        ps.waiting.append((slot, waiting))
+        return None
+    return live(ps, slot, current, lease)
+
+
+def adopt_newer(ps: Pass, slot: NodeSlotStatus, newest: PodObs | None) -> None:
+    """A pod newer than the status knows was created (or promoted) by a pass whose status write was
+    lost: adopt it and count it once, from its cause annotation."""
+    if newest is None or newest.attempt <= slot.attempt:
+        return
+    cls = blame.of(newest.cause)
+    if newest.cause in reasons.JOB_LEVEL_CAUSES:  # job level: no pod reschedule
+        slot.last_fault_reason = newest.cause
+        slot.recovering_since = slot.recovering_since or ps.now
+        slot.recovering_level = reasons.LEVEL_JOB
+    elif newest.cause and newest.cause not in reasons.NON_FAULT_CAUSES:
+        if cls.disruption:
+            ps.st.restarts.disruptions += 1
+            ps.d.restarts.append(RestartObserved(reasons.LEVEL_DISRUPTION, newest.cause))
+        elif cls.budget:
+            ps.st.restarts.pod_reschedules += 1
+            ps.d.restarts.append(RestartObserved(reasons.LEVEL_POD, newest.cause))
+        slot.last_fault_reason = newest.cause
+        slot.recovering_since = slot.recovering_since or ps.now
+        slot.recovering_level = reasons.LEVEL_POD
+    slot.attempt, slot.pod = newest.attempt, ""
+    slot.in_process_restarts = slot.in_job_restarts = 0
+    slot.last_heartbeat_time = slot.lease_missing_since = None  # a new pod: its own heartbeats
+
+
+def live(
+    ps: Pass, slot: NodeSlotStatus, current: PodObs, lease: LeaseObs | None
+) -> tuple[PodObs, str, str] | None:
+    """A pod that runs (or is starting): its soft restarts, its reported hard fault or its silence."""
     count_soft(ps, slot, current, lease)
     hold_end = ps.st.heartbeat_hold_end_time
     lease_missing = current.phase == "Running" and missing_lease.applies(
@@ -105,14 +137,17 @@ def observe(ps: Pass, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | 
     else:
         slot.lease_missing_since = None
         silence = p.heartbeat_silence(current, lease, ps.ft, ps.now, hold_end)
-    for check in (p.reported_hard_fault(lease), silence):
-        if check is not None:
-            return current, check[0], f"pod {current.name}: {check[1]}"
+    if (hard := blame.reported(current, lease)) is not None:
+        return current, hard.reason, hard.message
+    if silence is not None:
+        return current, silence[0], f"pod {current.name}: {silence[1]}"
     # Not silent yet: when it would be (a heartbeat's own deadline is in heartbeat_ages).
     if lease_missing:
         ps.due_at(missing_lease.deadline(slot, ps.ft, hold_end))
     else:
         ps.due_at(p.startup_deadline(current, lease, ps.ft, hold_end))
+    if current.phase == "Pending" and current.created is not None:  # a pull or config wait's bound
+        ps.due_at(p.after(current.created, ps.ft.container_wait_timeout_seconds + 1))
     renew = lease.renew_time if lease is not None else None
     if renew is not None:
         ps.d.heartbeat_ages[slot.slot] = p.seconds_since(renew, ps.now)  # the true age (a metric too)
@@ -142,6 +177,8 @@ def observe(ps: Pass, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | 
 
 
 def count_soft(ps: Pass, slot: NodeSlotStatus, pod: PodObs, lease: LeaseObs | None) -> None:
+    """Soft restarts (levels 1-2) from the heartbeat's counters: per slot every one, in
+    status.restarts one per incident (`_new_incident`)."""
     hb = lease.heartbeat if lease is not None else None
     if hb is None:  # absent or malformed: no information, never a fault by itself
         return
@@ -157,12 +194,14 @@ def count_soft(ps: Pass, slot: NodeSlotStatus, pod: PodObs, lease: LeaseObs | No
         delta = now_count - seen
         if delta <= 0:
             continue
-        if level == reasons.LEVEL_IN_PROCESS:
-            ps.st.restarts.in_process += delta
-        else:
-            ps.st.restarts.in_job += delta
-        ps.d.restarts.append(RestartObserved(level, reason, delta))
         detected = hb.fault.time if hb.fault is not None and hb.fault.time <= ps.now else ps.now
+        counted = _new_incident(ps, slot, level, hb.fault.reason if hb.fault is not None else "", detected)
+        if counted:
+            if level == reasons.LEVEL_IN_PROCESS:
+                ps.st.restarts.in_process += delta
+            else:
+                ps.st.restarts.in_job += delta
+            ps.d.restarts.append(RestartObserved(level, reason, delta))
         if slot.recovering_since is None:
             slot.recovering_since, slot.recovering_level = detected, level
         fault = f" ({hb.fault.reason}: {hb.fault.message})" if hb.fault is not None else ""
@@ -171,11 +210,30 @@ def count_soft(ps: Pass, slot: NodeSlotStatus, pod: PodObs, lease: LeaseObs | No
             NORMAL,
             reason,
             f"slot {slot.slot} pod {pod.name}: {delta} {level} restart(s), "
-            f"{now_count} in this pod{fault}; pods untouched",
+            f"{now_count} in this pod{fault}; pods untouched"
+            + ("" if counted else "; part of an incident already counted"),
         )
     # Never backwards: a lower count (should not happen within one pod) resets the baseline.
     slot.in_process_restarts = hb.in_process_restarts
     slot.in_job_restarts = hb.in_job_restarts
+
+
+def _new_incident(ps: Pass, slot: NodeSlotStatus, level: str, fault_reason: str, detected: datetime) -> bool:
+    """Counters count incidents, not the pods that echo them. A soft restart is an echo of an incident
+    already counted when its pod reports a collateral cause (a peer failed, its launcher stopped its
+    ranks), when it comes within a heartbeat timeout of the level's last counted incident, or while
+    a pod or job-level recovery of another slot is under way (the peers of a replaced pod restart
+    with it)."""
+    if fault_reason in contract.COLLATERAL_FAULT_REASONS:
+        return False
+    if any(s is not slot and s.recovering_level in (reasons.LEVEL_POD, reasons.LEVEL_JOB) for s in ps.slots):
+        return False
+    field = "in_process_incident_time" if level == reasons.LEVEL_IN_PROCESS else "in_job_incident_time"
+    last = getattr(ps.st.restarts, field)
+    if last is not None and abs((detected - last).total_seconds()) <= ps.ft.heartbeat_timeout_seconds:
+        return False
+    setattr(ps.st.restarts, field, detected)
+    return True
 
 
 def track_recovery(ps: Pass, slot: NodeSlotStatus, lease: LeaseObs | None) -> None:
@@ -285,36 +343,68 @@ def job_fault(
 
 
 def hard_fault(ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, reason: str, message: str) -> None:
-    if p.budget_exhausted(ps.st.restarts.pod_reschedules + 1, ps.ft):
-        ps.failed = (
-            reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED,
-            f"slot {slot.slot}: {message}; maxPodReschedules={ps.ft.max_pod_reschedules} already used",
-        )
+    """Act on the slot's classified fault (rtj.ladder.blame): fail the job, or replace its pod, spending
+    the pod budget or counting a disruption; quarantine the node only on evidence against it."""
+    cls = blame.of(reason)
+    if cls.act == blame.Act.FAIL:
+        ps.note_fault(slot, reason, pod.name if pod is not None else slot.pod, slot.node)
+        ps.failed = (reason, f"slot {slot.slot}: {message}")
         return
-    ps.st.restarts.pod_reschedules += 1
-    ps.d.restarts.append(RestartObserved(reasons.LEVEL_POD, reason))
-    old_name, node = _replace_pod(ps, slot, pod, reason, reason in FORCE, reasons.LEVEL_POD)
+    if cls.budget:
+        if p.budget_exhausted(ps.st.restarts.pod_reschedules + 1, ps.ft):
+            ps.failed = (
+                reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED,
+                f"slot {slot.slot}: {message}; maxPodReschedules={ps.ft.max_pod_reschedules} already used",
+            )
+            return
+        ps.st.restarts.pod_reschedules += 1
+        ps.d.restarts.append(RestartObserved(reasons.LEVEL_POD, reason))
+        spent = f"{ps.st.restarts.pod_reschedules}/{ps.ft.max_pod_reschedules} reschedules"
+    elif cls.disruption:
+        ps.st.restarts.disruptions += 1
+        ps.d.restarts.append(RestartObserved(reasons.LEVEL_DISRUPTION, reason))
+        spent = f"a disruption, not a fault: no budget spent, {ps.st.restarts.disruptions} so far"
+    else:
+        spent = "no budget spent"
+    lease = ps.lease(pod) if pod is not None else None
+    old_name, node = _replace_pod(ps, slot, pod, reason, cls.force, reasons.LEVEL_POD)
     ps.event(
         WARNING,
         reason,
-        f"slot {slot.slot}: {message}; replacing {old_name or 'pod'} with attempt "
-        f"{slot.attempt} ({ps.st.restarts.pod_reschedules}/"
-        f"{ps.ft.max_pod_reschedules} reschedules)",
+        f"slot {slot.slot}: {message}; replacing {old_name or 'pod'} with attempt {slot.attempt} ({spent})",
     )
-    if (
-        ps.ft.quarantine_faulty_nodes
-        and not ps.correlated
-        and node
-        and reason in reasons.NODE_SUSPECT
-        and node not in ps.st.quarantined_nodes
-    ):
+    if not node:
+        return
+    if cls.node:
+        if not (ps.correlated and reason in (reasons.NODE_NOT_READY, reasons.NODE_LOST)):
+            quarantine(ps, node, reason, message)
+    elif cls.recorded and not blame.user_code(lease):
+        repeated = blame.repeated_on_node(ps.obs.nodes.get(node), ps.job_key, ps.now)
+        if repeated is not None:
+            quarantine(ps, node, repeated.reason, repeated.message)
+        ps.d.actions.append(RecordNodeFault(node, ps.job_key, reason, ps.now))
+
+
+def quarantine(ps: Pass, node: str, reason: str, evidence: str) -> None:
+    """Taint the node (the node's quarantine: every job's evidence recorded on it, lifted by
+    rtj.ladder.quarantine when the node shows none at its check, never by deleting a job)."""
+    if not ps.ft.quarantine_faulty_nodes:
+        return
+    seen = ps.obs.nodes.get(node)
+    if seen is not None and seen.quarantined and node in ps.st.quarantined_nodes:
+        return  # this job's evidence is on it already
+    if node not in ps.st.quarantined_nodes:
         ps.st.quarantined_nodes = [*ps.st.quarantined_nodes, node]
-        ps.d.actions.append(TaintNode(node))
-        ps.event(
-            WARNING,
-            reasons.NODE_QUARANTINED,
-            f"node {node} tainted {contract.QUARANTINE_TAINT_KEY}={ps.name}:NoSchedule after {reason}",
-        )
+    until = p.after(ps.now, ps.cfg.quarantine_seconds)
+    ps.d.actions.append(TaintNode(node, reason, ps.job_key, evidence, until))
+    extended = seen is not None and seen.quarantined
+    ps.event(
+        WARNING,
+        reasons.NODE_QUARANTINE_EXTENDED if extended else reasons.NODE_QUARANTINED,
+        f"node {node} quarantined (taint {contract.QUARANTINE_TAINT_KEY}={reason}:NoSchedule) on "
+        f"evidence against it: {evidence}; checked again in {ps.cfg.quarantine_seconds:.0f}s and lifted "
+        "if it shows none, not when this job is deleted",
+    )
 
 
 def fill(ps: Pass, slot: NodeSlotStatus, cause: str | None) -> None:

@@ -51,7 +51,7 @@ def keep(ps: Pass) -> None:
         current = next((q for q in pods if q.attempt == entry.attempt), None)
         signalled = ps.lease(current) if current is not None else None
         lost = current is not None and (
-            ps.node_fault(current) is not None
+            ps.node_verdict(current.node) is not None
             # Signalled to join a slot but not promoted into one (a lost relabel whose slot was
             # filled otherwise): it must not stay, or two pods would serve that slot.
             or (signalled is not None and signalled.assigned_slot is not None)

@@ -50,7 +50,8 @@ def summarize(ps: Pass) -> None:
     ps.st.nodes_ready = ready
     # A pod that runs but has not heartbeated (or whose Lease is gone) is not known to train.
     renewing = {slot.slot for slot, _renew in ps.renewals}
-    starting = sum(1 for s in ps.slots if s.state == SlotState.STARTING and s.slot not in renewing)
+    # "Starting": no heartbeat yet, or the pod's heartbeat says its ranks have not begun training.
+    starting = sum(1 for s in ps.slots if s.state == SlotState.STARTING)
     if running and ps.st.start_time is None:
         ps.st.start_time = ps.now
     recovering = [s for s in ps.slots if s.recovering_since is not None]
@@ -60,15 +61,17 @@ def summarize(ps: Pass) -> None:
         close_degraded(ps)
     nodes = ps.spec.nodes
     all_running = running == nodes
-    all_heartbeating = all_running and len(renewing) == nodes
+    # Running only once the ranks train: every pod heartbeats and none is still starting.
+    all_training = all_running and len(renewing) == nodes and not starting
     ps.cond(
         ConditionType.RUNNING,
-        all_heartbeating,
+        all_training,
         reasons.ALL_PODS_RUNNING
-        if all_heartbeating
-        else (reasons.PODS_STARTING if all_running else reasons.PODS_PENDING),
+        if all_training
+        else (reasons.PODS_STARTING if all_running else ps.waiting_reason or reasons.PODS_PENDING),
         f"{running}/{nodes} pods running, {len(renewing)} heartbeating, {ready} training",
     )
+    waiting_condition(ps)
     if recovering:
         latest = max(recovering, key=lambda s: s.recovering_since or ps.now)
         reason = {
@@ -92,7 +95,7 @@ def summarize(ps: Pass) -> None:
         ps.cond(
             ConditionType.DEGRADED,
             degraded,
-            reasons.PODS_PENDING if degraded else reasons.ALL_PODS_RUNNING,
+            (ps.waiting_reason or reasons.PODS_PENDING) if degraded else reasons.ALL_PODS_RUNNING,
             f"{nodes - running} of {nodes} slots without a running pod" if degraded else "",
         )
     if recovering:
@@ -100,14 +103,30 @@ def summarize(ps: Pass) -> None:
             JobState.RECOVERING,
             next(c.reason for c in ps.st.conditions if c.type == ConditionType.RECOVERING),
         )
-    elif all_heartbeating:
+    elif all_training:
         ps.st.state, ps.st.reason = JobState.RUNNING, reasons.ALL_PODS_RUNNING
     elif all_running and starting:
         ps.st.state, ps.st.reason = JobState.STARTING, reasons.PODS_STARTING
     elif all_running:
         ps.st.state, ps.st.reason = JobState.RUNNING, reasons.PODS_NOT_HEARTBEATING
     else:
-        ps.st.state, ps.st.reason = JobState.PENDING, reasons.PODS_PENDING
+        ps.st.state, ps.st.reason = JobState.PENDING, ps.waiting_reason or reasons.PODS_PENDING
+
+
+def waiting_condition(ps: Pass) -> None:
+    """Condition Waiting: pods wait for something no restart fixes (rtj.ladder.blame), with how many
+    slots wait and the evidence; an Event when the reason changes. No budget spent, nothing restarted."""
+    if not ps.waiting:
+        if condition_reason(ps.old.conditions, ConditionType.WAITING):
+            ps.cond(ConditionType.WAITING, False, reasons.NOT_WAITING, "")
+        return
+    reason = ps.waiting_reason
+    message = f"{len(ps.waiting)} of {ps.spec.nodes} slots wait: " + "; ".join(
+        f"slot {slot.slot}: {verdict.message}" for slot, verdict in ps.waiting
+    )
+    if condition_reason(ps.old.conditions, ConditionType.WAITING) != reason:
+        ps.event(WARNING, reason, f"{message}; nothing restarted, no budget spent")
+    ps.cond(ConditionType.WAITING, True, reason, message[:1024])
 
 
 def condition_reason(conditions: list[Condition], type_: str) -> str:
