@@ -6,6 +6,7 @@ and counters count incidents."""
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -531,3 +532,8 @@ def test_the_fault_record_keeps_the_window_and_is_idempotent() -> None:
     assert q.fault_record_patch(node, "ns/train", "PodFailed", NOW) is None  # a retried action adds nothing
     garbage = raw_node(annotations={contract.NODE_FAULTS_ANNOTATION: "{not json"})
     assert node_from_dict(garbage).faults == ()
+
+
+def test_the_docs_table_is_the_classifiers() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "fault-classes.md").read_text()
+    assert blame.markdown_table() in doc, "docs/fault-classes.md: paste rtj.ladder.blame.markdown_table()"

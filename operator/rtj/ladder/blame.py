@@ -47,7 +47,7 @@ class FaultClass:
     budget: bool
     #: The evidence is against the pod's node: it is quarantined (faultTolerance.quarantineFaultyNodes).
     node: bool
-    #: What the class means, for the docs' table (docs/fault-classes.md is generated from it).
+    #: What the class means, for the docs' table (docs/fault-classes.md holds `markdown_table()`).
     means: str
     #: A disruption, not a fault: counted in status.restarts.disruptions, no budget.
     disruption: bool = False
@@ -353,3 +353,21 @@ def repeated_on_node(node: NodeObs | None, job: str, now: datetime) -> Verdict |
         reasons.REPEATED_NODE_FAULTS,
         f"node {node.name} also failed pods of " + ", ".join(others) + f" within {window}s",
     )
+
+
+def markdown_table() -> str:
+    """The classes as docs/fault-classes.md shows them (a unit test keeps the two equal)."""
+    rows = [
+        "| reason | evidence | the ladder | budget | the node |",
+        "|---|---|---|---|---|",
+    ]
+    for c in _CLASSES:
+        act = {
+            Act.WAIT: "waits (condition Waiting)",
+            Act.FAIL: "fails the job",
+            Act.REPLACE: "replaces the pod",
+        }[c.act]
+        budget = "maxPodReschedules" if c.budget else ("disruptions (no limit)" if c.disruption else "none")
+        node = "quarantined" if c.node else ("recorded" if c.recorded else "untouched")
+        rows.append(f"| `{c.reason}` | {c.means} | {act} | {budget} | {node} |")
+    return "\n".join(rows) + "\n"

@@ -7,8 +7,8 @@ A quarantine is the node's, not a job's (rtj.ladder.blame decides when there is 
 - at `until` the operator reviews the node (`review`): Ready, no unhealthy condition and every GPU
   allocatable lifts it; otherwise it is checked again a quarantine period later. An admin lifts it
   with `kubectl taint node <node> rtj.dev/quarantined-`; the record goes with the taint.
-Deleting a job never lifts a quarantine, and uninstalling the chart lifts them all (its pre-delete
-hook), so no node stays tainted by an operator that is gone.
+Deleting a job never lifts a quarantine. Nothing lifts one once the operator is uninstalled:
+docs/fault-classes.md gives the one command that does.
 
 The same node failing pods of different jobs is evidence too: each job's pod faults without node
 evidence are recorded on the node (NODE_FAULTS_ANNOTATION, entries older than
