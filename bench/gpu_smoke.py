@@ -122,6 +122,8 @@ def log_lines(launch_log: str, minutes: float) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.work_dir:
+        Path(args.work_dir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rtj-smoke-", dir=args.work_dir))
     port = free_port()
     cfg = trainer_config(args, work, port)

@@ -86,6 +86,7 @@ def trainer_config(job: ResilientTrainingJob, standby: bool = False) -> contract
     ip = ft.in_process_restart
     return contract.TrainerConfig(
         job_name=_name(job),
+        job_uid=str(job.metadata["uid"]) if job.metadata.get("uid") else None,
         command=list(spec.command),
         args=list(spec.args),
         nnodes=spec.nodes,
@@ -375,6 +376,10 @@ def promotion_patch(slot: int, attempt: int, cause: str) -> dict[str, Any]:
 
 def assign_lease_patch(slot: int) -> dict[str, Any]:
     return {"metadata": {"annotations": {contract.ASSIGNED_SLOT_ANNOTATION: str(slot)}}}
+
+
+def fence_lease_patch(reason: str) -> dict[str, Any]:
+    return {"metadata": {"annotations": {contract.FENCED_ANNOTATION: reason[:512]}}}
 
 
 def rendezvous_pod(job: ResilientTrainingJob, settings: BuildSettings | None = None) -> dict[str, Any]:

@@ -126,6 +126,13 @@ LEASE_LABELS = (LABEL_JOB,)
 #: only once this annotation is present; the agent must preserve it when renewing the Lease
 #: (update with a merge patch or copy unknown annotations back).
 ASSIGNED_SLOT_ANNOTATION = f"{API_GROUP}/assigned-slot"
+#: Fencing (writer: operator; reader: the pod's heartbeat agent, on its next renewal): set on the
+#: Lease of a pod that is no longer its slot's current attempt (its pod was replaced, e.g. on a node
+#: whose kubelet stopped while the containers kept running). Value: why. The agent stops its ranks at
+#: once (no save: the job has moved on) and the pod exits with ExitCode.FENCED. A Lease recreated
+#: after it vanished is owned by the job, not by the (maybe deleted) pod, so that garbage
+#: collection cannot remove it before the operator has fenced it.
+FENCED_ANNOTATION = f"{API_GROUP}/fenced"
 #: Upper bound on counters and steps accepted from a Lease; larger values are malformed.
 MAX_COUNTER = 2**53
 #: Upper bound on a persist time accepted from a Lease (a day); larger values are malformed.
@@ -143,6 +150,8 @@ class ExitCode:
     DO_NOT_RESTART = 93
     #: Stopped by SIGTERM (deletion, suspend) after a graceful stop.
     TERMINATED = 143
+    #: Fenced: the operator replaced this pod (FENCED_ANNOTATION on its Lease); it stopped itself.
+    FENCED = 75
 
 
 DEFAULT_DO_NOT_RESTART_EXIT_CODES = (ExitCode.DO_NOT_RESTART, ExitCode.CONFIG_ERROR)
@@ -381,6 +390,8 @@ class TrainerConfig(_Model):
     """What the trainer entrypoint needs, as the operator computed it from the job spec."""
 
     job_name: str = Field(alias="jobName", min_length=1)
+    #: The job's UID: owner of a heartbeat Lease recreated after it vanished (FENCED_ANNOTATION).
+    job_uid: str | None = Field(None, alias="jobUid", min_length=1)
     command: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
     args: list[str]
     nnodes: PositiveCount

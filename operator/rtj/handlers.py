@@ -51,7 +51,9 @@ from rtj.ladder import (
     CreateWorkload,
     Decision,
     DeleteJob,
+    DeleteLease,
     DeletePod,
+    FenceLease,
     LadderConfig,
     Observed,
     PatchWorkloadStatus,
@@ -196,8 +198,9 @@ def rtj_leases(
     key, name = (namespace, labels[contract.LABEL_JOB]), str(meta.get("name"))
     annotations = dict(meta.get("annotations") or {})
     arrived = datetime.now(UTC)
+    owners = [{"kind": o.get("kind")} for o in meta.get("ownerReferences") or [] if isinstance(o, dict)]
     lease = {
-        "metadata": {"name": name, "annotations": annotations},
+        "metadata": {"name": name, "annotations": annotations, "ownerReferences": owners},
         "spec": {"renewTime": spec.get("renewTime")},
         # When this version arrived: bounds a future renewTime (see ladder.lease_from_dict).
         OBSERVED_AT: arrived,
@@ -786,6 +789,15 @@ async def act(
                             contract.lease_name(action.lease),
                             builders.assign_lease_patch(action.slot),
                         )
+                    case FenceLease():
+                        await k.patch(
+                            "Lease",
+                            ns,
+                            contract.lease_name(action.lease),
+                            builders.fence_lease_patch(action.reason),
+                        )
+                    case DeleteLease():
+                        await k.delete("Lease", ns, contract.lease_name(action.lease))
                     case DeleteJob():
                         await k.delete_job(ns, name, str(job.metadata.get("uid", "")))
                     case CreateWorkload():

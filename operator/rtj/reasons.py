@@ -108,6 +108,9 @@ NODE_QUARANTINE_LIFTED = "NodeQuarantineLifted"
 #: A pod fault without node evidence recorded on the node (for RepeatedNodeFaults across jobs).
 NODE_FAULT_RECORDED = "NodeFaultRecorded"
 SPARE_PROMOTED = "SparePromoted"
+#: A pod the API no longer knows still heartbeats for an old attempt of its slot: fenced
+#: (rtj.ladder.fencing), it stops itself.
+STALE_POD_FENCED = "StalePodFenced"
 SUSPENDED = "Suspended"
 RESUMED = "Resumed"
 #: Kueue (rtj.ladder.kueue_admission): a labelled job waits for its Workload's admission, or its

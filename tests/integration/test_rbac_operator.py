@@ -21,7 +21,7 @@ OPERATOR_NAMESPACED_YES = [
     *[(v, "pods", ()) for v in ("create", "delete", "get", "list", "watch", "patch")],
     *[(v, "services", ()) for v in ("create", "list", "watch")],
     ("create", "persistentvolumeclaims", ()),
-    *[(v, "leases.coordination.k8s.io", ()) for v in ("get", "list", "watch", "patch")],
+    *[(v, "leases.coordination.k8s.io", ()) for v in ("get", "list", "watch", "patch", "delete")],
     ("create", "events", ()),
 ]
 #: Only with fsx.enabled=true (the static PersistentVolume of an FSx checkpoint volume).
@@ -49,7 +49,6 @@ OPERATOR_NO = [
     ("create", "deployments.apps", ()),
     ("delete", "deployments.apps", ()),
     ("create", "leases.coordination.k8s.io", ()),
-    ("delete", "leases.coordination.k8s.io", ()),
     ("create", JOBS, ()),
     ("update", "nodes", ()),
     ("delete", "nodes", ()),

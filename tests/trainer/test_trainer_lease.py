@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
-from rtj.contract import ExitCode, FaultReason, PodState, lease_name, parse_heartbeat
+from rtj.contract import FENCED_ANNOTATION, ExitCode, FaultReason, PodState, lease_name, parse_heartbeat
 from rtj_local.wait import wait_for
 from rtj_trainer.heartbeat import HeartbeatAgent, PodIdentity
 from trainer_harness import ToyJob
@@ -174,3 +174,53 @@ def test_a_silent_api_server_cannot_stop_the_heartbeat(tmp_path: Path) -> None:
             conn.close()
         server.close()
         agent.stop(None)
+
+
+@pytest.mark.integration
+def test_a_fenced_pod_stops_its_ranks_at_once_and_exits_fenced(
+    tmp_path: Path, kube: client.ApiClient, kubeconfig: Path, namespace: str
+) -> None:
+    """The operator fenced this pod (its slot has a newer attempt, rtj.ladder.fencing): at its next
+    renewal the agent reads the fence, the ranks are killed without a save, the pod exits FENCED."""
+    core, coord = client.CoreV1Api(kube), client.CoordinationV1Api(kube)
+    toy = ToyJob(
+        tmp_path,
+        nnodes=1,
+        config={"heartbeatIntervalSeconds": HEARTBEAT_INTERVAL},
+        env={"TOY_STEPS": "100000"},  # trains until stopped
+    )
+    try:
+        pod = core.create_namespaced_pod(
+            namespace,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "toy-n0-a0"},
+                "spec": {"containers": [{"name": "trainer", "image": "trainer:test"}]},
+            },
+        )
+        toy.start_rendezvous()
+        toy.start_pod(
+            pod.metadata.name,
+            extra_env={
+                "KUBECONFIG": str(kubeconfig),
+                "RTJ_POD_UID": pod.metadata.uid,
+                "RTJ_NAMESPACE": namespace,
+            },
+        )
+        name = lease_name(pod.metadata.name)
+
+        def training() -> bool:
+            lease = _read_lease(coord, name, namespace)
+            hb = lease and parse_heartbeat(lease.metadata.annotations)
+            return bool(hb and hb.state == PodState.TRAINING and hb.step > 0)
+
+        wait_for(training, 180, message="the pod training")
+        coord.patch_namespaced_lease(
+            name, namespace, {"metadata": {"annotations": {FENCED_ANNOTATION: "slot 0 is attempt 1 now"}}}
+        )
+        assert toy.wait_exit(pod.metadata.name, 60) == ExitCode.FENCED, toy.dump_logs()
+        assert "fenced by the operator (slot 0 is attempt 1 now)" in toy.dump_logs()
+        core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+    finally:
+        toy.stop()

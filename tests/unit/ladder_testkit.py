@@ -177,9 +177,16 @@ class ObservedBuilder:
         age: float = 1.0,
         heartbeat: contract.Heartbeat | None = None,
         assigned: str | None = None,
+        fenced: bool = False,
+        recreated: bool = False,
     ) -> ObservedBuilder:
         self.leases[pod] = LeaseObs(
-            name=pod, renew_time=ago(age), heartbeat=heartbeat, assigned_slot=assigned
+            name=pod,
+            renew_time=ago(age),
+            heartbeat=heartbeat,
+            assigned_slot=assigned,
+            fenced=fenced,
+            recreated=recreated,
         )
         return self
 
@@ -204,6 +211,11 @@ class ObservedBuilder:
     def api_failed(self, seconds_ago: float) -> ObservedBuilder:
         """The operator's own API calls last failed (no API server) this long ago."""
         self.api_failed_at = ago(seconds_ago)
+        return self
+
+    def without_pod(self, name: str) -> ObservedBuilder:
+        """The pod gone from the API (its Lease, if any, stays)."""
+        self.pods.pop(name, None)
         return self
 
     def without_node(self, name: str) -> ObservedBuilder:

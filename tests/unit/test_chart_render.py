@@ -159,7 +159,7 @@ def test_operator_rbac_grants_exactly_what_the_operator_uses(fsx: bool, kueue: b
         | g("", "pods", "create", "delete", "get", "list", "watch", "patch")
         | g("", "services", "create", "list", "watch")
         | g("", "persistentvolumeclaims", "create")
-        | g("coordination.k8s.io", "leases", "get", "list", "watch", "patch")
+        | g("coordination.k8s.io", "leases", "get", "list", "watch", "patch", "delete")
         | g("", "nodes", "get", "list", "watch", "patch")
         | g("", "events", "create")
         | g("apiextensions.k8s.io", "customresourcedefinitions", "get", "list", "watch")

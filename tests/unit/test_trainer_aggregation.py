@@ -9,7 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from rtj.contract import (
+    API_GROUP,
+    API_VERSION,
     HEARTBEAT_ANNOTATION,
+    KIND,
     FaultReason,
     FaultSeverity,
     Heartbeat,
@@ -286,13 +289,15 @@ def test_lease_body_carries_heartbeat_owner_and_times() -> None:
     w._pod = PodIdentity(name="j-n0-a0", namespace="ml", uid="u-1")
     w._duration = 30
     w._acquire_time = None
+    w._written = False
     hb = Heartbeat(state=PodState.TRAINING, step=3)
     t = datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
-    body = w.body(hb, t)
+    body = w.body(hb, t, create=True)
     assert body["metadata"]["name"] == "j-n0-a0"
     assert body["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Pod", "name": "j-n0-a0", "uid": "u-1"}
     ]
+    assert "ownerReferences" not in w.body(hb, t)["metadata"]  # a renewal never rewrites the owners
     assert body["spec"] == {
         "holderIdentity": "j-n0-a0",
         "leaseDurationSeconds": 30,
@@ -301,6 +306,18 @@ def test_lease_body_carries_heartbeat_owner_and_times() -> None:
     }
     assert parse_heartbeat(body["metadata"]["annotations"]) == hb
     assert HEARTBEAT_ANNOTATION in body["metadata"]["annotations"]
+
+
+def test_a_lease_recreated_after_it_vanished_is_owned_by_the_job() -> None:
+    """Its pod may be gone (replaced on a node whose kubelet stopped): owned by the job, garbage
+    collection keeps it until the operator has fenced it."""
+    w = LeaseWriter.__new__(LeaseWriter)
+    w._pod = PodIdentity(name="j-n0-a0", namespace="ml", uid="u-1", job_name="j", job_uid="job-uid")
+    w._duration, w._acquire_time, w._written = 30, None, True
+    body = w.body(Heartbeat(state=PodState.TRAINING), datetime(2026, 5, 1, tzinfo=UTC), create=True)
+    assert body["metadata"]["ownerReferences"] == [
+        {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND, "name": "j", "uid": "job-uid"}
+    ]
 
 
 def test_root_cause_beats_collateral_peer_failures() -> None:

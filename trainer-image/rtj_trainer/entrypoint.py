@@ -265,7 +265,7 @@ def launch(grace_seconds: float) -> int:
     except ConfigError as exc:
         print(f"rtj-trainer: {exc}", file=sys.stderr, flush=True)
         return ExitCode.CONFIG_ERROR
-    pod = replace(pod_identity(), job_name=cfg.job_name)
+    pod = replace(pod_identity(), job_name=cfg.job_name, job_uid=cfg.job_uid)
     status_dir = _prepare_status_dir(pod)
     api_client = load_api_client()
     if cfg.standby and api_client is None:
@@ -282,6 +282,10 @@ def launch(grace_seconds: float) -> int:
     )
     agent.start()
     end = _LauncherRuns(cfg, pod, status_dir, agent, grace_seconds).run()
+    if agent.fenced.is_set():
+        # Not this slot's pod any more: no last heartbeat, no save; the replacement has the slot.
+        log.error("fenced (%s): ranks stopped, exiting %s", agent.fence_reason, ExitCode.FENCED)
+        return ExitCode.FENCED
     code, fault = pod_exit(
         end,
         do_not_restart=cfg.do_not_restart_exit_codes,
@@ -366,7 +370,13 @@ class _LauncherRuns:
         relaunches, budget = 0, max_relaunches()
         while True:
             rc, permanent, lost = self._run_once(argv, first=relaunches == 0)
-            if rc == 0 or self.terminate.is_set() or permanent is not None or not lost:
+            if (
+                rc == 0
+                or self.terminate.is_set()
+                or self.agent.fenced.is_set()
+                or permanent is not None
+                or not lost
+            ):
                 break
             if not self._rendezvous_back(relaunches, budget):
                 break
@@ -450,6 +460,8 @@ def _supervise(
             return proc.wait(timeout=0.5), permanent
         except subprocess.TimeoutExpired:
             pass
+        if agent.fenced.is_set():
+            _kill_group(proc)  # at once: a stale incarnation must neither train nor save
         if terminate.is_set():
             kill_deadline = kill_deadline or time.monotonic() + grace_seconds
             if time.monotonic() >= kill_deadline:

@@ -25,10 +25,14 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, cast
 
 from rtj.contract import (
+    API_GROUP,
+    API_VERSION,
     ASSIGNED_SLOT_ANNOTATION,
     COLLATERAL_FAULT_REASONS,
     FAULT_SEVERITY_RANK,
+    FENCED_ANNOTATION,
     HEARTBEAT_ANNOTATION,
+    KIND,
     LABEL_JOB,
     MAX_COUNTER,
     RANK_FILE_PREFIX,
@@ -317,6 +321,8 @@ class PodIdentity:
     pod_ip: str | None = None
     #: Labels the Lease with LABEL_JOB: the operator selects heartbeat Leases by that label.
     job_name: str | None = None
+    #: Owns a Lease recreated after it vanished (contract.FENCED_ANNOTATION says why).
+    job_uid: str | None = None
 
 
 class LeaseWriter:
@@ -335,8 +341,11 @@ class LeaseWriter:
         self._duration = lease_duration_seconds
         self._timeout = max(5, lease_duration_seconds)
         self._acquire_time: str | None = None
+        #: A write of this writer succeeded before (a later 404 means the Lease vanished).
+        self._written = False
 
-    def body(self, hb: Heartbeat, now: datetime) -> dict[str, Any]:
+    def body(self, hb: Heartbeat, now: datetime, create: bool = False) -> dict[str, Any]:
+        """The Lease as written: a renewal's merge patch, or (`create`) the new object with its owner."""
         now_s = micro_time(now)
         if self._acquire_time is None:
             self._acquire_time = now_s
@@ -347,10 +356,8 @@ class LeaseWriter:
         }
         if self._pod.job_name:
             metadata["labels"] = {LABEL_JOB: self._pod.job_name}
-        if self._pod.uid:
-            metadata["ownerReferences"] = [
-                {"apiVersion": "v1", "kind": "Pod", "name": self._pod.name, "uid": self._pod.uid}
-            ]
+        if create and (owner := self._owner()) is not None:  # a renewal's patch never touches owners
+            metadata["ownerReferences"] = [owner]
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -362,6 +369,22 @@ class LeaseWriter:
                 "renewTime": now_s,
             },
         }
+
+    def _owner(self) -> dict[str, str] | None:
+        """The pod; for a Lease recreated after it vanished, the job: perhaps the pod object is gone
+        (replaced while its node's kubelet was down), and garbage collection would delete a
+        pod-owned Lease again before the operator could fence it (contract.FENCED_ANNOTATION)."""
+        pod = self._pod
+        if self._written and pod.job_uid and pod.job_name:
+            return {
+                "apiVersion": f"{API_GROUP}/{API_VERSION}",
+                "kind": KIND,
+                "name": pod.job_name,
+                "uid": pod.job_uid,
+            }
+        if pod.uid:
+            return {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
+        return None
 
     def write(self, hb: Heartbeat, now: datetime) -> dict[str, str]:
         """Renew (merge patch: annotations written by others, e.g. the operator's, are kept) or
@@ -378,9 +401,11 @@ class LeaseWriter:
             if exc.status != 404:
                 raise
             # The client sends a dict body as it is (its type names only the model class).
+            body = self.body(hb, now, create=True)
             lease = self._api.create_namespaced_lease(
                 self._pod.namespace, cast(Any, body), _request_timeout=self._timeout
             )
+        self._written = True
         return dict((lease.metadata.annotations if lease.metadata else None) or {})
 
 
@@ -411,6 +436,9 @@ class HeartbeatAgent:
         self.standby = standby
         #: Set once the operator assigned this (standby) pod a node slot; `assigned_slot` holds it.
         self.promoted = threading.Event()
+        #: Set once the operator fenced this pod (contract.FENCED_ANNOTATION); `fence_reason` says why.
+        self.fenced = threading.Event()
+        self.fence_reason = ""
         self.assigned_slot: str | None = None
         self.aggregator = Aggregator(hang_after_seconds=hang_after_seconds)
         self._lock = threading.Lock()
@@ -459,6 +487,7 @@ class HeartbeatAgent:
                     self.interval,
                 )
             self._take_assignment(annotations.get(ASSIGNED_SLOT_ANNOTATION))
+            self._take_fence(annotations.get(FENCED_ANNOTATION))
             if self._last_error:
                 log.info("heartbeat Lease writes recovered")
                 self._last_error = None
@@ -473,6 +502,13 @@ class HeartbeatAgent:
     @property
     def in_standby(self) -> bool:
         return self.standby and not self.promoted.is_set()
+
+    def _take_fence(self, reason: Any) -> None:
+        if self.fenced.is_set() or not isinstance(reason, str) or not reason:
+            return
+        self.fence_reason = reason
+        self.fenced.set()
+        log.error("fenced by the operator (%s): this pod is no longer its slot's; stopping", reason)
 
     def _take_assignment(self, slot: Any) -> None:
         if not self.in_standby or not isinstance(slot, str) or not slot:

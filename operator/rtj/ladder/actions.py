@@ -84,6 +84,21 @@ class AssignLease:
 
 
 @dataclass(frozen=True)
+class FenceLease:
+    """Mark a stale incarnation's Lease with FENCED_ANNOTATION (rtj.ladder.fencing): it stops itself."""
+
+    lease: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeleteLease:
+    """Delete a fenced Lease whose pod is gone and that stopped renewing."""
+
+    lease: str
+
+
+@dataclass(frozen=True)
 class DeleteJob:
     """ttlSecondsAfterFinished expired."""
 
@@ -113,6 +128,8 @@ Action = (
     | RecordNodeFault
     | PromoteSpare
     | AssignLease
+    | FenceLease
+    | DeleteLease
     | DeleteJob
     | CreateWorkload
     | PatchWorkloadStatus

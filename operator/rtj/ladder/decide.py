@@ -30,6 +30,7 @@ from rtj.ladder import (
     create_refusals,
     endings,
     event_outbox,
+    fencing,
     job_level,
     kueue_admission,
     outage_hold,
@@ -156,6 +157,7 @@ def active(ps: Pass) -> None:
         return
     for slot in ps.slots:
         slots.fill(ps, slot, causes.get(slot.slot))
+    fencing.fence(ps)
     spares.keep(ps)
     summary.summarize(ps)
     watch_progress(ps)

@@ -86,6 +86,10 @@ class LeaseObs:
     renew_time: datetime | None = None
     heartbeat: Heartbeat | None = None
     assigned_slot: str | None = None
+    #: The operator fenced this Lease's pod (contract.FENCED_ANNOTATION).
+    fenced: bool = False
+    #: Owned by the job, not by its pod: its agent recreated it after it vanished (rtj.ladder.fencing).
+    recreated: bool = False
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,10 @@ def lease_from_dict(obj: dict[str, Any], now: datetime) -> LeaseObs:
         renew_time=renew,
         heartbeat=contract.parse_heartbeat(annotations),
         assigned_slot=assigned if isinstance(assigned, str) else None,
+        fenced=bool(annotations.get(contract.FENCED_ANNOTATION)),
+        recreated=any(
+            isinstance(o, dict) and o.get("kind") == contract.KIND for o in meta.get("ownerReferences") or []
+        ),
     )
 
 
