@@ -78,6 +78,7 @@ from rtj.ladder.observe import (
     NodeObs,
     WorkloadObs,
     flavor_from_dict,
+    progress_seen,
     workload_from_dict,
 )
 from rtj.settings import Settings
@@ -226,7 +227,12 @@ def _on_lease_event(
     if seen is not None and renew_time != seen:
         _LATE_LEASES.observe(key[0], name, contract.parse_time(renew_time), arrived)
     job_loop.lease_renew_times[name] = renew_time
-    digest = wakeups.heartbeat_digest(annotations)
+    digest, step = wakeups.read_heartbeat(annotations)
+    # Every renewal, not only those that wake a pass: when the step last rose (the progress watchdog).
+    renewed = contract.parse_time(renew_time)
+    job_loop.memo.progress_seen = progress_seen(
+        getattr(job_loop.memo, "progress_seen", None), step, min(renewed, arrived) if renewed else None
+    )
     if job_loop.lease_digests.get(name) != digest or name in getattr(job_loop.memo, "watched_leases", ()):
         job_loop.lease_digests[name] = digest
         job_loop.wake.set()
@@ -552,6 +558,7 @@ async def run_pass(
         refused=getattr(memo, "refused", {}).get(body.metadata.get("uid"), ""),
         create_refusal=getattr(memo, "create_refusal", None),
         events_posted=getattr(memo, "events_posted", None),
+        progress_seen=getattr(memo, "progress_seen", None),
         workload=workload,
         flavors=flavors,
         api_failed_at=k.failed_at,

@@ -3,7 +3,13 @@
 - rtj_jobs{condition}: jobs whose condition of that type is True.
 - rtj_restarts_total{job_namespace,job_name,level,reason}: restarts per ladder level, incremented only from
   the deltas of a status write that succeeded (so exactly once per observed restart, per process).
-- rtj_recovery_seconds{level}: fault detected -> the pod back to Training (heartbeat time).
+- rtj_recovery_seconds{level,reason}: fault detected -> the pod back to Training (heartbeat time), once
+  per incident (rtj.ladder.incidents: the pods that echo it observe nothing), labelled with its ladder
+  level and its class (a fault class reason, InProcessRestart, InJobRestart or a job-level reason). The
+  sum by reason is the recovery time lost to each cause (badput by cause).
+- rtj_steps_lost_total{job_namespace,job_name,level,reason}: training steps lost per incident class, an
+  estimate (the newest step seen at the fault minus the newest step its recovery could load, from the
+  heartbeats' step, memory snapshot, peer replica and persisted checkpoint: rtj.ladder.incidents).
 - rtj_heartbeat_age_seconds{job_namespace,job_name,slot}: now - last heartbeat of each slot's pod.
 - rtj_heartbeat_delivery_seconds: a heartbeat Lease's renewTime to its watch event reaching the operator
   (rtj.heartbeat_delivery).
@@ -36,9 +42,16 @@ RESTARTS = Counter(
 )
 RECOVERY = Histogram(
     "rtj_recovery_seconds",
-    "Fault detected to back in Training, per ladder level.",
-    ["level"],
+    "Fault detected to back in Training, once per incident, per ladder level and incident class (reason).",
+    ["level", "reason"],
     buckets=(0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200),
+)
+STEPS_LOST = Counter(
+    "rtj_steps_lost_total",
+    "Training steps lost per incident class, an estimate: the newest step the pods reported at the fault "
+    "minus the newest step its recovery could load (memory snapshot, peer replica or persisted "
+    "checkpoint, as the heartbeats show them; the heartbeats do not carry the step a pod resumed from).",
+    ["job_namespace", "job_name", "level", "reason"],
 )
 HEARTBEAT_AGE = Gauge(
     "rtj_heartbeat_age_seconds",
@@ -72,6 +85,7 @@ _conditions: dict[tuple[str, str], frozenset[str]] = {}
 _tally: Tally[str] = Tally()
 _slots: dict[tuple[str, str], set[str]] = {}
 _restart_labels: dict[tuple[str, str], set[tuple[str, str]]] = {}
+_lost_labels: dict[tuple[str, str], set[tuple[str, str]]] = {}
 _goodput_jobs: set[tuple[str, str]] = set()
 _refused_codes: dict[tuple[str, str], set[str]] = {}
 
@@ -89,7 +103,10 @@ def committed(
         RESTARTS.labels(namespace, job, r.level, r.reason).inc(r.count)
         _restart_labels.setdefault((namespace, job), set()).add((r.level, r.reason))
     for rec in recoveries:
-        RECOVERY.labels(rec.level).observe(max(0.0, rec.seconds))
+        RECOVERY.labels(rec.level, rec.reason).observe(max(0.0, rec.seconds))
+        if rec.steps_lost is not None:
+            STEPS_LOST.labels(namespace, job, rec.level, rec.reason).inc(max(0, rec.steps_lost))
+            _lost_labels.setdefault((namespace, job), set()).add((rec.level, rec.reason))
 
 
 def create_refused(namespace: str, job: str, code: int) -> None:
@@ -139,5 +156,7 @@ def forget(namespace: str, job: str) -> None:
         GOODPUT.remove(namespace, job)
     for level, reason in _restart_labels.pop((namespace, job), set()):
         RESTARTS.remove(namespace, job, level, reason)
+    for level, reason in _lost_labels.pop((namespace, job), set()):
+        STEPS_LOST.remove(namespace, job, level, reason)
     for code in _refused_codes.pop((namespace, job), set()):
         CREATE_REFUSED.remove(namespace, job, code)

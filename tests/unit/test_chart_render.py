@@ -25,6 +25,8 @@ METRICS = (
     "rtj_jobs",
     "rtj_restarts_total",
     "rtj_recovery_seconds_bucket",
+    "rtj_recovery_seconds_sum",
+    "rtj_steps_lost_total",
     "rtj_heartbeat_age_seconds",
     "rtj_reconcile_duration_seconds_bucket",
     "rtj_heartbeat_delivery_seconds_bucket",

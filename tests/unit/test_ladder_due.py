@@ -74,10 +74,11 @@ class Case:
 
 CASES = [
     Case(
-        "healthy heartbeating job: nothing due (its heartbeat deadlines wake it)",
+        "healthy heartbeating job: only the progress watchdog is due, progressTimeoutSeconds after the "
+        "step was seen (its heartbeat deadlines wake it sooner)",
         running_job(),
         observe().running(2, heartbeat=hb(step=5)).obj(),
-        None,
+        later(1800 - 1),
     ),
     Case(
         "a Running pod with no heartbeat yet: due at its startup deadline (started 100 s ago, 120 s)",

@@ -1030,6 +1030,63 @@ class FaultStatus(ApiModel):
     time: datetime = Field(description="When the operator saw it.")
 
 
+#: How many incidents status.incidents keeps (the newest; rtj.ladder.incidents).
+INCIDENTS_KEPT = 5
+#: The longest evidence message an incident keeps.
+INCIDENT_MESSAGE_MAX = 256
+
+
+class IncidentStatus(ApiModel):
+    """One incident: one fault however many pods echo it, its class, evidence, action and cost."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    seq: int = Field(description="Number of the incident in this job (1, 2, ...).")
+    time: datetime = Field(description="When the operator saw the fault.")
+    reason: str = Field(
+        description="Its class: a fault class reason (docs/fault-classes.md), InProcessRestart, "
+        "InJobRestart, a job-level reason (RendezvousLost, RendezvousRestart, PodsFailedTogether), or "
+        "the reason the job failed with."
+    )
+    level: str = Field(
+        "",
+        description="Ladder level of its recovery: InProcess, InJob, Pod, Job or Disruption (empty for "
+        "a wait or the job's end).",
+    )
+    action: str = Field(
+        description="What the operator did: RestartedInProcess, RestartedInJob (pods untouched), Replaced "
+        "(the pod replaced, a spare promoted if one stood by), ReplacedAtJobLevel, RecreatedRendezvous, "
+        "Waited (condition Waiting, nothing restarted) or Failed (the job ended)."
+    )
+    slot: int | None = Field(None, description="Node slot where it began.")
+    pod: str = Field("", description="Pod where it began.")
+    node: str = Field("", description="Node that pod ran on.")
+    pods: int = Field(
+        1,
+        description="Pods it touched: its own and the pods that echoed it (restarted with it, replaced "
+        "in the same pass for the same reason, or waiting for the same reason).",
+    )
+    message: str = Field("", description="The evidence, truncated.", max_length=INCIDENT_MESSAGE_MAX)
+    step: int | None = Field(None, description="Newest training step the pods reported when it was seen.")
+    resume_step: int | None = Field(
+        None,
+        description="Estimated step its recovery resumed from: the step itself for an in-process restart "
+        "(the ranks keep their state); the newest memory snapshot every pod held for an in-job restart; "
+        "the newest peer replica every pod held for a replaced pod; at least the newest persisted "
+        "checkpoint known when it recovered; at most the step the recovered pod first reported. An "
+        "estimate from the heartbeats, which do not carry the step a pod resumed from.",
+    )
+    recovery_seconds: float | None = Field(
+        None,
+        description="Fault seen to its pod back in Training (heartbeat time); unset until then, and for "
+        "a wait, the job's end or an incident a newer fault of the same slot superseded.",
+    )
+    steps_lost: int | None = Field(
+        None,
+        description="Estimated steps lost: step - resumeStep, once recovered (an estimate, see resumeStep).",
+    )
+
+
 class EventRecord(ApiModel):
     """An Event decided by a pass and not yet known to be posted (rtj.ladder.event_outbox)."""
 
@@ -1126,6 +1183,12 @@ class JobStatus(ApiModel):
         description="Training steps per second between the last two refreshes of step (unset when the "
         "step went back, e.g. a resume from an older checkpoint, or the job ended).",
     )
+    incidents: list[IncidentStatus] = Field(
+        default_factory=list,
+        description=f"The job's last {INCIDENTS_KEPT} incidents, oldest first: each fault once however "
+        "many pods echo it, with its class, evidence, action and cost (rtj.ladder.incidents).",
+        max_length=INCIDENTS_KEPT,
+    )
     last_event_seq: int = Field(0, description="Sequence number of the job's last Event.")
     unposted_events: list[EventRecord] = Field(
         default_factory=list,
@@ -1175,6 +1238,7 @@ __all__ = [
     "FaultTolerance",
     "FsxSource",
     "InProcessRestart",
+    "IncidentStatus",
     "JobSpec",
     "JobStatus",
     "NodeSlotStatus",

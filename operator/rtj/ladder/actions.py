@@ -154,5 +154,11 @@ class RestartObserved:
 
 @dataclass(frozen=True)
 class RecoveryObserved:
+    """One incident recovered (rtj.ladder.incidents), committed by this decision's status write."""
+
     level: str
     seconds: float
+    #: The incident's class (rtj.ladder.incidents.label): a fault class reason, InProcessRestart, ...
+    reason: str = ""
+    #: Steps it lost, an estimate (rtj.ladder.incidents); None when no step was known.
+    steps_lost: int | None = None

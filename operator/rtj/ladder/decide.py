@@ -168,7 +168,8 @@ def watch_progress(ps: Pass, judged: list[NodeSlotStatus] | None = None) -> None
     verdict = progress_watchdog.check(
         ps.st,
         ps.slots if judged is None else judged,
-        ps.steps,
+        ps.step_renewals,
+        ps.obs.progress_seen,
         ps.ft,
         ps.now,
         ps.cfg.heartbeat_status_resolution_seconds,

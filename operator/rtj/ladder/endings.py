@@ -8,8 +8,8 @@ from rtj.api.models import (
     ConditionType,
     JobState,
 )
+from rtj.ladder import incidents, summary
 from rtj.ladder import predicates as p
-from rtj.ladder import summary
 from rtj.ladder.actions import (
     DeleteJob,
 )
@@ -18,6 +18,7 @@ from rtj.ladder.pass_state import NORMAL, WARNING, Pass
 
 
 def fail(ps: Pass, reason: str, message: str) -> None:
+    incidents.failed(ps, reason, message)
     ps.delete_live_pods({contract.ROLE_WORKER, contract.ROLE_SPARE, contract.ROLE_RENDEZVOUS})
     summary.close_degraded(ps)
     ps.cond(ConditionType.FAILED, True, reason, message)

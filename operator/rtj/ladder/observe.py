@@ -131,6 +131,27 @@ class CreateRefusal:
 
 
 @dataclass(frozen=True)
+class ProgressSeen:
+    """The highest training step the operator's Lease watch saw a heartbeat of the job report, and
+    the renewTime of the first heartbeat that reported it. Passes run at deadlines and on changes,
+    not at every renewal (rtj.ladder.wakeups): only the watch sees when the step last rose. Kept by
+    rtj.handlers between passes, in memory only (a restarted operator starts without it); read by
+    rtj.ladder.progress_watchdog."""
+
+    step: int
+    time: datetime
+
+
+def progress_seen(
+    previous: ProgressSeen | None, step: int | None, renew: datetime | None
+) -> ProgressSeen | None:
+    """`previous` after a heartbeat reporting `step` renewed at `renew`: a higher step is progress."""
+    if step is None or renew is None or (previous is not None and step <= previous.step):
+        return previous
+    return ProgressSeen(step, renew)
+
+
+@dataclass(frozen=True)
 class Observed:
     pods: dict[str, PodObs] = field(default_factory=dict)
     leases: dict[str, LeaseObs] = field(default_factory=dict)
@@ -149,6 +170,9 @@ class Observed:
     #: Highest Event sequence number this operator process posted for the job (None: none known,
     #: e.g. after a restart); see rtj.ladder.event_outbox.
     events_posted: int | None = None
+    #: The highest step the Lease watch saw and when it first saw it (None: none known, e.g. after a
+    #: restart); see rtj.ladder.progress_watchdog.
+    progress_seen: ProgressSeen | None = None
     #: The job's Kueue Workload (None: none seen; only watched with the Kueue integration on).
     workload: WorkloadObs | None = None
     #: ResourceFlavors named by the Workload's admission, read by the operator (by name).

@@ -9,7 +9,14 @@ from datetime import datetime
 from pydantic import ValidationError
 
 from rtj import contract, reasons
-from rtj.api.models import FaultStatus, JobStatus, NodeSlotStatus, ResilientTrainingJob, SlotState
+from rtj.api.models import (
+    FaultStatus,
+    IncidentStatus,
+    JobStatus,
+    NodeSlotStatus,
+    ResilientTrainingJob,
+    SlotState,
+)
 from rtj.ladder import blame
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import Action, DeletePod, JobEvent, RecoveryObserved, RestartObserved
@@ -101,6 +108,13 @@ class Pass:
         self.memory_steps: list[int | None] = []
         #: Per slot with a heartbeat, the newest step its peer holds a replica of (status.replicaStep).
         self.replica_steps: list[int | None] = []
+        #: (step, renewTime) of each slot's heartbeat: what the progress watchdog judges from.
+        self.step_renewals: list[tuple[int, datetime]] = []
+        #: Incidents recorded in this pass by (reason, action): pods replaced for one reason in one
+        #: pass are one incident (rtj.ladder.incidents).
+        self.incidents_now: dict[tuple[str, str], IncidentStatus] = {}
+        #: Soft restarts of this pass taken for echoes before the incident they echo was recorded.
+        self.pending_echoes = 0
 
     # --- helpers ---------------------------------------------------------------------------------
     def event(self, type_: str, reason: str, message: str) -> None:

@@ -8,10 +8,18 @@ same after a save slower than softTimeoutSeconds).
 Policy. The watchdog is armed while every slot's pod runs or has Succeeded and at least one still
 runs (pending or replacing pods are the ladder's business, not a stall), once some pod has reported
 a step above 0 (a script that never reports steps is never judged). Progress is a new highest
-step reported by any pod (status.progressStep). status.lastProgressTime is when it last rose, or
-when the watchdog was last not armed; both are refreshed at most every `resolution` seconds (the
-heartbeat-status resolution), so the watchdog costs no status write per step.
-- no progress for progressTimeoutSeconds: condition Stalled=True and one Warning Event Stalled;
+step reported by any pod's heartbeat, beyond status.progressStep. Its time is the renewTime of the
+first heartbeat seen reporting that step: the operator's Lease watch sees every renewal and keeps
+the highest step with that time (rtj.ladder.observe.ProgressSeen, in memory), as passes run at
+deadlines, not at every renewal; without it (a restarted operator) the earliest renewal of this
+pass's heartbeats that report it (later, never earlier: a stall is never declared early). So a
+freeze is timed from the first heartbeat after its last step, at most one heartbeat interval late.
+status.lastProgressTime is when the step last rose, or when the watchdog was last not armed (the
+clock starts again then); progressStep and lastProgressTime are written at most every `resolution`
+seconds (the heartbeat-status resolution) or with the Stalled condition, so the watchdog costs no
+status write per step.
+- no progress for progressTimeoutSeconds: condition Stalled=True and one Warning Event Stalled,
+  within progressTimeoutSeconds plus one heartbeat interval of the last step (the pass is due then);
 - for twice that: the job fails (reason NoProgress): nothing restarted, pods deleted. Its message
   names the workers that exited 0 while the others had not finished.
 
@@ -28,6 +36,7 @@ from datetime import datetime
 
 from rtj.api.models import SLOT_STATES_WITHOUT_POD, FaultTolerance, JobStatus, NodeSlotStatus, SlotState
 from rtj.ladder import predicates as p
+from rtj.ladder.observe import ProgressSeen
 
 
 @dataclass(frozen=True)
@@ -46,16 +55,29 @@ def armed(slots: list[NodeSlotStatus]) -> bool:
     )
 
 
+def reached_at(
+    step: int, seen: list[tuple[int, datetime]], remembered: ProgressSeen | None, now: datetime
+) -> datetime:
+    """When `step` was first seen: the remembered first heartbeat reporting it, else the earliest
+    renewal of this pass reporting it (never after `now`)."""
+    times = [renew for s, renew in seen if s == step]
+    if remembered is not None and remembered.step == step:
+        times.append(remembered.time)
+    return min([*times, now])
+
+
 def check(
     status: JobStatus,
     slots: list[NodeSlotStatus],
-    steps: list[int],
+    seen: list[tuple[int, datetime]],
+    remembered: ProgressSeen | None,
     ft: FaultTolerance,
     now: datetime,
     resolution: float,
 ) -> Verdict:
-    """Update status.progressStep/lastProgressTime and judge the job."""
-    newest = max(steps, default=None)
+    """Update status.progressStep/lastProgressTime and judge the job. `seen`: (step, renewTime) of
+    each slot's heartbeat in this pass; `remembered`: the highest step the Lease watch saw, and when."""
+    newest = max((step for step, _renew in seen), default=None)
     last = status.last_progress_time
     due = last is None or (now - last).total_seconds() >= resolution
     if not armed(slots) or not (newest or status.progress_step):
@@ -64,17 +86,24 @@ def check(
         if due:
             status.last_progress_time = now  # the clock runs only while armed
         return Verdict(False, False)
-    if newest is not None and (status.progress_step is None or newest > status.progress_step):
+    rose = newest is not None and (status.progress_step is None or newest > status.progress_step)
+    since = last
+    if rose and newest is not None:
+        # Progress beyond the record: timed from when its step was first seen, not from this pass
+        # (nor before the clock last started).
+        reached = reached_at(newest, seen, remembered, now)
+        since = reached if last is None else max(last, reached)
         if due:
-            status.progress_step, status.last_progress_time = newest, now
-        return Verdict(False, False)  # progress, perhaps not yet written
-    if last is None:
+            status.progress_step, status.last_progress_time = newest, since
+    if since is None:
         status.last_progress_time = now
         return Verdict(False, False)
-    silent = (now - last).total_seconds()
-    stalls_at = p.after(last, ft.progress_timeout_seconds)
+    silent = (now - since).total_seconds()
+    stalls_at = p.after(since, ft.progress_timeout_seconds)
     if silent <= ft.progress_timeout_seconds:
         return Verdict(False, False, due=stalls_at)
+    if rose:  # written with the Stalled condition: the record says what the verdict read
+        status.progress_step, status.last_progress_time = newest, since
     finished = [s for s in slots if s.state == SlotState.SUCCEEDED]
     early = (
         f"; pod(s) {', '.join(s.pod or f'of slot {s.slot}' for s in finished)} exited 0 while the "
@@ -87,5 +116,5 @@ def check(
         f"no pod reported a step beyond {beyond} for {silent:.0f}s "
         f"(progressTimeoutSeconds={ft.progress_timeout_seconds}){early}"
     )
-    fails_at = p.after(last, 2 * ft.progress_timeout_seconds)
+    fails_at = p.after(since, 2 * ft.progress_timeout_seconds)
     return Verdict(True, silent > 2 * ft.progress_timeout_seconds, message, due=fails_at)

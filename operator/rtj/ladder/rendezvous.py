@@ -4,7 +4,7 @@ recovery (rtj.ladder.job_level): maxJobRestarts, no pod budget, no quarantine.""
 from __future__ import annotations
 
 from rtj import contract, reasons
-from rtj.ladder import job_level
+from rtj.ladder import incidents, job_level
 from rtj.ladder.actions import (
     CreateRendezvousPod,
     CreateRendezvousService,
@@ -53,6 +53,7 @@ def restart(ps: Pass, what: str) -> bool:
     ps.st.restarts.job += 1
     ps.st.job_restart_time = ps.now
     ps.d.restarts.append(RestartObserved(reasons.LEVEL_JOB, reasons.RENDEZVOUS_LOST))
+    incidents.rendezvous_lost(ps, f"{what}: recreated, the workers rejoin it")
     ps.event(
         WARNING,
         reasons.RENDEZVOUS_LOST,

@@ -10,14 +10,13 @@ from rtj.api.models import (
     NodeSlotStatus,
     SlotState,
 )
-from rtj.ladder import blame, job_level, missing_lease, spares
+from rtj.ladder import blame, incidents, job_level, missing_lease, spares
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     AssignLease,
     CreateWorkerPod,
     PromoteSpare,
     RecordNodeFault,
-    RecoveryObserved,
     RestartObserved,
     TaintNode,
 )
@@ -104,10 +103,15 @@ def adopt_newer(ps: Pass, slot: NodeSlotStatus, newest: PodObs | None) -> None:
     if newest is None or newest.attempt <= slot.attempt:
         return
     cls = blame.of(newest.cause)
+    lost = (
+        f"pod {newest.name} (attempt {newest.attempt}) was created for {newest.cause} by a pass whose "
+        "status write was lost: its evidence went with it"
+    )
     if newest.cause in reasons.JOB_LEVEL_CAUSES:  # job level: no pod reschedule
         slot.last_fault_reason = newest.cause
         slot.recovering_since = slot.recovering_since or ps.now
         slot.recovering_level = reasons.LEVEL_JOB
+        incidents.job_level_fault(ps, slot, slot.pod, slot.node, newest.cause, lost, counted=False)
     elif newest.cause and newest.cause not in reasons.NON_FAULT_CAUSES:
         if cls.disruption:
             ps.st.restarts.disruptions += 1
@@ -118,6 +122,8 @@ def adopt_newer(ps: Pass, slot: NodeSlotStatus, newest: PodObs | None) -> None:
         slot.last_fault_reason = newest.cause
         slot.recovering_since = slot.recovering_since or ps.now
         slot.recovering_level = reasons.LEVEL_POD
+        level = reasons.LEVEL_DISRUPTION if cls.disruption else reasons.LEVEL_POD
+        incidents.replaced(ps, slot, slot.pod, slot.node, newest.cause, lost, level)
     slot.attempt, slot.pod = newest.attempt, ""
     slot.in_process_restarts = slot.in_job_restarts = 0
     slot.last_heartbeat_time = slot.lease_missing_since = None  # a new pod: its own heartbeats
@@ -196,15 +202,19 @@ def count_soft(ps: Pass, slot: NodeSlotStatus, pod: PodObs, lease: LeaseObs | No
             continue
         detected = hb.fault.time if hb.fault is not None and hb.fault.time <= ps.now else ps.now
         counted = _new_incident(ps, slot, level, hb.fault.reason if hb.fault is not None else "", detected)
+        if slot.recovering_since is None:
+            slot.recovering_since, slot.recovering_level = detected, level
+        fault = f" ({hb.fault.reason}: {hb.fault.message})" if hb.fault is not None else ""
         if counted:
             if level == reasons.LEVEL_IN_PROCESS:
                 ps.st.restarts.in_process += delta
             else:
                 ps.st.restarts.in_job += delta
             ps.d.restarts.append(RestartObserved(level, reason, delta))
-        if slot.recovering_since is None:
-            slot.recovering_since, slot.recovering_level = detected, level
-        fault = f" ({hb.fault.reason}: {hb.fault.message})" if hb.fault is not None else ""
+            evidence = f"pod {pod.name} reported {delta} {level} restart(s){fault or ', no fault'}"
+            incidents.soft(ps, slot, pod.name, pod.node, level, evidence, detected)
+        else:
+            incidents.echo(ps, detected)
         ps.note_fault(slot, hb.fault.reason if hb.fault is not None else reason, pod.name, pod.node)
         ps.event(
             NORMAL,
@@ -242,11 +252,16 @@ def track_recovery(ps: Pass, slot: NodeSlotStatus, lease: LeaseObs | None) -> No
     if lease.heartbeat.state != contract.PodState.TRAINING or lease.renew_time < slot.recovering_since:
         return
     seconds = (lease.renew_time - slot.recovering_since).total_seconds()
-    ps.d.recoveries.append(RecoveryObserved(slot.recovering_level or reasons.LEVEL_POD, seconds))
+    # The metrics observe each incident once, when the slot it began in recovers (rtj.ladder.incidents).
+    cost = "".join(
+        f"; incident {i.seq} ({i.reason}): "
+        + (f"~{i.steps_lost} steps lost (estimate)" if i.steps_lost is not None else "steps lost unknown")
+        for i in incidents.recovered(ps, slot, lease)
+    )
     ps.event(
         NORMAL,
         reasons.RECOVERED,
-        f"slot {slot.slot} back to Training {seconds:.1f}s after the fault ({slot.recovering_level})",
+        f"slot {slot.slot} back to Training {seconds:.1f}s after the fault ({slot.recovering_level}){cost}",
     )
     slot.recovering_since, slot.recovering_level = None, ""
 
@@ -257,6 +272,8 @@ def refresh_heartbeat_time(ps: Pass, slot: NodeSlotStatus, lease: LeaseObs | Non
         ps.renewals.append((slot, renew))
     if lease is not None and lease.heartbeat is not None:
         ps.steps.append(lease.heartbeat.step)
+        if renew is not None:
+            ps.step_renewals.append((lease.heartbeat.step, renew))
         ps.memory_steps.append(lease.heartbeat.memory_snapshot_step)
         ps.replica_steps.append(lease.heartbeat.replica_step)
 
@@ -311,7 +328,8 @@ def _replace_pod(
 def job_fault(
     ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, message: str, reason: str, force: bool
 ) -> None:
-    if job_level.needs_count(ps.st):
+    counted = job_level.needs_count(ps.st)
+    if counted:
         if ps.st.restarts.job + 1 > ps.ft.max_job_restarts:
             ps.failed = (
                 reasons.JOB_RESTART_BUDGET_EXHAUSTED,
@@ -334,7 +352,8 @@ def job_fault(
             f"{ps.ft.max_job_restarts} job restarts); their pods are replaced and rejoin, no pod "
             "budget spent, no node quarantined",
         )
-    old_name, _node = _replace_pod(ps, slot, pod, reason, force, reasons.LEVEL_JOB)
+    old_name, node = _replace_pod(ps, slot, pod, reason, force, reasons.LEVEL_JOB)
+    incidents.job_level_fault(ps, slot, old_name, node, reason, message, counted)
     ps.event(
         NORMAL,
         reason,
@@ -368,6 +387,8 @@ def hard_fault(ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, reason: str, 
         spent = "no budget spent"
     lease = ps.lease(pod) if pod is not None else None
     old_name, node = _replace_pod(ps, slot, pod, reason, cls.force, reasons.LEVEL_POD)
+    level = reasons.LEVEL_DISRUPTION if cls.disruption else reasons.LEVEL_POD
+    incidents.replaced(ps, slot, old_name, node, reason, message, level)
     ps.event(
         WARNING,
         reason,

@@ -15,6 +15,7 @@ from rtj.api.models import (
     JobStatus,
     SlotState,
 )
+from rtj.ladder import incidents
 from rtj.ladder import predicates as p
 from rtj.ladder.conditions import get_condition
 from rtj.ladder.pass_state import WARNING, Pass
@@ -126,6 +127,7 @@ def waiting_condition(ps: Pass) -> None:
     )
     if condition_reason(ps.old.conditions, ConditionType.WAITING) != reason:
         ps.event(WARNING, reason, f"{message}; nothing restarted, no budget spent")
+        incidents.waited(ps, reason, message)
     ps.cond(ConditionType.WAITING, True, reason, message[:1024])
 
 

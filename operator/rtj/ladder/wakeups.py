@@ -34,16 +34,27 @@ DEADLINE_SLACK_SECONDS = 0.02
 
 def heartbeat_digest(annotations: Mapping[str, Any] | None) -> str:
     """What in a Lease the ladder acts on, without the step (which changes with every renewal)."""
+    return read_heartbeat(annotations)[0]
+
+
+def read_heartbeat(annotations: Mapping[str, Any] | None) -> tuple[str, int | None]:
+    """The Lease's `heartbeat_digest` and the step its heartbeat reports (None: none, or malformed),
+    from one parse: the Lease watch calls it on every renewal (the step feeds
+    rtj.ladder.observe.progress_seen)."""
     annotations = annotations or {}
     raw = annotations.get(contract.HEARTBEAT_ANNOTATION)
     try:
         heartbeat = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
         heartbeat = raw  # malformed: its text is the digest (the ladder ignores it)
+    step = None
     if isinstance(heartbeat, dict):
+        value = heartbeat.get("step")
+        if type(value) is int and 0 <= value <= contract.MAX_COUNTER:
+            step = value
         heartbeat = {k: v for k, v in heartbeat.items() if k != "step"}
     assigned = annotations.get(contract.ASSIGNED_SLOT_ANNOTATION)
-    return json.dumps([heartbeat, assigned], sort_keys=True, default=str)
+    return json.dumps([heartbeat, assigned], sort_keys=True, default=str), step
 
 
 def watched_leases(
