@@ -54,6 +54,9 @@ def trainer_config(args: argparse.Namespace, work: Path, port: int) -> dict[str,
         "checkpointDir": str(work / "ckpt"),
         "checkpointIntervalSteps": args.checkpoint_interval,
         "checkpointsToKeep": 2,
+        # The memory tier (rtj_trainer.checkpoint.snapshot_ring): snapshots into this tmpfs.
+        "memorySnapshotIntervalSteps": args.memory_interval,
+        "memorySnapshotDir": args.memory_dir or str(work / "shm"),
         "maxNoProgressCycles": 3,
         "doNotRestartExitCodes": [93, 78],
     }
@@ -109,6 +112,18 @@ def recoveries(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def snapshot_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rank 0's saves: memory snapshots started and skipped (a due one that had to wait), and the
+    device-to-host copy's GPU seconds (median, max)."""
+    copies = sorted(x["copy"] for x in steps if x.get("copy"))
+    return {
+        "taken": sum(1 for x in steps if x.get("save") in ("snapshot", "saved")),
+        "skipped": sum(1 for x in steps if x.get("save") == "skipped"),
+        "copy_seconds_median": copies[len(copies) // 2] if copies else None,
+        "copy_seconds_max": copies[-1] if copies else None,
+    }
+
+
 def log_lines(launch_log: str, minutes: float) -> dict[str, Any]:
     lines = launch_log.splitlines()
     noise_passed = sum(bool(STORE_POLL_TIMEOUT.search(x.encode())) for x in lines)
@@ -158,6 +173,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "final_loss": steps[-1]["loss"] if steps else None,
         "first_loss": steps[0]["loss"] if steps else None,
         "median_step_seconds": sorted(x["dt"] for x in steps)[len(steps) // 2] if steps else None,
+        "memory_snapshots": snapshot_figures(steps),
         "log": log_lines(out, minutes),
         "nvrx": _version("nvidia-resiliency-ext"),
         "torch": _version("torch"),
@@ -187,6 +203,8 @@ def main() -> int:
     p.add_argument("--exception-step", type=int, default=50)
     p.add_argument("--sigkill-step", type=int, default=100)
     p.add_argument("--checkpoint-interval", type=int, default=40)
+    p.add_argument("--memory-interval", type=int, default=10, help="memory snapshots every N steps (0: off)")
+    p.add_argument("--memory-dir", default=None, help="the memory tier's tmpfs (default: <run dir>/shm)")
     p.add_argument("--timeout", type=float, default=420)
     p.add_argument("--work-dir", default=None, help="parent of the run's directory (default: the temp dir)")
     p.add_argument("--out", default=None, help="also write the JSON here")

@@ -4,6 +4,7 @@ tier."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 import torch
 from ckpt_saver import State, content_hash, expected_hash
 from rtj_trainer.checkpoint import CheckpointManager, latest_committed
+from rtj_trainer.checkpoint.staging import Snapshot
 from rtj_trainer.checkpoint_format import local_rank_dir, local_snapshots
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(300)]
@@ -120,13 +122,17 @@ def test_more_write_threads_than_chunks_and_empty_tensors_are_fine(tmp_path: Pat
     assert resumed is not None and resumed.step == 5 and content_hash(fresh) == content_hash(state)
 
 
-def test_a_write_slower_than_the_interval_widens_it(tmp_path: Path) -> None:
-    """256 MB per snapshot, ~1 ms steps, interval 5: a write spans many intervals. Once one was
-    measured, the ranks agree on a wider interval, a multiple of the configured one that the write
-    fits in (rtj_trainer.checkpoint.snapshot_every), so a due snapshot need not wait for the last."""
+def test_a_write_slower_than_the_interval_widens_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """~1 ms steps, interval 5, and a snapshot whose copy takes 50 ms (a device-to-host copy slower
+    than the interval, played by our own Snapshot.wait_copied): a snapshot spans many intervals.
+    Once one was measured, the ranks agree on a wider interval, a multiple of the configured one
+    that the snapshot fits in (rtj_trainer.checkpoint.snapshot_every), so a due snapshot need not
+    wait for the last."""
+    copied = Snapshot.wait_copied
+    monkeypatch.setattr(Snapshot, "wait_copied", lambda snap: (time.sleep(0.05), copied(snap))[1])
     mgr = _manager(tmp_path, adapt_local_interval=True)
     state = State()
-    state.register_buffer("big", torch.zeros(64 << 20))  # 256 MB: a write >= 50 ms here
+    state.register_buffer("big", torch.zeros(1 << 20))
     assert mgr.local_every == MEMORY_INTERVAL
     for step in range(1, 20_001):
         mgr.maybe_save(step, state)
@@ -202,8 +208,9 @@ def test_a_state_loaded_from_memory_does_not_change_when_the_snapshot_file_is_re
 
 def test_preparing_again_while_a_snapshot_is_written_keeps_the_manager_busy(tmp_path: Path) -> None:
     """An in-process restart re-enters the training loop, which prepares the host buffers again.
-    While the previous snapshot is still being written from them the manager must stay busy: a save
-    let through would refill the buffers under the writer and commit a mix of two steps."""
+    While the previous snapshot is still being committed the manager must stay busy: a save let
+    through would refill the slot under the writer and commit a mix of two steps. The commit is
+    held (our own method, wrapped) so that the test sees the writer at work."""
     model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)])  # 128 MB of weights
     optim = torch.optim.AdamW(model.parameters())
     model(torch.randn(2, 2048)).sum().backward()
@@ -211,11 +218,47 @@ def test_preparing_again_while_a_snapshot_is_written_keeps_the_manager_busy(tmp_
     mgr = _manager(tmp_path)
     mgr.prepare(model, optim)
     assert mgr.wait_local(timeout=60)
-    assert mgr.maybe_save(MEMORY_INTERVAL, model, optim) == "snapshot"  # 384 MB to write
+    memory = mgr._p.memory
+    release = threading.Event()
+    commit = memory.commit
+    memory.commit = lambda snap: (release.wait(30), commit(snap))[1]
+    assert mgr.maybe_save(MEMORY_INTERVAL, model, optim) == "snapshot"
     mgr.prepare(model, optim)  # the re-entered loop
     assert mgr._preparer is not None
-    mgr._preparer.join(30)  # it found every buffer allocated: done at once
-    writing = mgr._writer is not None and mgr._writer.is_alive()
-    assert writing, "the write ended too soon for this test to say anything"
+    mgr._preparer.join(30)  # every slot mapped already: done at once
+    assert mgr._writer is not None and mgr._writer.is_alive()
     assert mgr.busy
+    assert mgr.maybe_save(2 * MEMORY_INTERVAL, model, optim) == "skipped"
+    release.set()
     assert mgr.wait(timeout=60)
+    assert mgr.last_local == MEMORY_INTERVAL
+
+
+def test_snapshots_land_in_ring_files_prepared_once(tmp_path: Path) -> None:
+    """With the ring (rtj_trainer.checkpoint.snapshot_ring), `prepare` makes keep + 1 slot files
+    and every later snapshot is copied into one of them: no file created per snapshot, the newest
+    loads back bit for bit, and a slot that is not kept becomes a spare, not a deleted file."""
+    mgr = _manager(tmp_path, local_keep=2)
+    state = State()
+    state.fill(1)
+    mgr.prepare(state)
+    assert mgr.wait_local(timeout=60)
+    rank_dir = Path(local_rank_dir(str(tmp_path / "shm"), 0))
+
+    def slot_inodes() -> set[int]:
+        return {f.stat().st_ino for f in rank_dir.glob("*/rank-00000.bin")}
+
+    prepared = slot_inodes()
+    assert len(prepared) == 3, sorted(p.name for p in rank_dir.iterdir())
+    for step in range(MEMORY_INTERVAL, 9 * MEMORY_INTERVAL + 1, MEMORY_INTERVAL):
+        state.fill(step)
+        assert mgr.maybe_save(step, state) in ("snapshot", "saved")
+        assert mgr.wait_local(timeout=30)
+        assert slot_inodes() <= prepared
+    assert mgr.wait(timeout=30)
+    assert [s for s, _n in local_snapshots(str(rank_dir))] == [45, 40]
+    assert len(slot_inodes()) == 3  # the third slot is a spare again
+    fresh = State()
+    resumed = _manager(tmp_path, local_keep=2).load_latest(fresh)
+    assert resumed is not None and (resumed.step, resumed.source) == (45, "local")
+    assert content_hash(fresh) == expected_hash(45)

@@ -332,6 +332,11 @@ def local_snapshots(rank_dir: str) -> list[tuple[int, int]]:
     return sorted(found, reverse=True)
 
 
+def is_local_name(name: str) -> bool:
+    """`name` is a committed snapshot's directory name (not a partial, a spare or trash)."""
+    return _LOCAL_RE.match(name) is not None
+
+
 def remove_local(path: str) -> None:
     """Delete a local snapshot so that a crash mid-way never leaves it looking committed."""
     if _LOCAL_RE.match(os.path.basename(path)):

@@ -162,12 +162,17 @@ class CheckpointManager:
         t0 = time.perf_counter()
         tensors: list[torch.Tensor] = []
         skeleton = flatten(state_of(model, optimizer), tensors)
+        ring = self._p.ring
+        if ring is not None:
+            ring.claim(step, agreed.nonce)  # the copy lands in the memory tier's slot itself
         host, ready = self._p.staging.copy_to_host(tensors, optimizer)
         self.last_snapshot_s = time.perf_counter() - t0
         # Replicated only when no rank's replicator is busy: every rank offers the same steps, so a
         # lost pod's replicas are of a step the survivors hold too (coalescing per rank would not).
         replicate = self._p.replication is not None and not agreed.any_replicating
         snap = Snapshot(step, agreed.nonce, skeleton, host, ready, dict(extra or {}), replicate)
+        if ring is not None and ring.partial is not None:
+            snap.partial, snap.entries = ring.partial, ring.entries
         self._p.control.abort.clear()
         self._p.writer.start(snap, decision.persist)
         self.saves_started += 1

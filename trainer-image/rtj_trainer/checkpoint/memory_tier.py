@@ -9,19 +9,14 @@ pruned after a new one commits is recycled for it: overwriting its file in place
 allocation of a new tmpfs file (3-4x the write time measured). Snapshots being persisted, being
 replicated, or replicated last are `protected` (the owner says which) and never pruned nor recycled.
 
-Snapshots at copy speed fit inside this part, keeping the layout above. The recycled snapshots
-already form a ring of `keep` files reused in place; to make one device-to-host copy land straight
-in them, this class becomes the staging's `HostBuffers` (`staging.HostBuffers`):
-- at a save, the training thread uncommits the ring slot to reuse (`_recycle`: one rename, the
-  same choice as today, never a protected slot; none free = busy, the snapshot waits) and asks for
-  its buffers: views of its `.bin` mapped shared (`torch.from_file(shared=True)`), registered once
-  with CUDA as pinned memory (`torch.cuda.cudart().cudaHostRegister`; nothing on CPU) and kept
-  mapped across renames, so pages are faulted in once and never allocated again;
-- the writer thread then only waits for the copy's event and commits: `snapshot.json` with the
-  step, the nonce and a CRC32 of the layout (each tensor's dtype, shape, offset), then the rename;
-  a kill before the rename leaves a `.partial`, never a committed slot over torn bytes;
-- `read` checks the layout CRC32 against the index and maps the file (as today); the copy into the
-  live tensors is then host-to-device from registered memory.
+Snapshots at copy speed (`snapshot_ring`): with a ring, the snapshot files themselves are the
+staging's host buffers. At a save the training thread `claim`s a slot (a spare, else the oldest
+snapshot this one replaces, uncommitted by one rename; never a protected one), the device-to-host
+copy lands in its mapped file, and the writer thread only `commit`s: the index with its CRC32, the
+metadata, one rename. `prune` turns snapshots it no longer keeps into spares (`spare-<k>`) while
+the ring holds fewer than keep + 1 slots, so their files stay mapped (and, on a GPU, registered).
+`read` maps a snapshot shared through the ring, so a restarted rank copies host-to-device from
+registered memory and its first snapshot reuses the mapping.
 """
 
 from __future__ import annotations
@@ -32,6 +27,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from rtj.contract import FaultReason
 
@@ -39,18 +35,27 @@ from ..checkpoint_format import (
     LOCAL_META,
     CheckpointError,
     Manifest,
+    ShardIndex,
+    crc32_of,
+    is_local_name,
     local_name,
     local_rank_dir,
     local_snapshots,
     read_local_meta,
     remove_local,
     shard_bin,
+    shard_idx,
+    write_file_atomic,
     write_local_meta,
 )
 from .events import CheckpointEvent, EventLog, now
 from .persistent import Shard
-from .shard_io import WriteControl, read_shard, write_shard
+from .shard_io import WriteControl, read_index, read_shard, shard_state, view_shard, write_shard
+from .snapshot_ring import SnapshotRing
 from .staging import Snapshot
+
+#: Spare ring slots: a snapshot's file kept, mapped, for the next snapshot (`SnapshotRing`).
+SPARE_PREFIX = "spare-"
 
 
 class MemoryTier:
@@ -78,6 +83,8 @@ class MemoryTier:
         #: Held while choosing what to prune or recycle, and by the replicator's protection.
         self.lock = threading.Lock()
         self.last_write_s = 0.0  # this rank's last snapshot write (read by the training thread)
+        #: The snapshot files as host buffers (`snapshot_ring`); None: snapshots are copied in.
+        self.ring: SnapshotRing | None = None
         os.makedirs(self.dir, exist_ok=True)
         # Only the partials a killed predecessor left: its committed snapshots are the candidates
         # of the resume (a lost peer's replica may be of an older one than the newest two).
@@ -109,16 +116,7 @@ class MemoryTier:
             )  # fmt: skip
             seconds = time.monotonic() - t0
             self.last_write_s = seconds
-            meta = {
-                "step": snap.step,
-                "nonce": snap.nonce,
-                "worldSize": self.world_size,
-                "rank": self.rank,
-                "time": now().isoformat(),
-                "files": files,
-                "extra": snap.extra,
-            }
-            write_local_meta(partial, meta)
+            write_local_meta(partial, self._meta(snap, files))
             os.rename(partial, final)
         except Exception as e:
             shutil.rmtree(partial, ignore_errors=True)
@@ -127,6 +125,98 @@ class MemoryTier:
             return None
         self._events.put(CheckpointEvent("snapshot", snap.step, now(), seconds=seconds))
         return final
+
+    # --- the ring (`snapshot_ring`): claimed by the training thread, committed by the writer ---------
+    def slot_file(self, slot_dir: str) -> str:
+        return os.path.join(slot_dir, shard_bin(self.rank))
+
+    def spares(self) -> list[str]:
+        try:
+            return sorted(
+                os.path.join(self.dir, n) for n in os.listdir(self.dir) if n.startswith(SPARE_PREFIX)
+            )
+        except FileNotFoundError:
+            return []
+
+    def claim(self, step: int, nonce: int) -> str:
+        """The `.partial` of snapshot (step, nonce), made of a spare slot, else of the oldest snapshot
+        this one replaces (never a protected one), else new; its file is written in place."""
+        partial = f"{self.path(step, nonce)}.partial"
+        with self.lock:
+            spares = self.spares()
+            if spares:
+                os.rename(spares[0], partial)
+                return partial
+            protected = {os.path.basename(p) for p in self.protected() if p}
+            old = [local_name(s, n) for s, n in self.snapshots()[self.keep - 1 :]]
+            old = [n for n in old if n not in protected]
+            if not old:
+                os.makedirs(partial, exist_ok=True)
+                return partial
+            os.rename(os.path.join(self.dir, old[-1]), partial)
+        for name in (LOCAL_META, shard_idx(self.rank)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(partial, name))
+        return partial
+
+    def ring_files(self, size: int) -> list[str]:
+        """The slot files a coming snapshot of `size` bytes may reuse: the spares (made up to keep + 1
+        slots in all) and the committed snapshots of that size (never resized: resume candidates)."""
+        with self.lock:
+            committed = [self.slot_file(self.path(s, n)) for s, n in self.snapshots()]
+            spares = self.spares()
+            for k in range(len(committed) + len(spares), self.keep + 1):
+                spare = os.path.join(self.dir, f"{SPARE_PREFIX}{k}")
+                os.makedirs(spare, exist_ok=True)
+                spares.append(spare)
+        same = [f for f in committed if os.path.exists(f) and os.path.getsize(f) == size]
+        return [self.slot_file(d) for d in spares] + same
+
+    def commit(self, snap: Snapshot) -> str | None:
+        """Commit a snapshot whose tensors were copied into its claimed slot: its index, metadata and
+        one rename; its path, or None after a failure (reported)."""
+        assert snap.partial is not None and snap.entries is not None
+        partial, final = snap.partial, self.path(snap.step, snap.nonce)
+        t0 = time.monotonic()  # the copy included: the slot is busy until it lands
+        try:
+            snap.wait_copied()
+            size = os.path.getsize(self.slot_file(partial))
+            idx = ShardIndex(snap.tree, list(snap.entries)).to_bytes()
+            write_file_atomic(os.path.join(partial, shard_idx(self.rank)), idx)
+            files = {
+                shard_bin(self.rank): {"size": size, "crc32": None},
+                shard_idx(self.rank): {"size": len(idx), "crc32": crc32_of(idx)},
+            }
+            write_local_meta(partial, self._meta(snap, files))
+            os.rename(partial, final)
+        except Exception as e:
+            self._drop(partial)
+            msg = f"memory snapshot of step {snap.step} not committed: {e!r}"
+            self._events.fault(snap.step, FaultReason.MEMORY_SNAPSHOT_FAILED, msg)
+            return None
+        self.last_write_s = time.monotonic() - t0
+        self._events.put(CheckpointEvent("snapshot", snap.step, now(), seconds=self.last_write_s))
+        return final
+
+    def report_failure(self, step: int, message: str) -> None:
+        self._events.fault(step, FaultReason.MEMORY_SNAPSHOT_FAILED, message)
+
+    def _meta(self, snap: Snapshot, files: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "step": snap.step,
+            "nonce": snap.nonce,
+            "worldSize": self.world_size,
+            "rank": self.rank,
+            "time": now().isoformat(),
+            "files": files,
+            "extra": snap.extra,
+        }
+
+    def _drop(self, path: str) -> None:
+        """Delete a snapshot (or a partial), its mapping first."""
+        if self.ring is not None:
+            self.ring.forget(self.slot_file(path))
+        remove_local(path)
 
     def _recycle(self, partial: str) -> None:
         """Make `partial`, reusing the oldest snapshot that is pruned after this one commits: its
@@ -147,19 +237,39 @@ class MemoryTier:
     def prune(self, protect: str | None, *, committed: bool = True) -> None:
         """Keep the newest `keep` snapshots (and the protected ones); drop the rest (with
         committed=False: keep every committed one) and any partial or half-deleted leftovers
-        (only this rank's writer writes here)."""
+        (only this rank's writer writes here). With a ring, a dropped snapshot becomes a spare
+        slot while the ring holds fewer than keep + 1."""
         with self.lock:
             snaps = self.snapshots()
             keep = {local_name(s, n) for s, n in (snaps[: self.keep] if committed else snaps)}
             keep |= {os.path.basename(p) for p in (protect, *self.protected()) if p}
             try:
-                names = os.listdir(self.dir)
+                names = sorted(os.listdir(self.dir))
             except FileNotFoundError:
                 return
+            slots = len(keep) + sum(n.startswith(SPARE_PREFIX) for n in names)
             for n in names:
-                if n not in keep:
-                    with contextlib.suppress(OSError):
-                        remove_local(os.path.join(self.dir, n))
+                if n in keep or n.startswith(SPARE_PREFIX):
+                    continue
+                path = os.path.join(self.dir, n)
+                with contextlib.suppress(OSError):
+                    if self.ring is not None and slots < self.keep + 1 and is_local_name(n):
+                        self._to_spare(path, slots)
+                        slots += 1
+                    else:
+                        self._drop(path)
+
+    def _to_spare(self, path: str, k: int) -> None:
+        """A snapshot no longer kept becomes spare slot `k`: uncommitted first (its metadata gone), then
+        renamed; its file and mapping stay."""
+        os.unlink(os.path.join(path, LOCAL_META))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(path, shard_idx(self.rank)))
+        spare = os.path.join(self.dir, f"{SPARE_PREFIX}{k}")
+        while os.path.exists(spare):
+            k += 1
+            spare = os.path.join(self.dir, f"{SPARE_PREFIX}{k}")
+        os.rename(path, spare)
 
     def drop_after(self, step: int) -> None:
         """Delete the snapshots newer than `step`: a timeline that was abandoned at a resume."""
@@ -181,4 +291,8 @@ class MemoryTier:
         manifest = Manifest(
             step, nonce, self.world_size, meta["time"], {self.rank: meta["files"]}, meta["extra"]
         )
-        return manifest, read_shard(snap_dir, self.rank, manifest)
+        if self.ring is None:
+            return manifest, read_shard(snap_dir, self.rank, manifest)
+        index, size = read_index(snap_dir, self.rank, manifest)
+        whole = self.ring.mapped(self.slot_file(snap_dir), size)
+        return manifest, (shard_state(index), view_shard(whole, index, size, self.slot_file(snap_dir)))

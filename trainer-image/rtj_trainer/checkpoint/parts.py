@@ -15,6 +15,7 @@ from .replication import ReplicationHook
 from .resume import ResumeSelection
 from .schedule import SaveSchedule
 from .shard_io import WriteControl
+from .snapshot_ring import SnapshotRing
 from .staging import HostStaging
 from .writer import SnapshotWriter
 
@@ -28,6 +29,8 @@ class Parts:
     schedule: SaveSchedule
     persistent: PersistentTier
     memory: MemoryTier | None
+    #: The memory tier's files as the staging's host buffers (snapshots at copy speed).
+    ring: SnapshotRing | None
     replication: ReplicationHook | None
     writer: SnapshotWriter
     resume: ResumeSelection
@@ -69,6 +72,7 @@ def build_parts(
     )
     memory: MemoryTier | None = None
     replication: ReplicationHook | None = None
+    ring: SnapshotRing | None = None
     if cfg.memory_tier_root is not None:
         memory = MemoryTier(
             cfg.memory_tier_root,
@@ -81,14 +85,16 @@ def build_parts(
         )
         if cfg.peer_endpoint:
             replication = ReplicationHook(cfg.peer_endpoint, cfg.rank, memory.lock, events)
+        ring = memory.ring = SnapshotRing(memory)
     parts = Parts(
         events=events,
         control=control,
         agreement=agreement,
-        staging=HostStaging(),
+        staging=HostStaging(ring),
         schedule=schedule,
         persistent=persistent,
         memory=memory,
+        ring=ring,
         replication=replication,
         writer=SnapshotWriter(persistent, memory, replication, control),
         resume=ResumeSelection(agreement, persistent, memory, cfg.replica_endpoint, events),

@@ -172,47 +172,70 @@ def copy_shard(src: str, partial: str, rank: int, control: WriteControl) -> File
     }
 
 
-def read_shard(ckpt_dir: str, rank: int, manifest: Manifest) -> tuple[Any, list[torch.Tensor]]:
-    """(skeleton, tensors) of one rank's shard, checked against the manifest's sizes and CRC32
-    (sizes only for a memory-tier snapshot, whose entries carry no CRC32: its tensors are then
-    views of the mapped file, `map_shard`)."""
+def read_index(ckpt_dir: str, rank: int, manifest: Manifest) -> tuple[ShardIndex, int]:
+    """One rank's shard index, checked against the manifest's size and CRC32 (a memory-tier snapshot
+    of the copy path has none), and the size its .bin must have."""
     files = manifest.ranks.get(rank)
     if files is None:
         raise CheckpointError(f"{ckpt_dir}: no shard for rank {rank}")
     idx_meta, bin_meta = files[shard_idx(rank)], files[shard_bin(rank)]
     with open(os.path.join(ckpt_dir, shard_idx(rank)), "rb") as f:
         idx_bytes = f.read()
-    checked = idx_meta["crc32"] is not None  # None: the memory tier (sizes only)
+    checked = idx_meta["crc32"] is not None
     if len(idx_bytes) != idx_meta["size"] or (checked and crc32_of(idx_bytes) != idx_meta["crc32"]):
         raise CheckpointError(f"{ckpt_dir}: {shard_idx(rank)} fails its checksum")
-    index = ShardIndex.from_bytes(idx_bytes)
+    return ShardIndex.from_bytes(idx_bytes), int(bin_meta["size"])
+
+
+def read_shard(ckpt_dir: str, rank: int, manifest: Manifest) -> tuple[Any, list[torch.Tensor]]:
+    """(skeleton, tensors) of one rank's shard, checked against the manifest's sizes and CRC32
+    (sizes only for a memory-tier snapshot's .bin, which carries no CRC32: its tensors are then
+    views of the mapped file, `map_shard`)."""
+    index, _size = read_index(ckpt_dir, rank, manifest)
+    bin_meta = manifest.ranks[rank][shard_bin(rank)]
     bin_path = os.path.join(ckpt_dir, shard_bin(rank))
-    if not checked:
+    if bin_meta["crc32"] is None:
         return shard_state(index), map_shard(bin_path, index, bin_meta["size"])
     return shard_state(index), _read_checked(bin_path, index, bin_meta)
 
 
 def _read_checked(bin_path: str, index: ShardIndex, bin_meta: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors read from the file at their offsets, the CRC32 taken over every byte of it (the
+    padding a memory-tier slot aligns tensors with included: `snapshot_ring.layout`)."""
     tensors: list[torch.Tensor] = []
-    crc = 0
+    crc, pos, size = 0, 0, int(bin_meta["size"])
+
+    def read_into(view: memoryview) -> None:
+        nonlocal crc, pos
+        got = 0
+        while got < len(view):
+            n = f.readinto(view[got:])
+            if not n:
+                raise CheckpointError(f"{bin_path} is truncated")
+            got += n
+        crc = crc32_of(view, crc)
+        pos += len(view)
+
     with open(bin_path, "rb", buffering=0) as f:
-        if os.fstat(f.fileno()).st_size != bin_meta["size"]:
+        if os.fstat(f.fileno()).st_size != size:
             raise CheckpointError(f"{bin_path} does not have the size it was written with")
-        for e in index.entries:
+        for e in sorted(index.entries, key=lambda e: e.offset):
+            if e.offset < pos or e.offset + e.nbytes > size:
+                raise CheckpointError(f"{bin_path}: an entry overlaps another or lies outside the file")
+            if e.offset > pos:
+                read_into(memoryview(bytearray(e.offset - pos)))
             raw = torch.empty(e.nbytes, dtype=torch.uint8)
             if e.nbytes:
-                view = memoryview(raw.numpy()).cast("B")
-                got = 0
-                while got < e.nbytes:
-                    n = f.readinto(view[got:])
-                    if not n:
-                        raise CheckpointError(f"{bin_path} is truncated")
-                    got += n
-                crc = crc32_of(view, crc)
-            tensors.append(raw.view(dtype_named(e.dtype)).reshape(e.shape))
+                read_into(memoryview(raw.numpy()).cast("B"))
+            tensors.append(raw)
+        if size > pos:
+            read_into(memoryview(bytearray(size - pos)))
     if crc != bin_meta["crc32"]:
         raise CheckpointError(f"{bin_path} fails its checksum")
-    return tensors
+    by_offset = dict(
+        zip(sorted(range(len(index.entries)), key=lambda i: index.entries[i].offset), tensors, strict=True)
+    )
+    return [by_offset[i].view(dtype_named(e.dtype)).reshape(e.shape) for i, e in enumerate(index.entries)]
 
 
 def shard_state(index: ShardIndex) -> dict[str, Any]:
@@ -236,6 +259,13 @@ def map_shard(path: str, index: ShardIndex, size: int) -> list[torch.Tensor]:
         if size
         else torch.empty(0, dtype=torch.uint8)
     )
+    return view_shard(whole, index, size, path)
+
+
+def view_shard(whole: torch.Tensor, index: ShardIndex, size: int, path: str) -> list[torch.Tensor]:
+    """The shard's tensors as views of its mapped bytes `whole` (`size` long)."""
+    if whole.numel() != size:
+        raise CheckpointError(f"{path} does not have the size it was written with")
     tensors = []
     for e in index.entries:
         if e.offset < 0 or e.offset + e.nbytes > size:

@@ -5,8 +5,8 @@ it only right before the next `optimizer.step()` (an optimizer pre-hook calls `f
 overlaps the next forward/backward. On CPU it is a plain copy.
 
 Where the bytes land is a `HostBuffers`: `PinnedBuffers` (private pinned memory, allocated once and
-reused) today. A memory tier whose buffers are shared memory that outlives the rank (issue 26) gives
-its own `HostBuffers`, so that a snapshot is this one device-to-host copy straight into them.
+reused) without a memory tier; with one, `snapshot_ring.SnapshotRing`: the memory tier's own files,
+mapped and registered, so that a snapshot is this one device-to-host copy straight into them.
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ class Snapshot:
     extra: dict[str, Any] = field(default_factory=dict)
     #: Offered to the peer replica: decided by all ranks together (`CheckpointManager.save`).
     replicate: bool = False
+    #: The memory tier's slot the tensors were copied into (`SnapshotRing`), and where each lies in
+    #: it; None: `host` are private buffers, copied into the tiers by the writer.
+    partial: str | None = None
+    entries: list[Any] | None = None
 
     @property
     def tree(self) -> dict[str, Any]:
@@ -51,6 +55,10 @@ class HostBuffers(Protocol):
 
     def buffers(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> list[torch.Tensor]:
         """Host tensors of `specs`' shapes and dtypes (reused while they match), pinned where `pin`."""
+        ...
+
+    def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> None:
+        """Do ahead, in a background thread, what `buffers` would allocate, map or pin."""
         ...
 
 
@@ -73,6 +81,9 @@ class PinnedBuffers:
                 self.tensors.append(buf)
         del self.tensors[len(specs) :]
         return list(self.tensors)
+
+    def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> None:
+        self.buffers(specs, pin)
 
 
 class HostStaging:
@@ -102,7 +113,7 @@ class HostStaging:
         def allocate() -> None:
             if device is not None:
                 torch.cuda.set_device(device)
-            self.buffers.buffers(specs, [cuda] * len(specs))
+            self.buffers.prepare(specs, [cuda] * len(specs))
 
         self.preparer = threading.Thread(target=allocate, name="rtj-ckpt-prepare", daemon=True)
         self.preparer.start()

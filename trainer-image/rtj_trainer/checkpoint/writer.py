@@ -57,7 +57,7 @@ class SnapshotWriter:
 
     def _write_memory(self, snap: Snapshot, persist: bool) -> None:
         assert self._memory is not None
-        final = self._memory.write(snap)
+        final = self._memory.commit(snap) if snap.partial is not None else self._memory.write(snap)
         if final is None:
             if persist:
                 self._persist_from_host(snap)

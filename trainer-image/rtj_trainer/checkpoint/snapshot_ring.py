@@ -1,0 +1,179 @@
+"""Snapshots at copy speed: the memory tier's own files are the snapshot's host buffers.
+
+A snapshot is one device-to-host copy straight into a file of the memory tier (the pod's /dev/shm),
+mapped shared into the rank and, on a GPU, registered with CUDA as pinned memory once: no second
+host copy, no page allocated per snapshot. The files form a ring of `keep` slots (`MemoryTier`
+recycles the oldest snapshot the new one replaces; `prepare` adds spare slots while there are fewer
+snapshots than that), each mapped once per process and kept mapped across the renames that commit
+and recycle it (a mapping follows the file, not its name). The writer thread then only waits for the
+copy and commits: the index (each tensor's dtype, shape and offset, with its CRC32), the metadata,
+and one rename. A kill before the rename leaves a `.partial`, never loaded.
+
+Space is reserved with `posix_fallocate` when a slot's file is created or grown, so a full /dev/shm
+is an error at that point (the snapshot is skipped and reported), never a SIGBUS inside a copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from ..checkpoint_format import TensorEntry
+from .staging import PinnedBuffers
+from .state_tree import dtype_named
+
+
+class RingTier(Protocol):
+    """What the ring asks of the memory tier (`memory_tier.MemoryTier`)."""
+
+    def claim(self, step: int, nonce: int) -> str: ...
+    def slot_file(self, slot_dir: str) -> str: ...
+    def ring_files(self, size: int) -> list[str]: ...
+    def report_failure(self, step: int, message: str) -> None: ...
+
+
+#: Each tensor starts on this boundary in the file (views stay aligned; DMA likes it).
+ALIGN = 4096
+
+
+def layout(specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]:
+    """Where each tensor lies in a slot's file, and the file's size."""
+    entries: list[TensorEntry] = []
+    offset = 0
+    for t in specs:
+        nbytes = t.numel() * t.element_size()
+        entries.append(TensorEntry(str(t.dtype).removeprefix("torch."), tuple(t.shape), offset, nbytes))
+        offset += -(-nbytes // ALIGN) * ALIGN
+    return entries, offset
+
+
+@dataclass
+class _Mapping:
+    whole: torch.Tensor  # the file's bytes, mapped shared
+    size: int
+    registered: bool
+
+
+def _cuda_register(t: torch.Tensor) -> bool:
+    """Page-lock a host mapping for CUDA (device-to-host copies at the bus's speed); False if not."""
+    if not torch.cuda.is_available() or t.numel() == 0:
+        return False
+    rc = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel(), 0)
+    return int(rc) == 0
+
+
+def _cuda_unregister(m: _Mapping) -> None:
+    if m.registered:
+        with contextlib.suppress(Exception):
+            torch.cuda.cudart().cudaHostUnregister(m.whole.data_ptr())
+        m.registered = False
+
+
+class SnapshotRing:
+    """The memory tier's `staging.HostBuffers`: views of the claimed slot's file."""
+
+    def __init__(self, tier: RingTier) -> None:
+        self._tier = tier
+        self._maps: dict[tuple[int, int], _Mapping] = {}  # (st_dev, st_ino) -> mapping
+        self._lock = threading.Lock()
+        #: (step, nonce) of the save about to copy (`claim`), and what `buffers` made of it.
+        self._claim: tuple[int, int] | None = None
+        self.partial: str | None = None
+        self.entries: list[TensorEntry] = []
+        #: Where a snapshot lands when no slot could be had (the writer then copies it in, as it can).
+        self.fallback = PinnedBuffers()
+
+    # --- the training thread -----------------------------------------------------------------------
+    def claim(self, step: int, nonce: int) -> None:
+        """The next `buffers` call is for snapshot (step, nonce)."""
+        self._claim = (step, nonce)
+
+    def buffers(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> list[torch.Tensor]:
+        """The claimed snapshot's slot (recycled, or new), as one host tensor per state tensor."""
+        if self._claim is None:
+            raise RuntimeError("SnapshotRing.buffers without a claim")
+        step, nonce = self._claim
+        self._claim = None
+        self.partial, self.entries = None, []
+        entries, size = layout(specs)
+        try:
+            partial = self._tier.claim(step, nonce)
+            whole = self._mapped(self._tier.slot_file(partial), size, pin=any(pin))
+        except OSError as e:  # /dev/shm full, most likely: this snapshot through private buffers
+            self._tier.report_failure(step, f"no memory-tier slot for step {step}: {e!r}")
+            return self.fallback.buffers(specs, pin)
+        views = [
+            whole[e.offset : e.offset + e.nbytes].view(dtype_named(e.dtype)).reshape(e.shape) for e in entries
+        ]
+        self.partial, self.entries = partial, entries
+        return views
+
+    # --- any thread --------------------------------------------------------------------------------
+    def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> None:
+        """Map (and register) the slots a coming snapshot may reuse, and add spare slots while the
+        tier holds fewer than `keep`, so that no save maps, reserves or pins in the training thread."""
+        _entries, size = layout(specs)
+        for path in self._tier.ring_files(size):
+            self._mapped(path, size, pin=any(pin))
+
+    def mapped(self, path: str, size: int) -> torch.Tensor:
+        """A committed snapshot's file mapped (shared, read through; registered on a GPU): the
+        restarted rank's load copies host-to-device from it at the bus's speed."""
+        return self._mapped(path, size, pin=torch.cuda.is_available(), grow=False)
+
+    def forget(self, path: str) -> None:
+        """`path` is about to be deleted: drop its mapping (and its CUDA registration)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        with self._lock:
+            m = self._maps.pop((st.st_dev, st.st_ino), None)
+        if m is not None:
+            _cuda_unregister(m)
+
+    def close(self) -> None:
+        with self._lock:
+            maps, self._maps = list(self._maps.values()), {}
+        for m in maps:
+            _cuda_unregister(m)
+
+    def _mapped(self, path: str, size: int, *, pin: bool, grow: bool = True) -> torch.Tensor:
+        """`path` mapped shared, `size` bytes long (`grow`: created, resized and its space reserved
+        as needed; else it must have that size), registered with CUDA when `pin`; the mapping is
+        kept, so a file is mapped and registered once per process."""
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if grow else 0), 0o600)
+        try:
+            st = os.fstat(fd)
+            key = (st.st_dev, st.st_ino)
+            with self._lock:
+                m = self._maps.get(key)
+            if m is not None and m.size == size == st.st_size and (m.registered or not pin):
+                return m.whole
+            if m is not None:
+                with self._lock:
+                    self._maps.pop(key, None)
+                _cuda_unregister(m)  # resized below: a mapping past the end would fault
+            if st.st_size != size:
+                if not grow:
+                    raise OSError(f"{path} is {st.st_size} bytes, not {size}")
+                os.ftruncate(fd, size)
+            if grow and size:
+                os.posix_fallocate(fd, 0, size)  # ENOSPC here, not a SIGBUS in a copy
+        finally:
+            os.close(fd)
+        whole = (
+            torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
+            if size
+            else torch.empty(0, dtype=torch.uint8)
+        )
+        m = _Mapping(whole, size, _cuda_register(whole) if pin else False)
+        with self._lock:
+            self._maps[key] = m
+        return whole
