@@ -552,8 +552,15 @@ async def run_pass(
             lease["metadata"]["name"]: lease_from_dict(lease, now)
             for lease in leases.get((namespace, name), [])
         },
-        # Only the nodes of the job's pods, all the ladder reads: not a copy of the cluster's nodes.
-        nodes={p.node: n for p in job_pods.values() if p.node for n in nodes.get(p.node, [])},
+        # Only the nodes the ladder reads, not a copy of the cluster's nodes: those of the job's pods
+        # and of each slot's last pod (one that vanished is judged by its node: absent here reads
+        # as NodeLost, a healthy node quarantined for a deleted pod).
+        nodes={
+            node: n
+            for node in {p.node for p in job_pods.values()} | {s.node for s in job.status.node_slots}
+            if node
+            for n in nodes.get(node, [])
+        },
         service_exists=bool(list(services.get((namespace, name), []))),
         refused=getattr(memo, "refused", {}).get(body.metadata.get("uid"), ""),
         create_refusal=getattr(memo, "create_refusal", None),

@@ -31,7 +31,20 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
-from rtj.contract import API_GROUP, API_VERSION, KIND, LABEL_JOB, PLURAL, QUARANTINE_TAINT_KEY
+from rtj.contract import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    LABEL_JOB,
+    NODE_FAULTS_ANNOTATION,
+    PLURAL,
+    QUARANTINE_ANNOTATION,
+    QUARANTINE_TAINT_KEY,
+    NodeFault,
+    Quarantine,
+    parse_node_faults,
+    parse_quarantine,
+)
 from rtj_local.cluster import LocalCluster
 from rtj_local.images import TRAINER_UID
 from rtj_local.nodes import schedulable
@@ -48,6 +61,8 @@ RELEASE = "rtj-e2e"
 OPERATOR_NAMESPACE = "rtj-e2e-system"
 AGENT_NODES = [f"e2e-p5-{i}" for i in range(4)]
 JOBS_PATH = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NAMESPACE}/{PLURAL}"
+#: Where fsdp_train writes each rank's step log (`--log-dir`; `{pod}`: the pod's name).
+TRAIN_LOG_DIR = next(iter(train_log_env().values()))
 #: (job, fault, level, steps lost or None) of every fault a test measured; conftest prints them.
 STEPS_LOST_ROWS: list[tuple[str, str, str, StepsLost | None]] = []
 
@@ -97,9 +112,11 @@ def job_manifest(
     *,
     image: str,
     node_selector: dict[str, str],
+    nodes: int = 2,
     steps: int = 60,
     interval: int = 10,
     min_step_time: float = 0.2,
+    faults: str = "",
     env: dict[str, str] | None = None,
     fault_tolerance: dict[str, Any] | None = None,
     checkpoint: dict[str, Any] | None = None,
@@ -120,14 +137,20 @@ def job_manifest(
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "image": image,
-            "nodes": 2,
+            "nodes": nodes,
             "gpusPerNode": 0,
             "procsPerNode": 1,
             "resources": {"efaPerNode": 0, "cpu": "1", "memory": "2Gi", "sharedMemorySize": "256Mi"},
             "command": ["python", "-m", "rtj_trainer.examples.fsdp_train"],
-            "args": ["--steps", str(steps), "--dim", "64", "--min-step-time", str(min_step_time)],
-            # The ranks' step logs (on the checkpoint volume): steps lost per fault (rtj_local.train_log).
-            "env": [{"name": k, "value": v} for k, v in {**train_log_env(), **(env or {})}.items()],
+            # The ranks' step logs (on the checkpoint volume): steps lost per fault (rtj_local.train_log);
+            # faults from the trainer's own hook. Options, not env: RTJ_* env is the runtime's, the
+            # API server refuses it in a spec (issue 25).
+            "args": [
+                *("--steps", str(steps), "--dim", "64", "--min-step-time", str(min_step_time)),
+                *("--log-dir", TRAIN_LOG_DIR),
+                *(("--fault-inject", faults) if faults else ()),
+            ],
+            "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
             "placement": {"nodeSelector": node_selector},
             "checkpoint": {
                 "pvc": {"claimName": claim},
@@ -238,11 +261,11 @@ class JobRun:
         for pod, seen in per_pod.items():
             assert all(a <= b for a, b in itertools.pairwise(seen)), f"{pod}: {seen}"
 
-    def window(self, key: str) -> tuple[dict[str, int], set[str]]:
-        """What fault `key` caused: the restart counters' increase and the Event reasons between the
-        last poll read before it fired and the last poll read before the next fault fired (or the
-        end). Fault times are the ranks' own (their step logs, this host's clock): the next fault's
-        restarts can never fall into this window, whenever a poll happens to notice it."""
+    def window_polls(self, key: str) -> tuple[int, int]:
+        """The polls (indices in `history`) that bound what fault `key` caused: the last one read
+        before it fired and the last one read before the next fault fired (or the end). Fault times
+        are the ranks' own (their step logs, this host's clock): the next fault's restarts can never
+        fall into this window, whenever a poll happens to notice it."""
         fired = fault_times(job_train_logs(self.checkpoint_dir, self.name))
         at = fired[key]
         later = sorted(t for t in fired.values() if t > at)
@@ -251,11 +274,31 @@ class JobRun:
             return max((i for i, read in enumerate(self.read_by) if read < t), default=0)
 
         start = last_read_before(at)
-        end = last_read_before(later[0]) if later else len(self.history) - 1
+        return start, last_read_before(later[0]) if later else len(self.history) - 1
+
+    def window(self, key: str) -> tuple[dict[str, int], set[str]]:
+        """What fault `key` caused (see window_polls): the restart counters' increase and the Event
+        reasons."""
+        start, end = self.window_polls(key)
         before, after = self.history[start].restarts, self.history[end].restarts
         delta = {k: after[k] - before[k] for k in after}
         events = self.timeline.events[self.events_at[start] : self.events_at[end]]
         return delta, {ev.get("reason", "") for ev in events}
+
+    def pod_restarts_in_window(self, key: str) -> int:
+        """The soft restarts the job's pods made in fault `key`'s window, each pod's own (status
+        nodeSlots[].inProcessRestarts + inJobRestarts: every restart, echoes included; a pod
+        replaced in the window would start again from 0)."""
+        start, end = self.window_polls(key)
+
+        def per_slot(snap: Snapshot) -> dict[int, int]:
+            return {
+                s.get("slot", -1): int(s.get("inProcessRestarts", 0)) + int(s.get("inJobRestarts", 0))
+                for s in snap.status.get("nodeSlots") or []
+            }
+
+        before, after = per_slot(self.history[start]), per_slot(self.history[end])
+        return sum(n - before.get(slot, 0) for slot, n in after.items())
 
     def steps_lost(self, fault: str, level: str, at: float | None = None) -> StepsLost | None:
         """What a fault cost, from the ranks' step logs: an injected fault by its key
@@ -363,11 +406,40 @@ class Jobs:
             with contextlib.suppress(ApiException):
                 raw.request("DELETE", f"/api/v1/persistentvolumes/{pv}")
         self.created.clear()
-        # Quarantine taints are the operator's verdict on a node for the jobs that follow; tests start
-        # from healthy nodes, as an admin would after repairing them.
+        # A quarantine is the node's and outlives the job (issue 25), and so does the node's record
+        # of pod faults (another job's fault there within the hour would quarantine it): tests start
+        # from healthy nodes with clean records, as an admin leaves them after repairing them.
         for node in self.stack.nodes:
             obj = raw.get(f"/api/v1/nodes/{node}")
-            taints = (obj or {}).get("spec", {}).get("taints") or []
+            if obj is None:
+                continue
+            taints = obj.get("spec", {}).get("taints") or []
             kept = [t for t in taints if t["key"] != QUARANTINE_TAINT_KEY]
-            if obj is not None and len(kept) != len(taints):
-                raw.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": kept}}, MERGE)
+            annotations = obj["metadata"].get("annotations") or {}
+            ours = [a for a in (QUARANTINE_ANNOTATION, NODE_FAULTS_ANNOTATION) if a in annotations]
+            if len(kept) != len(taints) or ours:
+                patch = {"metadata": {"annotations": dict.fromkeys(ours)}, "spec": {"taints": kept}}
+                raw.request("PATCH", f"/api/v1/nodes/{node}", patch, MERGE)
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """What the operator wrote on a node: its quarantine (taint value = the evidence's reason, "" when
+    not quarantined; the QUARANTINE_ANNOTATION record) and its recent pod faults."""
+
+    taint: str
+    quarantine: Quarantine | None
+    faults: tuple[NodeFault, ...]
+
+
+def node_record(raw: RawApi, node: str) -> NodeRecord:
+    obj = raw.get(f"/api/v1/nodes/{node}") or {}
+    taint = next(
+        (t for t in obj.get("spec", {}).get("taints") or [] if t["key"] == QUARANTINE_TAINT_KEY), None
+    )
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    return NodeRecord(
+        taint=(taint.get("value") or "?") if taint is not None else "",
+        quarantine=parse_quarantine(annotations.get(QUARANTINE_ANNOTATION)),
+        faults=parse_node_faults(annotations.get(NODE_FAULTS_ANNOTATION)),
+    )

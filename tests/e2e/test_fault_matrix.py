@@ -1,7 +1,7 @@
 """The fault matrix, end to end: real operator, real trainer processes (ft_launcher, gloo, FSDP2,
 checkpoints) on the local cluster, one test per row. Each asserts the ladder level that handled the
 fault, the reason, the counters, that no committed checkpoint is lost or goes backwards, and the end
-state. Faults come from the trainer's own hook (RTJ_FAULT_INJECT, fired once per job at a step) or
+state. Faults come from the trainer's own hook (`--fault-inject`, fired once per job at a step) or
 from outside (the node agent's node death, a job deletion).
 """
 
@@ -13,9 +13,9 @@ import signal
 import time
 
 import pytest
-from e2e_helpers import NAMESPACE, JobRun, all_training, failed, succeeded
+from e2e_helpers import NAMESPACE, JobRun, all_training, failed, node_record, succeeded
 from kubernetes.client.rest import ApiException
-from rtj.contract import LABEL_JOB, QUARANTINE_TAINT_KEY
+from rtj.contract import LABEL_JOB
 from rtj_local.rawapi import MERGE
 from rtj_local.train_log import TRAIN_LOG_SUBDIR
 from rtj_local.wait import wait_for
@@ -45,9 +45,7 @@ SOFT_STEP_SECONDS = 1.0
 
 @pytest.fixture(scope="module")
 def soft_faults(module_jobs) -> tuple[JobRun, dict[str, str]]:
-    job = module_jobs.start(
-        "soft", env={"RTJ_FAULT_INJECT": SOFT_FAULTS}, steps=45, interval=5, min_step_time=SOFT_STEP_SECONDS
-    )
+    job = module_jobs.start("soft", faults=SOFT_FAULTS, steps=45, interval=5, min_step_time=SOFT_STEP_SECONDS)
     first = job.wait(all_training, START, "both pods training")
     pods = job.worker_pods(first)
     job.wait(finished, 2 * FINISH, "job to finish")
@@ -94,8 +92,13 @@ def test_hang_of_a_rank_is_restarted_below_the_pod_level_pods_untouched(soft_fau
     job, pods = soft_faults
     assert job.fault_fired("hang-1-32")
     delta, reasons = job.window("hang-1-32")
-    assert delta["inProcess"] + delta["inJob"] >= 1 and delta["podReschedules"] == 0, delta
+    assert delta["podReschedules"] == 0, delta
     assert reasons & {"InProcessRestart", "InJobRestart"}
+    # The pods restarted (their own counts). status.restarts counts incidents, and a restart whose
+    # pod reports a collateral cause (PeerFailure, RankStopped) is never one: the hung rank cannot
+    # report, its launcher stops it (RankStopped) and its peer times out on it (PeerFailure), so
+    # this incident may add nothing there (issue 25's rule, docs/fault-classes.md).
+    assert job.pod_restarts_in_window("hang-1-32") >= 1, delta
     assert_soft_run_ok(job, pods)
     assert job.steps_lost("hang-1-32", "InProc/InJob") is not None, "no resume seen after the hang"
 
@@ -118,7 +121,7 @@ def test_launcher_budget_exhausted_replaces_that_pod_and_the_job_continues(run_j
     # Budget 1: the second SIGKILL of rank 1 exhausts its pod's launcher; the pod fails (exit 70).
     job = run_job(
         "budget",
-        env={"RTJ_FAULT_INJECT": "sigkill:1:12;sigkill:1:14"},
+        faults="sigkill:1:12;sigkill:1:14",
         steps=40,
         interval=5,
         fault_tolerance={"maxInJobRestarts": 1, "maxNoProgressCycles": 10},
@@ -143,21 +146,42 @@ def test_launcher_budget_exhausted_replaces_that_pod_and_the_job_continues(run_j
     # The reason is LauncherBudgetExhausted, as the pod's exit code (70) says or, when its heartbeat
     # reported it first, PodReportedHardFault naming it.
     assert job.events_about("LauncherBudgetExhausted"), sorted(job.event_reasons())
+    # An exhausted launcher is no evidence against its node (issue 25): nothing quarantined; the
+    # fault is recorded on the node instead (another job's fault there would make the case).
+    assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
+    records = {n: node_record(job.raw, n) for n in job.stack.nodes}
+    assert not [n for n, r in records.items() if r.taint], records
+    assert "NodeQuarantined" not in job.event_reasons(), sorted(job.event_reasons())
+    if "PodsFailedTogether" not in job.event_reasons():
+        recorded = [f for f in records[before["node"]].faults if f.job == f"{NAMESPACE}/budget"]
+        assert recorded, f"the fault is recorded on node {before['node']}: {records[before['node']]}"
     # Where the pod's heartbeat reported the exhausted launcher, the operator replaces it at once and
     # may delete it before it exits; otherwise its exit code says so: 70, as the timeline saw it or
     # (when the operator replaced the pod between two polls) as the operator's Event quotes it.
     exit_codes = {s.pods[before["pod"]]["exit_code"] for s in job.history if before["pod"] in s.pods}
     about = job.events_about(before["pod"])
     quoted = [t for t in about if "exit code 70" in t]
-    reported = [t for t in about if "hard fault: LauncherBudgetExhausted: ft_launcher exited" in t]
+    reported = [t for t in about if "reported LauncherBudgetExhausted: ft_launcher exited" in t]
     assert 70 in exit_codes or quoted or reported, f"the exhausted pod exits 70, saw {exit_codes}, {about}"
     job.assert_checkpoints_never_lost_or_backwards()
     print(f"slot {1 - slot}: {other['pod']} -> {slot_pod(last, 1 - slot)['pod']} (the other slot)")
     assert job.steps_lost("sigkill-1-14", "Pod") is not None, "no resume seen after the pod's replacement"
 
 
+#: Heartbeat timeout of the node-death rows: longer than the node lifecycle controller takes to see
+#: a node's Lease lapse (the agent's 20 s Lease, --node-monitor-grace-period 20 s), so that the
+#: node's death, not its pods' silence, is what the operator sees first. Silence alone is no evidence
+#: against a node (issue 25): replaced on it, the pod's node would not be quarantined.
+NODE_DEATH_HEARTBEAT_TIMEOUT = 60
+
+
 def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(run_job, e2e_stack) -> None:
-    job = run_job("nodedeath", steps=60, interval=10)
+    job = run_job(
+        "nodedeath",
+        steps=60,
+        interval=10,
+        fault_tolerance={"heartbeatTimeoutSeconds": NODE_DEATH_HEARTBEAT_TIMEOUT},
+    )
     snap = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 10, START, "a checkpoint")
     rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
     victim = next(s for s in snap.status["nodeSlots"] if s["node"] != rdzv_node)
@@ -176,10 +200,18 @@ def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(ru
     assert_succeeded(job)
     last = job.history[-1]
     assert last.restarts["podReschedules"] >= 1
-    assert job.event_reasons() & {"NodeNotReady", "NodeLost", "HeartbeatTimeout"}
+    evidence = job.event_reasons() & {"NodeNotReady", "NodeLost"}
+    assert evidence, sorted(job.event_reasons())
+    assert "HeartbeatTimeout" not in job.event_reasons(), sorted(job.event_reasons())
     assert victim["node"] in (last.status.get("quarantinedNodes") or [])
-    node = job.raw.request("GET", f"/api/v1/nodes/{victim['node']}")
-    assert any(t["key"] == QUARANTINE_TAINT_KEY for t in node["spec"].get("taints") or [])
+    # The node's quarantine: the taint's value is the evidence's reason, the record names the job.
+    record = node_record(job.raw, victim["node"])
+    assert record.taint in evidence, record
+    assert record.quarantine is not None and record.quarantine.reason == record.taint, record
+    assert [e.job for e in record.quarantine.evidence] == [f"{NAMESPACE}/nodedeath"], record
+    assert job.events_about("NodeQuarantined"), sorted(job.event_reasons())
+    others = [n for n in job.stack.nodes if n != victim["node"] and node_record(job.raw, n).taint]
+    assert not others, f"only the dead node is quarantined: {others}"
     assert (last.checkpoint_step or 0) > (checkpoint_before or 0)
     job.assert_checkpoints_never_lost_or_backwards()
     assert job.steps_lost("node death", "Pod", at=killed_at) is not None, "no resume seen after it"
@@ -192,7 +224,13 @@ def test_node_death_with_the_volume_unreadable_resumes_from_the_peer_replica(run
     recovers (mode 000: the pods run as the trainer's user); the replacement fetches its shard from the peer
     and the job resumes at most one memory interval behind (status.replicaStep shows the replicas)."""
     job = run_job(
-        "peer", steps=400, interval=10, checkpoint={"memorySnapshotIntervalSteps": 2, "peerReplica": True}
+        "peer",
+        steps=400,
+        interval=10,
+        checkpoint={"memorySnapshotIntervalSteps": 2, "peerReplica": True},
+        # The node's death is seen as such (see NODE_DEATH_HEARTBEAT_TIMEOUT): its node quarantined,
+        # the replacement is kept off it.
+        fault_tolerance={"heartbeatTimeoutSeconds": NODE_DEATH_HEARTBEAT_TIMEOUT},
     )
 
     def lease(s, pod: str) -> dict:
@@ -280,7 +318,7 @@ def test_worker_exiting_0_early_ends_the_job_no_progress_not_a_silent_hang(run_j
     twice that; nothing is rescheduled and no node quarantined (the pods are not at fault)."""
     job = run_job(
         "early0",
-        env={"RTJ_FAULT_INJECT": "finish:1:15"},
+        faults="finish:1:15",
         steps=400,
         interval=5,
         fault_tolerance={"progressTimeoutSeconds": 20},
@@ -361,7 +399,7 @@ def test_do_not_restart_exit_code_fails_the_job_and_restarts_nothing(run_job) ->
     # Two in-job restarts without a newer checkpoint in between: the trainer stops with 93.
     job = run_job(
         "dnr",
-        env={"RTJ_FAULT_INJECT": "sigkill:1:12;sigkill:1:14"},
+        faults="sigkill:1:12;sigkill:1:14",
         steps=40,
         interval=5,
         fault_tolerance={"maxInJobRestarts": 5, "maxNoProgressCycles": 1},
@@ -376,11 +414,14 @@ def test_do_not_restart_exit_code_fails_the_job_and_restarts_nothing(run_job) ->
     job.assert_checkpoints_never_lost_or_backwards()
 
 
-def test_pod_budget_exhausted_fails_the_job_and_restarts_nothing(run_job) -> None:
-    # A fault of one pod (deleted, as `kubectl delete pod` or a drain does) with no pod budget left.
-    # Not a rank's SIGKILL: with maxInJobRestarts 0 every launcher exits on it within a second, and
-    # the operator, seeing both in one pass, rightly recovers the job as a whole (PodsFailedTogether,
-    # the launcher-budget row), so which budget ran out would depend on the timing of two polls.
+def test_pod_budget_exhausted_fails_the_job_and_restarts_nothing(run_job, e2e_stack) -> None:
+    # A fault of one pod with no pod budget left: the whole pod hangs (every process stopped, its
+    # heartbeat agent too), HeartbeatTimeout. Not a deletion: a pod deleted by someone else is a
+    # disruption and spends no budget (issue 25; tests/e2e/test_blame_matrix.py). Not a rank's
+    # SIGKILL: with maxInJobRestarts 0 every launcher exits on it within a second, and the operator,
+    # seeing both in one pass, rightly recovers the job as a whole (PodsFailedTogether, the
+    # launcher-budget row), so which budget ran out would depend on the timing of two polls. The
+    # heartbeat timeout (12 s) comes before the peer's rank hang detection (rankHangTimeoutSeconds 20).
     job = run_job(
         "podbudget",
         steps=400,
@@ -390,14 +431,24 @@ def test_pod_budget_exhausted_fails_the_job_and_restarts_nothing(run_job) -> Non
     first = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
     pods = job.worker_pods(first)
     victim = sorted(pods)[0]
-    job.raw.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{victim}")
-    last = job.wait(finished, FINISH, "job to finish")
+    procs = e2e_stack.agent.pod_processes(NAMESPACE, victim)
+    assert procs, f"{victim} runs"
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        last = job.wait(finished, FINISH, "job to finish")
+    finally:  # let the stopped processes see their SIGTERM when the pod is deleted
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
     assert failed(last), "the job must fail"
     assert (last.condition("Failed") or {}).get("reason") == "PodRescheduleBudgetExhausted"
     why = job.events_about("PodRescheduleBudgetExhausted")
-    assert any(f"pod {victim} is being deleted" in t for t in why), why
+    assert any(f"pod {victim}: heartbeat silent" in t for t in why), why
     assert last.restarts["podReschedules"] == 0 and last.restarts["job"] == 0, last.restarts
     assert set(job.worker_pods(last)) <= set(pods), "no replacement pod may be created"
+    assert not last.status.get("quarantinedNodes"), "silence is no evidence against a node"
     job.assert_checkpoints_never_lost_or_backwards()
 
 

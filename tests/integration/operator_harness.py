@@ -68,6 +68,83 @@ def make_node_not_ready(core: client.CoreV1Api, name: str) -> None:
     core.patch_node_status(name, {"status": {"conditions": conditions}})
 
 
+def set_node_condition(
+    core: client.CoreV1Api, name: str, type_: str, status: str, reason: str, message: str
+) -> None:
+    """Report a Node condition as a node health agent would (the EKS node monitoring agent,
+    node-problem-detector): a strategic merge of status.conditions, keyed by type."""
+    now = micro_time(datetime.now(UTC))[:19] + "Z"
+    condition = {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    core.patch_node_status(name, {"status": {"conditions": [condition]}})
+
+
+def quarantine_taint(core: client.CoreV1Api, node: str) -> client.V1Taint | None:
+    """The node's quarantine taint (contract.QUARANTINE_TAINT_KEY, NoSchedule), if any."""
+    taints = core.read_node(node).spec.taints or []
+    return next(
+        (t for t in taints if t.key == contract.QUARANTINE_TAINT_KEY and t.effect == "NoSchedule"), None
+    )
+
+
+def node_annotations(core: client.CoreV1Api, node: str) -> dict[str, str]:
+    return core.read_node(node).metadata.annotations or {}
+
+
+def node_quarantine(core: client.CoreV1Api, node: str) -> contract.Quarantine | None:
+    """The node's quarantine record (contract.QUARANTINE_ANNOTATION)."""
+    return contract.parse_quarantine(node_annotations(core, node).get(contract.QUARANTINE_ANNOTATION))
+
+
+def node_faults(core: client.CoreV1Api, node: str) -> tuple[contract.NodeFault, ...]:
+    """The node's record of pod faults without evidence against it (contract.NODE_FAULTS_ANNOTATION)."""
+    return contract.parse_node_faults(node_annotations(core, node).get(contract.NODE_FAULTS_ANNOTATION))
+
+
+def lift_quarantine(core: client.CoreV1Api, node: str) -> None:
+    """What an admin does after repairing a node: the quarantine taint and its record removed."""
+    try:
+        obj = core.read_node(node)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return
+        raise
+    kept = [
+        core.api_client.sanitize_for_serialization(t)
+        for t in obj.spec.taints or []
+        if t.key != contract.QUARANTINE_TAINT_KEY
+    ]
+    patch = {"metadata": {"annotations": {contract.QUARANTINE_ANNOTATION: None}}, "spec": {"taints": kept}}
+    core.patch_node(node, patch)
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of metric `name` (Prometheus text) whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        series, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in series for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+#: The restart counters of status.restarts (without the incident times kept beside them).
+COUNTERS = ("inProcess", "inJob", "podReschedules", "disruptions", "job")
+
+
+def counters(status: dict[str, Any]) -> dict[str, int]:
+    restarts = status.get("restarts") or {}
+    return {k: int(restarts.get(k, 0)) for k in COUNTERS}
+
+
 def job_manifest(name: str, nodegroup: str, nodes: int, **spec: Any) -> dict[str, Any]:
     ft = {
         "heartbeatIntervalSeconds": 1,

@@ -11,7 +11,17 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from operator_harness import OperatorEnv, end_pod, events, is_true, job_manifest, reasons_of, running, until
+from operator_harness import (
+    OperatorEnv,
+    counters,
+    end_pod,
+    events,
+    is_true,
+    job_manifest,
+    reasons_of,
+    running,
+    until,
+)
 from rtj import builders, contract, reasons
 from rtj.api.models import ResilientTrainingJob
 from rtj.ladder import kueue_admission as ka
@@ -21,6 +31,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 G, V = ka.WORKLOAD_GROUP, ka.WORKLOAD_VERSION
 FLAVOR_LABEL = "rtj.test/flavor"
+#: An eviction and a re-admission are no fault, and no disruption either (a resume, as after suspend).
+NO_RESTARTS = {"inProcess": 0, "inJob": 0, "podReschedules": 0, "disruptions": 0, "job": 0}
 
 
 @pytest.fixture
@@ -128,7 +140,7 @@ def test_kueue_admits_evicts_and_finishes_a_labelled_job(
     for pod in e.workers("queued").values():
         assert pod.spec.node_selector[FLAVOR_LABEL] == flavor  # the flavor's node labels
         assert pod.metadata.labels[ka.PODSET_LABEL] == "workers"
-    assert e.status("queued")["restarts"] == {"inProcess": 0, "inJob": 0, "podReschedules": 0, "job": 0}
+    assert counters(e.status("queued")) == NO_RESTARTS
 
     # 3. Evicted (preempted): every pod stops; once none is left the operator clears the admission.
     set_status({"conditions": [*admitted, _cond("Evicted", True, "Preempted", "preempted by wl-x")]})
@@ -160,7 +172,7 @@ def test_kueue_admits_evicts_and_finishes_a_labelled_job(
         }
     )
     until(running(e, "queued", 2), t, 90, e.explain("queued"))
-    assert e.status("queued")["restarts"] == {"inProcess": 0, "inJob": 0, "podReschedules": 0, "job": 0}
+    assert counters(e.status("queued")) == NO_RESTARTS
     assert {p.metadata.labels[contract.LABEL_ATTEMPT] for p in e.workers("queued").values()} == {"2"}
 
     # 5. The job succeeds: the Workload is Finished (Succeeded), releasing its quota.

@@ -11,10 +11,15 @@ import pytest
 from kubernetes import client
 from operator_harness import (
     OperatorEnv,
+    counters,
     end_pod,
     events,
     is_true,
     job_manifest,
+    lift_quarantine,
+    make_node_not_ready,
+    node_quarantine,
+    quarantine_taint,
     reasons_of,
     running,
     until,
@@ -90,7 +95,7 @@ def test_suspend_removes_pods_and_resume_recreates_them(env: Callable[..., Opera
     until(running(e, "train", 2), t, 90, e.explain("train"))
     assert sorted(p.metadata.name for p in e.workers("train").values()) == ["train-n0-a1", "train-n1-a1"]
     st = e.status("train")
-    assert st["restarts"] == {"inProcess": 0, "inJob": 1, "podReschedules": 0, "job": 0}, (
+    assert counters(st) == {"inProcess": 0, "inJob": 1, "podReschedules": 0, "disruptions": 0, "job": 0}, (
         "resume is not a reschedule"
     )
     evs = reasons_of(events(e.core, e.namespace, "train"))
@@ -119,7 +124,13 @@ def test_job_created_suspended_starts_nothing_until_admitted(env: Callable[..., 
     e.rtj.patch(e.namespace, "queued", {"spec": {"suspend": False}})  # Kueue admits the workload
     until(running(e, "queued", 2), t, 90, e.explain("queued"))
     assert not is_true(e.job("queued"), "Suspended")
-    assert e.status("queued")["restarts"] == {"inProcess": 0, "inJob": 0, "podReschedules": 0, "job": 0}
+    assert counters(e.status("queued")) == {
+        "inProcess": 0,
+        "inJob": 0,
+        "podReschedules": 0,
+        "disruptions": 0,
+        "job": 0,
+    }
 
 
 def test_fsx_job_fails_at_once_when_the_operator_has_no_fsx_support(
@@ -135,56 +146,76 @@ def test_fsx_job_fails_at_once_when_the_operator_has_no_fsx_support(
     assert reasons.INVALID_SPEC in reasons_of(events(e.core, e.namespace, "fsx"))
 
 
-def test_deletion_cleans_up_children_and_quarantine(env: Callable[..., OperatorEnv]) -> None:
+def test_deletion_cleans_up_children_and_leaves_the_node_quarantine(env: Callable[..., OperatorEnv]) -> None:
+    """Deleting a job removes its children (garbage collection; the finalizer, for the FSx PV) but
+    not a node's quarantine (issue 25): that is a verdict on the node, lifted by the operator's
+    review once the node shows no evidence (or by an admin), never by a job going away."""
     e = env(nodes=3)
     e.create_job("train", 2)
     t = e.trainers("train")
     until(running(e, "train", 2), t, 90, e.explain("train"))
-    bad = e.workers("train")[1]
-    t.silent.add(bad.metadata.name)
-    until(
-        lambda: e.status("train").get("quarantinedNodes") == [bad.spec.node_name], t, 60, e.explain("train")
-    )
-    until(running(e, "train", 2), t, 60, e.explain("train"))
-    coord = client.CoordinationV1Api(e.kube)
-    pvc = e.core.read_namespaced_persistent_volume_claim("train-checkpoints", e.namespace)
-    assert pvc.spec.volume_name == f"rtj-{e.namespace}-train-fsx" and pvc.status.phase == "Bound"
-    assert coord.list_namespaced_lease(e.namespace, label_selector=f"{contract.LABEL_JOB}=train").items
+    rdzv_node = e.core.read_namespaced_pod("train-rdzv", e.namespace).spec.node_name
+    bad = next(p for _, p in sorted(e.workers("train").items()) if p.spec.node_name != rdzv_node)
+    make_node_not_ready(e.core, bad.spec.node_name)  # evidence against the node
+    try:
+        until(
+            lambda: e.status("train").get("quarantinedNodes") == [bad.spec.node_name],
+            t,
+            60,
+            e.explain("train"),
+        )
+        until(running(e, "train", 2), t, 60, e.explain("train"))
+        taint = quarantine_taint(e.core, bad.spec.node_name)
+        assert taint is not None and taint.value == reasons.NODE_NOT_READY, taint
+        coord = client.CoordinationV1Api(e.kube)
+        pvc = e.core.read_namespaced_persistent_volume_claim("train-checkpoints", e.namespace)
+        assert pvc.spec.volume_name == f"rtj-{e.namespace}-train-fsx" and pvc.status.phase == "Bound"
+        assert coord.list_namespaced_lease(e.namespace, label_selector=f"{contract.LABEL_JOB}=train").items
 
-    e.rtj.api.delete_namespaced_custom_object(
-        contract.API_GROUP, contract.API_VERSION, e.namespace, contract.PLURAL, "train"
-    )
-
-    def gone() -> bool:
-        try:
-            e.job("train")
-            return False
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
-        return (
-            not t.pods()
-            and not e.core.list_namespaced_service(e.namespace).items
-            and not coord.list_namespaced_lease(
-                e.namespace, label_selector=f"{contract.LABEL_JOB}=train"
-            ).items
+        e.rtj.api.delete_namespaced_custom_object(
+            contract.API_GROUP, contract.API_VERSION, e.namespace, contract.PLURAL, "train"
         )
 
-    until(gone, None, 90, e.explain("train"))  # garbage collection: pods -> Leases, job -> pods, Service
-    taints = e.core.read_node(bad.spec.node_name).spec.taints or []
-    assert not [x for x in taints if x.key == contract.QUARANTINE_TAINT_KEY], "finalizer removed our taint"
+        def gone() -> bool:
+            try:
+                e.job("train")
+                return False
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+            # A pod on the dead node cannot finish terminating (no kubelet): forced, as an admin does.
+            for pod in t.pods():
+                if pod.metadata.deletion_timestamp and pod.spec.node_name == bad.spec.node_name:
+                    e.core.delete_namespaced_pod(pod.metadata.name, e.namespace, grace_period_seconds=0)
+            return (
+                not t.pods()
+                and not e.core.list_namespaced_service(e.namespace).items
+                and not coord.list_namespaced_lease(
+                    e.namespace, label_selector=f"{contract.LABEL_JOB}=train"
+                ).items
+            )
 
-    # The finalizer deletes the FSx PV; pv-protection lets it go once GC removed its PVC.
-    def pv_gone() -> bool:
-        try:
-            e.core.read_persistent_volume(f"rtj-{e.namespace}-train-fsx")
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
+        until(gone, None, 90, e.explain("train"))  # garbage collection: pods -> Leases, job -> pods, Service
+        taint = quarantine_taint(e.core, bad.spec.node_name)
+        assert taint is not None and taint.value == reasons.NODE_NOT_READY, "the quarantine outlives the job"
+        record = node_quarantine(e.core, bad.spec.node_name)
+        assert record is not None and [ev.job for ev in record.evidence] == [f"{e.namespace}/train"], record
 
-    until(pv_gone, None, 60, e.explain("train"))
+        # The finalizer deletes the FSx PV; pv-protection lets it go once GC removed its PVC.
+        def pv_gone() -> bool:
+            try:
+                e.core.read_persistent_volume(f"rtj-{e.namespace}-train-fsx")
+            except client.ApiException as exc:
+                if exc.status == 404:
+                    return True
+                raise
+            return False
+
+        until(pv_gone, None, 60, e.explain("train"))
+    finally:
+        lift_quarantine(e.core, bad.spec.node_name)  # as an admin would after repairing the node
+    assert quarantine_taint(e.core, bad.spec.node_name) is None
+    assert node_quarantine(e.core, bad.spec.node_name) is None
 
 
 def test_operator_restart_changes_nothing_and_counts_nothing_twice(
@@ -213,7 +244,9 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(
     until(lambda: passes(e) >= 20, t, 60, e.explain("train"))  # ~10 s of passes by the new process
     after = e.status("train")
     assert (
-        after["restarts"] == before["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 1, "job": 0}
+        counters(after)
+        == counters(before)
+        == {"inProcess": 3, "inJob": 0, "podReschedules": 1, "disruptions": 0, "job": 0}
     ), e.explain("train")()
 
     # lastHeartbeatTime is refreshed coarsely (every 60 s) by design; everything else must be equal.
@@ -235,7 +268,14 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(
         e.explain("train"),
     )
     until(running(e, "train", 2), t, 60, e.explain("train"))
-    assert e.status("train")["restarts"] == {"inProcess": 3, "inJob": 0, "podReschedules": 2, "job": 0}
+    # A pod deleted by someone else is a disruption: no reschedule spent.
+    assert counters(e.status("train")) == {
+        "inProcess": 3,
+        "inJob": 0,
+        "podReschedules": 1,
+        "disruptions": 1,
+        "job": 0,
+    }
     # What a user sees (shown with pytest -rP).
     print(kubectl("get", "rtj", "-n", e.namespace, "-o", "wide").stdout)
     print(kubectl("describe", "rtj", "train", "-n", e.namespace).stdout)
@@ -274,7 +314,8 @@ def test_pod_the_api_server_refuses_fails_the_job_saying_why(env: Callable[..., 
 def test_job_is_deletable_when_its_operator_is_gone(env: Callable[..., OperatorEnv]) -> None:
     """issue 13, case 6: `helm uninstall` with jobs left; `kubectl delete rtj` then hung on the
     operator's finalizer. A job holding nothing that garbage collection cannot remove (a PVC for
-    checkpoints, no node quarantined) carries no finalizer; one with an FSx PV keeps it."""
+    checkpoints) carries no finalizer, whatever it quarantined (a quarantine is the node's, issue 25);
+    one with an FSx PV keeps it."""
     e = env(nodes=2)
     e.create_job("plain", 1, checkpoint={"pvc": {"claimName": "ckpt"}})
     e.create_job("fsx", 1)

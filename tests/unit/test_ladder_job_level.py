@@ -139,6 +139,16 @@ CASES = [
         [R],
     ),
     Case(
+        "a worker exits 70 within the window while a peer's pod is still pending: the same incident "
+        "(RendezvousRestart), not PeersNotReady",
+        job(jobFaultTime=ago(5).isoformat(), jobRestartTime=ago(5).isoformat(), restarts={"job": 1}),
+        observe().running(4).rdzv().worker(2, phase="Failed", exit_code=70).worker(1, phase="Pending").obj(),
+        [DeletePod("train-n2-a0", "uid-train-n2-a0", 5), CreateWorkerPod(2, 1, R)],
+        0,
+        1,
+        [R],
+    ),
+    Case(
         "the same exit 70 long after the window: that pod's own fault, recorded on its node (no evidence "
         "against it)",
         job(jobFaultTime=ago(61).isoformat(), jobRestartTime=ago(55).isoformat(), restarts={"job": 1}),

@@ -29,13 +29,16 @@ from datetime import datetime
 from rtj import reasons
 from rtj.api.models import FaultTolerance, JobStatus
 
-#: Worker fault reasons that a job-level cause explains.
+#: Worker fault reasons that a job-level cause explains. PeersNotReady too: a worker whose launcher
+#: fails in the window while its peers' replacements are still pending is the same incident (the
+#: rendezvous pod's loss), not a fault of its own; alone, it never makes PodsFailedTogether.
 SYMPTOMS = frozenset(
     {
         reasons.POD_FAILED,
         reasons.LAUNCHER_BUDGET_EXHAUSTED,
         reasons.HEARTBEAT_TIMEOUT,
         reasons.POD_REPORTED_HARD_FAULT,
+        reasons.PEERS_NOT_READY,
     }
 )
 
@@ -64,7 +67,7 @@ def attribute(fault_reasons: list[str], status: JobStatus, ft: FaultTolerance, n
         return None
     if in_window(status, ft, now):
         return reasons.RENDEZVOUS_RESTART
-    if len(symptoms) >= 2:
+    if len([r for r in symptoms if r != reasons.PEERS_NOT_READY]) >= 2:
         return reasons.PODS_FAILED_TOGETHER
     return None
 

@@ -23,8 +23,9 @@ Every resilience piece comes through the integration API any script can use
   launcher must not take it for the end of training); the resume loses nothing.
 - Step/checkpoint/fault reports and NVRx heartbeats (hang detection) through RankReporter,
   asynchronous checkpoints (`rtj_trainer.checkpoint`), resume from the last committed one.
-- Fault injection for tests (rtj_trainer.examples.faults), env `RTJ_FAULT_INJECT` (the syntax
-  of tests/trainer/toy_train.py; `;`-separated), `<kind>:<rank>:<step>[:always][:delay=S]`:
+- Fault injection for tests (rtj_trainer.examples.faults), `--fault-inject` or env
+  `RTJ_FAULT_INJECT` (the syntax of tests/trainer/toy_train.py; `;`-separated; under the operator
+  only the option: a job's spec may not set RTJ_* env), `<kind>:<rank>:<step>[:always][:delay=S]`:
       exception:1:20            raise before step 20 on rank 1 (in-process restart)
       sigkill:1:20              SIGKILL rank 1 (ft_launcher restarts the workers)
       exit:1:20                 os._exit(1)
@@ -34,7 +35,7 @@ Every resilience piece comes through the integration API any script can use
       corrupt:0:20              write NaN into a weight, then raise (the kept state is bad)
   A step "+N" counts from the step the run resumed at. Each fault fires once per job (a marker
   file `.fault-*` in the checkpoint directory) unless `:always` is given.
-- One JSON line per step per rank in `<log-dir>/rank-<r>.jsonl` (env RTJ_TRAIN_LOG_DIR; `{pod}` in
+- One JSON line per step per rank in `<log-dir>/rank-<r>.jsonl` (or env RTJ_TRAIN_LOG_DIR; `{pod}` in
   it is the pod's name): step, loss, step seconds, save outcome, snapshot seconds, in-process
   iteration, in-job restart count; "resume" lines on start.
 """
@@ -202,6 +203,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--min-step-time", type=float, default=0.0, help="pad each step to this many seconds")
     p.add_argument("--log-dir", default=os.environ.get("RTJ_TRAIN_LOG_DIR"))
+    p.add_argument(
+        "--fault-inject",
+        default=os.environ.get(ENV_FAULT_INJECT),
+        help=f"faults to inject (tests; the syntax above); default: env {ENV_FAULT_INJECT}",
+    )
     p.add_argument("--checkpoint-dir", default=None, help="default: RankEnv (RTJ_CHECKPOINT_DIR)")
     p.add_argument("--checkpoint-interval", type=int, default=None, help="steps; default: RankEnv")
     p.add_argument("--no-checkpoint", action="store_true", help="benchmarks: train without checkpoints")
@@ -245,9 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         snapshot_write_threads=args.snapshot_write_threads,
         log_dir=args.log_dir or "",
     )
-    faults = FaultInjector(
-        parse_faults(os.environ.get(ENV_FAULT_INJECT)), res.env.rank, res.checkpoint_dir, res.log.write
-    )
+    faults = FaultInjector(parse_faults(args.fault_inject), res.env.rank, res.checkpoint_dir, res.log.write)
     extra = {"seed": args.seed}
 
     def train(attempt: Attempt) -> int:
