@@ -2,18 +2,35 @@
 # Fills .whl/ (git-ignored) with what the 2xH200 device image lacks for the trainer runtime, at the
 # versions of this repository's venv: NVRx (the pinned one) and the pure-Python packages it and
 # rtj_trainer import (the closure of their requirements in .venv, less the packages the device
-# image lists). bench/gpu_env.sh installs them there. Usage: bench/gpu_wheels.sh
+# image lists). bench/gpu_env.sh installs them there. Usage: bench/gpu_wheels.sh [--titan]
+#
+# --titan: also torchtitan (the `titan` extra's pin, for bench/titan_smoke.py) and what it imports
+# that the device image lacks, all pure Python, at the versions pip resolved for torchtitan 0.3.0 on
+# 2026-12-03 (the titan extra is not in .venv); wandb is left out (imported only when enabled).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=.venv/bin/python
 NEEDED=(nvidia-resiliency-ext pydantic pydantic-core annotated-types typing-inspection defusedxml fastapi
   starlette uvicorn slowapi limits deprecated pydantic-settings python-dotenv grpcio-tools kubernetes
   aiohttp-retry websocket-client requests-oauthlib oauthlib durationpy opentelemetry-api tzdata)
+TITAN_DEPS=(torchdata==0.11.0 torch-checkpointing==0.1.1 datasets==4.7.0 tyro==1.0.17 spmd-types==0.2.3
+  dill==0.4.0 multiprocess==0.70.18 docstring-parser==0.18.0 typeguard==4.6.1 fsspec==2026.2.0)
+titan=0
+for arg in "$@"; do
+  case "$arg" in
+    --titan) titan=1 ;;
+    *) echo "usage: $0 [--titan]" >&2; exit 2 ;;
+  esac
+done
 mkdir -p .whl
 pins=()
 for name in "${NEEDED[@]}"; do
   pins+=("$name==$($PY -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")")
 done
+if [[ $titan == 1 ]]; then
+  # The one pin of torchtitan, from pyproject.toml's `titan` extra.
+  pins+=("$(grep -o '"torchtitan==[^"]*"' pyproject.toml | tr -d '"')" "${TITAN_DEPS[@]}")
+fi
 platforms=()
 for n in 39 35 34 31 28 27 24 17; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
 $PY -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
