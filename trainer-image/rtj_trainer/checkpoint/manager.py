@@ -172,7 +172,7 @@ class CheckpointManager:
         replicate = self._p.replication is not None and not agreed.any_replicating
         snap = Snapshot(step, agreed.nonce, skeleton, host, ready, dict(extra or {}), replicate)
         if ring is not None and ring.partial is not None:
-            snap.partial, snap.entries = ring.partial, ring.entries
+            snap.partial, snap.entries, snap.slot = ring.partial, ring.entries, ring.slot
         self._p.control.abort.clear()
         self._p.writer.start(snap, decision.persist)
         self.saves_started += 1

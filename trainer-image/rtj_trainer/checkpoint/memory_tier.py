@@ -9,14 +9,14 @@ pruned after a new one commits is recycled for it: overwriting its file in place
 allocation of a new tmpfs file (3-4x the write time measured). Snapshots being persisted, being
 replicated, or replicated last are `protected` (the owner says which) and never pruned nor recycled.
 
-Snapshots at copy speed (`snapshot_ring`): with a ring, the snapshot files themselves are the
-staging's host buffers. At a save the training thread `claim`s a slot (a spare, else the oldest
-snapshot this one replaces, uncommitted by one rename; never a protected one), the device-to-host
-copy lands in its mapped file, and the writer thread only `commit`s: the index with its CRC32, the
-metadata, one rename. `prune` turns snapshots it no longer keeps into spares (`spare-<k>`) while
-the ring holds fewer than keep + 1 slots, so their files stay mapped (and, on a GPU, registered).
-`read` maps a snapshot shared through the ring, so a restarted rank copies host-to-device from
-registered memory and its first snapshot reuses the mapping.
+Snapshots without a second write (`snapshot_ring`): at a save the training thread `claim`s a slot
+(a spare, else the oldest snapshot this one replaces, uncommitted by one rename; never a protected
+one), the copy lands in its mapped file (on a GPU through pinned buffers the writer copies from),
+and the writer thread `commit`s: the index with its CRC32, the metadata, one rename. `prune`
+turns snapshots it no longer keeps into spares (`spare-<k>`) while the ring holds fewer than
+keep + 1 slots, so their files stay mapped and their pages allocated.
+`read` maps a snapshot shared through the ring, so a restarted rank's first snapshot reuses the
+mapping its load made.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from rtj.contract import FaultReason
 
 from ..checkpoint_format import (
@@ -180,6 +181,10 @@ class MemoryTier:
         t0 = time.monotonic()  # the copy included: the slot is busy until it lands
         try:
             snap.wait_copied()
+            if snap.slot is not None:  # staged in pinned memory (a GPU): into the slot's pages
+                with torch.no_grad():
+                    for dst, src in zip(snap.slot, snap.host, strict=True):
+                        dst.copy_(src)
             size = os.path.getsize(self.slot_file(partial))
             idx = ShardIndex(snap.tree, list(snap.entries)).to_bytes()
             write_file_atomic(os.path.join(partial, shard_idx(self.rank)), idx)

@@ -1,16 +1,20 @@
-"""Snapshots at copy speed: the memory tier's own files are the snapshot's host buffers.
+"""Memory snapshots without a second write: the memory tier's own files are where a snapshot lands.
 
-A snapshot is one device-to-host copy straight into a file of the memory tier (the pod's /dev/shm),
-mapped shared into the rank and, on a GPU, registered with CUDA as pinned memory once: no second
-host copy, no page allocated per snapshot. The files form a ring of `keep` slots (`MemoryTier`
-recycles the oldest snapshot the new one replaces; `prepare` adds spare slots while there are fewer
-snapshots than that), each mapped once per process and kept mapped across the renames that commit
-and recycle it (a mapping follows the file, not its name). The writer thread then only waits for the
-copy and commits: the index (each tensor's dtype, shape and offset, with its CRC32), the metadata,
-and one rename. A kill before the rename leaves a `.partial`, never loaded.
+The files form a ring of `keep + 1` slots in the pod's /dev/shm (`MemoryTier` recycles the oldest
+snapshot the new one replaces; `prepare` adds spare slots while there are fewer snapshots than
+that), each with its space reserved by `posix_fallocate` once (a full /dev/shm is then an error at
+that point, the snapshot skipped and reported, never a SIGBUS inside a copy) and mapped shared once
+per process, the mapping kept across the renames that commit and recycle it (it follows the file,
+not its name). A snapshot's tensors are copied into the claimed slot's mapped file; the writer
+thread then commits it: the index (each tensor's dtype, shape and offset, with its CRC32), the
+metadata, one rename. A kill before the rename leaves a `.partial`, never loaded.
 
-Space is reserved with `posix_fallocate` when a slot's file is created or grown, so a full /dev/shm
-is an error at that point (the snapshot is skipped and reported), never a SIGBUS inside a copy.
+On CPU the copy lands in the slot directly. On a GPU the device-to-host copy goes to private
+pinned buffers (54 GB/s on an H200) and the writer thread copies them into the slot (a parallel
+memory copy into pages already there: no syscall, no allocation per snapshot). Registering the
+slot files with CUDA would save that copy, but pinning them cost 0.72 s per GB on an H200 (9.9 s
+for 13.7 GB, holding the driver while it runs: training ran at half speed meanwhile) and has to be
+done again by every restarted process; bench/d2h_floor.py measures both.
 """
 
 from __future__ import annotations
@@ -86,7 +90,9 @@ class SnapshotRing:
         self._claim: tuple[int, int] | None = None
         self.partial: str | None = None
         self.entries: list[TensorEntry] = []
-        #: Where a snapshot lands when no slot could be had (the writer then copies it in, as it can).
+        #: The claimed slot's tensors when the copy goes through pinned buffers first (a GPU).
+        self.slot: list[torch.Tensor] | None = None
+        #: Pinned staging on a GPU, and where a snapshot lands when no slot could be had.
         self.fallback = PinnedBuffers()
 
     # --- the training thread -----------------------------------------------------------------------
@@ -102,9 +108,10 @@ class SnapshotRing:
         self._claim = None
         self.partial, self.entries = None, []
         entries, size = layout(specs)
+        self.slot = None
         try:
             partial = self._tier.claim(step, nonce)
-            whole = self._mapped(self._tier.slot_file(partial), size, pin=any(pin))
+            whole = self._mapped(self._tier.slot_file(partial), size)
         except OSError as e:  # /dev/shm full, most likely: this snapshot through private buffers
             self._tier.report_failure(step, f"no memory-tier slot for step {step}: {e!r}")
             return self.fallback.buffers(specs, pin)
@@ -112,6 +119,9 @@ class SnapshotRing:
             whole[e.offset : e.offset + e.nbytes].view(dtype_named(e.dtype)).reshape(e.shape) for e in entries
         ]
         self.partial, self.entries = partial, entries
+        if any(pin):  # device-to-host into pinned memory; the writer fills the slot from it
+            self.slot = views
+            return self.fallback.buffers(specs, pin)
         return views
 
     # --- any thread --------------------------------------------------------------------------------
@@ -120,12 +130,14 @@ class SnapshotRing:
         tier holds fewer than `keep`, so that no save maps, reserves or pins in the training thread."""
         _entries, size = layout(specs)
         for path in self._tier.ring_files(size):
-            self._mapped(path, size, pin=any(pin))
+            self._mapped(path, size)
+        if any(pin):
+            self.fallback.prepare(specs, pin)
 
     def mapped(self, path: str, size: int) -> torch.Tensor:
-        """A committed snapshot's file mapped (shared, read through; registered on a GPU): the
-        restarted rank's load copies host-to-device from it at the bus's speed."""
-        return self._mapped(path, size, pin=torch.cuda.is_available(), grow=False)
+        """A committed snapshot's file mapped shared (a restarted rank loads from it; its next
+        snapshot reuses the mapping)."""
+        return self._mapped(path, size, grow=False)
 
     def forget(self, path: str) -> None:
         """`path` is about to be deleted: drop its mapping (and its CUDA registration)."""
@@ -144,10 +156,10 @@ class SnapshotRing:
         for m in maps:
             _cuda_unregister(m)
 
-    def _mapped(self, path: str, size: int, *, pin: bool, grow: bool = True) -> torch.Tensor:
+    def _mapped(self, path: str, size: int, *, grow: bool = True, pin: bool = False) -> torch.Tensor:
         """`path` mapped shared, `size` bytes long (`grow`: created, resized and its space reserved
-        as needed; else it must have that size), registered with CUDA when `pin`; the mapping is
-        kept, so a file is mapped and registered once per process."""
+        as needed; else it must have that size), registered with CUDA when `pin` (bench only: see
+        the module's docstring); the mapping is kept, so a file is mapped once per process."""
         fd = os.open(path, os.O_RDWR | (os.O_CREAT if grow else 0), 0o600)
         try:
             st = os.fstat(fd)

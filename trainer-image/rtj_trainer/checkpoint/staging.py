@@ -5,8 +5,8 @@ it only right before the next `optimizer.step()` (an optimizer pre-hook calls `f
 overlaps the next forward/backward. On CPU it is a plain copy.
 
 Where the bytes land is a `HostBuffers`: `PinnedBuffers` (private pinned memory, allocated once and
-reused) without a memory tier; with one, `snapshot_ring.SnapshotRing`: the memory tier's own files,
-mapped and registered, so that a snapshot is this one device-to-host copy straight into them.
+reused) without a memory tier; with one, `snapshot_ring.SnapshotRing`: the memory tier's own files
+mapped (on CPU the copy lands there; on a GPU in pinned buffers the writer copies into them).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ class Snapshot:
     #: it; None: `host` are private buffers, copied into the tiers by the writer.
     partial: str | None = None
     entries: list[Any] | None = None
+    #: The slot's tensors when `host` are pinned staging buffers the writer copies into it (a GPU).
+    slot: list[torch.Tensor] | None = None
 
     @property
     def tree(self) -> dict[str, Any]:
