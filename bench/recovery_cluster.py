@@ -82,8 +82,8 @@ def job_docs(name: str, ckpt_dir: Path, hot_spares: int, trainer_src: Path | Non
     rtj["metadata"] = {"name": name, "namespace": NAMESPACE}
     spec = rtj["spec"]
     spec["checkpoint"]["pvc"]["claimName"] = pvc["metadata"]["name"]
-    spec["args"] = ["--steps", "100000", "--min-step-time", "0.25"]
-    spec["env"] = [{"name": "RTJ_TRAIN_LOG_DIR", "value": TRAIN_LOG_DIR}]
+    spec["args"] = ["--steps", "100000", "--min-step-time", "0.25", "--log-dir", TRAIN_LOG_DIR]
+    spec["env"] = []  # not RTJ_*: the runtime's (the API server refuses them)
     if trainer_src is not None:  # e.g. a `git archive` of a commit, ahead of the editable install
         path = f"{trainer_src / 'trainer-image'}:{trainer_src / 'operator'}"
         spec["env"].append({"name": "PYTHONPATH", "value": path})

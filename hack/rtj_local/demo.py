@@ -41,7 +41,7 @@ from rtj_local.nodes import schedulable
 from rtj_local.rawapi import RawApi
 from rtj_local.stack import OperatorProcess, install_chart
 from rtj_local.timeline import Snapshot, Timeline
-from rtj_local.train_log import StepsLost, job_train_logs, steps_lost, train_log_env
+from rtj_local.train_log import StepsLost, job_train_logs, steps_lost, train_log_args
 from rtj_local.versions import REPO_ROOT, bin_path
 from rtj_local.wait import wait_for
 
@@ -104,18 +104,13 @@ class Demo:
         for doc in docs:
             if doc["kind"] == "ResilientTrainingJob":
                 spec = doc["spec"]
-                spec.setdefault("env", []).extend(
-                    [
-                        {"name": "RTJ_FAULT_INJECT", "value": f"exception:1:{EXCEPTION_STEP}"},
-                        *(
-                            {"name": k, "value": v}
-                            for k, v in train_log_env(
-                                spec.get("checkpoint", {}).get("mountPath", "/checkpoints")
-                            ).items()
-                        ),
-                    ]
-                )
-                spec["args"] = [*spec.get("args", []), "--min-step-time", str(MIN_STEP_TIME)]
+                # Options, not env: a job's spec may not set RTJ_* env (the runtime's).
+                spec["args"] = [
+                    *spec.get("args", []),
+                    *("--min-step-time", str(MIN_STEP_TIME)),
+                    *("--fault-inject", f"exception:1:{EXCEPTION_STEP}"),
+                    *train_log_args(spec.get("checkpoint", {}).get("mountPath", "/checkpoints")),
+                ]
                 ft = spec.setdefault("faultTolerance", {})
                 ft["startupTimeoutSeconds"] = max(ft.get("startupTimeoutSeconds", 0), STARTUP_TIMEOUT)
             if doc["kind"] == "PersistentVolume" and (doc["spec"].get("hostPath") or {}).get("path"):
@@ -143,7 +138,7 @@ class Demo:
         for path in self.checkpoint_dirs:  # a fresh demo starts from no checkpoint
             shutil.rmtree(path, ignore_errors=True)
         self.out(f"== kubectl apply -f {EXAMPLE.relative_to(REPO_ROOT)}")
-        self.out(f"   + env RTJ_FAULT_INJECT, RTJ_TRAIN_LOG_DIR; args --min-step-time {MIN_STEP_TIME};"
+        self.out(f"   + args --fault-inject, --log-dir, --min-step-time {MIN_STEP_TIME};"
                  f" startupTimeoutSeconds {STARTUP_TIMEOUT}")  # fmt: skip
         self.cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps({"kind": "List",
                              "apiVersion": "v1", "items": docs}))  # fmt: skip
@@ -192,7 +187,7 @@ class Demo:
             FaultRecord("SIGKILL of a rank", "InJob"),
             FaultRecord("death of a whole node", "Pod"),
         ]
-        faults[0].detail = f"global rank 1 raises before step {EXCEPTION_STEP} (armed via RTJ_FAULT_INJECT)"
+        faults[0].detail = f"global rank 1 raises before step {EXCEPTION_STEP} (armed via --fault-inject)"
         counter = {"InProcess": "inProcess", "InJob": "inJob", "Pod": "podReschedules"}
         stage = 0
         base = {"inProcess": 0, "inJob": 0, "podReschedules": 0}

@@ -29,7 +29,7 @@ from rtj_local.cluster import LocalCluster, default_run_dir
 from rtj_local.images import OPERATOR_IMAGE, TRAINER_IMAGE, TRAINER_UID
 from rtj_local.kubelet_nodes import KubeletNodes
 from rtj_local.stack import KUBELET_VALUES, RELEASE, install_chart
-from rtj_local.train_log import fault_times, job_train_logs, steps_lost, train_log_env
+from rtj_local.train_log import fault_times, job_train_logs, steps_lost, train_log_args
 from rtj_local.versions import REPO_ROOT
 from rtj_local.wait import wait_for
 
@@ -39,8 +39,9 @@ EXAMPLE = REPO_ROOT / "examples" / "local-cpu-demo.yaml"
 CHECKPOINTS = Path("/var/tmp/rtj/kubelet-demo-checkpoints")
 
 
-def job_manifests(name: str, steps: int, env: list[dict[str, str]], min_step_time: float) -> list[dict]:
-    """The CPU example, on our trainer image, with its checkpoint PV at CHECKPOINTS/<name>."""
+def job_manifests(name: str, steps: int, args: list[str], min_step_time: float) -> list[dict]:
+    """The CPU example, on our trainer image, with its checkpoint PV at CHECKPOINTS/<name> and `args`
+    added to the trainer's."""
     docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
     for doc in docs:
         kind = doc["kind"]
@@ -54,11 +55,10 @@ def job_manifests(name: str, steps: int, env: list[dict[str, str]], min_step_tim
             doc["metadata"].update(name=name, namespace=NAMESPACE)
             spec = doc["spec"]
             spec["image"] = TRAINER_IMAGE
-            spec["args"] = ["--steps", str(steps), "--min-step-time", str(min_step_time)]
             # The ranks' step logs on the checkpoint volume: the summary's steps lost per fault.
-            mount = spec["checkpoint"].get("mountPath")  # unset: the API's default, train_log_env's too
-            log_env = train_log_env(mount) if mount else train_log_env()
-            spec["env"] = [*env, *({"name": k, "value": v} for k, v in log_env.items())]
+            mount = spec["checkpoint"].get("mountPath")  # unset: the API's default, train_log_args' too
+            log_args = train_log_args(mount) if mount else train_log_args()
+            spec["args"] = ["--steps", str(steps), "--min-step-time", str(min_step_time), *log_args, *args]
             spec["checkpoint"]["pvc"]["claimName"] = f"{name}-checkpoints"
     return docs
 
@@ -87,13 +87,13 @@ class KubeletDemo:
         where = ", ".join(f"{p['metadata']['name']} on {p['spec'].get('nodeName')}" for p in pods)
         self.say(f"helm install: operator pod Running from {OPERATOR_IMAGE}: {where}")
 
-    def start_job(self, name: str, steps: int, env: list[dict[str, str]]) -> None:
+    def start_job(self, name: str, steps: int, args: list[str]) -> None:
         path = CHECKPOINTS / name
         path.mkdir(parents=True, exist_ok=True)
         for child in path.iterdir():
             shutil.rmtree(child) if child.is_dir() else child.unlink()
         os.chown(path, TRAINER_UID, TRAINER_UID)  # hostPath ignores fsGroup
-        self.cluster.apply(job_manifests(name, steps, env, min_step_time=0.2))
+        self.cluster.apply(job_manifests(name, steps, args, min_step_time=0.2))
         self.say(f"job {name}: applied ({steps} steps)")
 
     def status(self, name: str) -> dict[str, Any]:
@@ -127,7 +127,7 @@ class KubeletDemo:
 
     def run(self) -> bool:
         self.setup()
-        self.start_job("job-a", 120, [{"name": "RTJ_FAULT_INJECT", "value": "exception:1:40"}])
+        self.start_job("job-a", 120, ["--fault-inject", "exception:1:40"])
         self.wait_succeeded("job-a", 600)
         self.start_job("job-b", 400, [])
         wait_for(

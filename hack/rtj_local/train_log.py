@@ -47,8 +47,14 @@ def _worker_pod_pattern(job: str) -> re.Pattern[str]:
 
 
 def train_log_env(mount_path: str = "/checkpoints") -> dict[str, str]:
-    """The env entry that makes fsdp_train log to the checkpoint volume mounted at `mount_path`."""
+    """The env entry that makes fsdp_train log to the checkpoint volume mounted at `mount_path`
+    (inside a rank; a job's spec may not set RTJ_* env: `train_log_args` there)."""
     return {"RTJ_TRAIN_LOG_DIR": f"{mount_path.rstrip('/')}/{TRAIN_LOG_SUBDIR}/{{pod}}"}
+
+
+def train_log_args(mount_path: str = "/checkpoints") -> list[str]:
+    """fsdp_train's options that make it log to the checkpoint volume mounted at `mount_path`."""
+    return ["--log-dir", next(iter(train_log_env(mount_path).values()))]
 
 
 def job_train_logs(checkpoint_dir: Path, job: str) -> dict[str, list[dict[str, Any]]]:
