@@ -415,6 +415,18 @@ CASES = [
         slots={0: {"inProcessRestarts": 1}, 1: {"inProcessRestarts": 1}},
     ),
     Case(
+        "a hang: the hung rank reports nothing, both pods report only collateral stops: one incident",
+        running_job().obj(),
+        observe()
+        .running(2)
+        .lease("train-n0-a0", 1, hb("InJobRestarting", ij=1, fault={**SOFT, "reason": "RankStopped"}))
+        .lease("train-n1-a0", 1, hb("InJobRestarting", ij=1, fault={**SOFT, "reason": "RankStopped"}))
+        .obj(),
+        [],
+        restarts=(0, 1, 0),
+        events=[reasons.IN_JOB_RESTART, reasons.IN_JOB_RESTART],
+    ),
+    Case(
         "the same incident seen on the peer a pass later (within a heartbeat timeout): still one",
         running_job(
             nodeSlots=slot_status(2, {0: {"inProcessRestarts": 1}}),

@@ -126,6 +126,7 @@ def active(ps: Pass) -> None:
         fault = slots.observe(ps, slot)
         if fault is not None:
             faults.append((slot, *fault))
+    slots.count_collateral(ps)
     faults = hold_correlated_silence(ps, faults)
     if ps.failed is None and training_finished.applies(ps):
         if training_finished.settle(ps, faults):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -97,6 +98,9 @@ class Pass:
         self.job_key = f"{job.metadata.get('namespace', '')}/{self.name}"
         #: Slots whose pods wait for something no restart fixes, with the evidence (condition Waiting).
         self.waiting: list[tuple[NodeSlotStatus, Verdict]] = []
+        #: Soft restarts whose pods report a collateral cause, counted once every slot was seen
+        #: (rtj.ladder.slots.count_collateral).
+        self.collateral: list[Any] = []
         self.failed: tuple[str, str] | None = None
         self.correlated = False
         self.stale_heartbeats = ""

@@ -6,7 +6,7 @@ A quarantine is the node's, not a job's (rtj.ladder.blame decides when there is 
   pushed back by each new piece of evidence);
 - at `until` the operator reviews the node (`review`): Ready, no unhealthy condition and every GPU
   allocatable lifts it; otherwise it is checked again a quarantine period later. An admin lifts it
-  with `kubectl taint node <node> rtj.dev/quarantined-`; the record goes with the taint.
+  with `kubectl taint node <node> training.resilient.dev/quarantined-`; the record goes with the taint.
 Deleting a job never lifts a quarantine. Nothing lifts one once the operator is uninstalled:
 docs/fault-classes.md gives the one command that does.
 

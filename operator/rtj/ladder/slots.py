@@ -3,6 +3,7 @@ faults and replace that one pod (level 3), or at job level (rtj.ladder.job_level
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from rtj import contract, reasons
@@ -201,18 +202,18 @@ def count_soft(ps: Pass, slot: NodeSlotStatus, pod: PodObs, lease: LeaseObs | No
         if delta <= 0:
             continue
         detected = hb.fault.time if hb.fault is not None and hb.fault.time <= ps.now else ps.now
-        counted = _new_incident(ps, slot, level, hb.fault.reason if hb.fault is not None else "", detected)
         if slot.recovering_since is None:
             slot.recovering_since, slot.recovering_level = detected, level
         fault = f" ({hb.fault.reason}: {hb.fault.message})" if hb.fault is not None else ""
-        if counted:
-            if level == reasons.LEVEL_IN_PROCESS:
-                ps.st.restarts.in_process += delta
-            else:
-                ps.st.restarts.in_job += delta
-            ps.d.restarts.append(RestartObserved(level, reason, delta))
-            evidence = f"pod {pod.name} reported {delta} {level} restart(s){fault or ', no fault'}"
-            incidents.soft(ps, slot, pod.name, pod.node, level, evidence, detected)
+        evidence = f"pod {pod.name} reported {delta} {level} restart(s){fault or ', no fault'}"
+        soft = SoftRestart(slot, pod.name, pod.node, level, reason, delta, evidence, detected)
+        collateral = hb.fault is not None and hb.fault.reason in contract.COLLATERAL_FAULT_REASONS
+        counted = False
+        if collateral:
+            ps.collateral.append(soft)  # counted after the pass's other slots: count_collateral
+        elif _new_incident(ps, slot, level, detected):
+            _count(ps, soft)
+            counted = True
         else:
             incidents.echo(ps, detected)
         ps.note_fault(slot, hb.fault.reason if hb.fault is not None else reason, pod.name, pod.node)
@@ -221,21 +222,53 @@ def count_soft(ps: Pass, slot: NodeSlotStatus, pod: PodObs, lease: LeaseObs | No
             reason,
             f"slot {slot.slot} pod {pod.name}: {delta} {level} restart(s), "
             f"{now_count} in this pod{fault}; pods untouched"
-            + ("" if counted else "; part of an incident already counted"),
+            + ("" if counted or collateral else "; part of an incident already counted"),
         )
     # Never backwards: a lower count (should not happen within one pod) resets the baseline.
     slot.in_process_restarts = hb.in_process_restarts
     slot.in_job_restarts = hb.in_job_restarts
 
 
-def _new_incident(ps: Pass, slot: NodeSlotStatus, level: str, fault_reason: str, detected: datetime) -> bool:
+@dataclass(frozen=True)
+class SoftRestart:
+    """One slot's soft restarts seen in this pass (rtj.ladder.slots.count_soft)."""
+
+    slot: NodeSlotStatus
+    pod: str
+    node: str
+    level: str
+    reason: str
+    delta: int
+    evidence: str
+    detected: datetime
+
+
+def _count(ps: Pass, soft: SoftRestart) -> None:
+    if soft.level == reasons.LEVEL_IN_PROCESS:
+        ps.st.restarts.in_process += soft.delta
+    else:
+        ps.st.restarts.in_job += soft.delta
+    ps.d.restarts.append(RestartObserved(soft.level, soft.reason, soft.delta))
+    incidents.soft(ps, soft.slot, soft.pod, soft.node, soft.level, soft.evidence, soft.detected)
+
+
+def count_collateral(ps: Pass) -> None:
+    """Collateral reports (a peer failed, the launcher stopped this pod's ranks) are echoes of the
+    incident their root cause's pod reports, counted or not yet; one counts only when no incident
+    of its level lies within a heartbeat timeout: a hung rank reports nothing, and its peers'
+    reports are all there is of that incident. Called once the pass has seen every slot."""
+    for soft in sorted(ps.collateral, key=lambda s: s.detected):
+        if _new_incident(ps, soft.slot, soft.level, soft.detected):
+            _count(ps, soft)
+        else:
+            incidents.echo(ps, soft.detected)
+
+
+def _new_incident(ps: Pass, slot: NodeSlotStatus, level: str, detected: datetime) -> bool:
     """Counters count incidents, not the pods that echo them. A soft restart is an echo of an incident
-    already counted when its pod reports a collateral cause (a peer failed, its launcher stopped its
-    ranks), when it comes within a heartbeat timeout of the level's last counted incident, or while
-    a pod or job-level recovery of another slot is under way (the peers of a replaced pod restart
-    with it)."""
-    if fault_reason in contract.COLLATERAL_FAULT_REASONS:
-        return False
+    already counted when it comes within a heartbeat timeout of the level's last counted incident, or
+    while a pod or job-level recovery of another slot is under way (the peers of a replaced pod
+    restart with it)."""
     if any(s is not slot and s.recovering_level in (reasons.LEVEL_POD, reasons.LEVEL_JOB) for s in ps.slots):
         return False
     field = "in_process_incident_time" if level == reasons.LEVEL_IN_PROCESS else "in_job_incident_time"
