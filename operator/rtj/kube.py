@@ -49,6 +49,10 @@ _PATHS = {
 }
 
 
+#: Read-modify-write rounds of a Node patch before a Conflict is given up (rtj.kube.Kube.patch_node).
+NODE_PATCH_ATTEMPTS = 5
+
+
 class KubeError(Exception):
     def __init__(self, status: int, reason: str, body: str = "") -> None:
         super().__init__(f"{status} {reason}: {body[:500]}")
@@ -270,21 +274,29 @@ class Kube:
     # --- nodes (quarantine, fault record: rtj.ladder.quarantine computes the patches) ---------------------
     async def patch_node(self, node: str, make: Callable[[dict[str, Any]], dict[str, Any] | None]) -> bool:
         """Read the node, merge-patch it with `make(node)` under its resourceVersion (taints are a
-        plain list, written whole; a Conflict, someone else changing the node, is retried by the next
-        pass). False: the node is gone, or `make` had nothing to change."""
-        try:
-            obj = await self.request("GET", f"{_PATHS['Node']}/{node}")
-        except KubeError as exc:
-            if exc.not_found:
+        plain list, written whole). A Conflict (someone else changed the node meanwhile: its kubelet's
+        status, the node lifecycle controller's own taints, which land just when a node fails) is
+        read and patched again, up to NODE_PATCH_ATTEMPTS times: the pass that decided a quarantine
+        may be the only one that does. False: the node is gone, or `make` had nothing to change."""
+        for attempt in range(NODE_PATCH_ATTEMPTS):
+            try:
+                obj = await self.request("GET", f"{_PATHS['Node']}/{node}")
+            except KubeError as exc:
+                if exc.not_found:
+                    return False
+                raise
+            patch = make(obj)
+            if patch is None:
                 return False
-            raise
-        patch = make(obj)
-        if patch is None:
-            return False
-        await self.request(
-            "PATCH", f"{_PATHS['Node']}/{node}", patch, {"fieldManager": FIELD_MANAGER}, MERGE_PATCH
-        )
-        return True
+            try:
+                await self.request(
+                    "PATCH", f"{_PATHS['Node']}/{node}", patch, {"fieldManager": FIELD_MANAGER}, MERGE_PATCH
+                )
+                return True
+            except KubeError as exc:
+                if not exc.conflict or attempt == NODE_PATCH_ATTEMPTS - 1:
+                    raise
+        return False
 
     async def quarantined_nodes(self) -> list[dict[str, Any]]:
         """Every node carrying our quarantine taint (one LIST; the chart's uninstall hook and the

@@ -480,3 +480,31 @@ def test_a_copy_changed_by_someone_else_is_not_read_as_our_write() -> None:
     run_pass(fake, job_body(job, resource_version="12"), memo)  # a user's edit: not one we replaced
     assert [c.body["metadata"]["resourceVersion"] for c in fake.calls if c.method == "PATCH"] == ["12"]
     assert handlers.own_writes(memo.last_write, "7") is None  # the chain restarted from 12
+
+
+class ConflictOnce(FakeKube):
+    """The node changes between our read and our patch once (the node lifecycle controller adding
+    its own taint as the node fails): the first PATCH of the node answers 409."""
+
+    def __init__(self, answers: dict[tuple[str, str], Any]) -> None:
+        super().__init__(answers)
+        self.conflicts = 1
+
+    async def request(
+        self, method: str, path: str, body: Any = None, query: Any = None, content_type: Any = None
+    ):
+        if method == "PATCH" and path.startswith("/api/v1/nodes/") and self.conflicts:
+            self.conflicts -= 1
+            self.calls.append(Call(method, path, copy.deepcopy(body), query, content_type))
+            raise kube.KubeError(409, "Conflict", '{"reason":"Conflict"}')
+        return await super().request(method, path, body, query, content_type)
+
+
+def test_a_quarantine_taint_that_meets_a_conflict_is_read_and_written_again() -> None:
+    fake = ConflictOnce({("GET", "/api/v1/nodes/node-1"): {"metadata": {"resourceVersion": "3"}, "spec": {}}})
+    decision = Decision(
+        actions=[TaintNode("node-1", "NodeNotReady", "ns/train", "node node-1 is not Ready", NOW)]
+    )
+    assert act(fake, decision) == handlers.ActOutcome()
+    node_calls = [(c.method, c.path) for c in fake.calls if c.path == "/api/v1/nodes/node-1"]
+    assert node_calls == [("GET", "/api/v1/nodes/node-1"), ("PATCH", "/api/v1/nodes/node-1")] * 2
