@@ -142,7 +142,9 @@ class Fleet:
         running = [p for p in workers.values() if p.status.phase == "Running"]
         now = time.monotonic()
         status = (job or {}).get("status") or {}
-        reschedules = (status.get("restarts") or {}).get("podReschedules") or 0
+        counts = status.get("restarts") or {}
+        # Pods replaced: for a fault (podReschedules) or after a delete by someone else (disruptions).
+        reschedules = (counts.get("podReschedules") or 0) + (counts.get("disruptions") or 0)
         if s.step == "starting":
             # A lost rendezvous pod is counted, and its job-level window has passed, before this
             # job's own fault (or end) is injected: that fault is then the pod's own.
