@@ -19,7 +19,6 @@ done again by every restarted process; bench/d2h_floor.py measures both.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections.abc import Sequence
@@ -61,22 +60,6 @@ def layout(specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]:
 class _Mapping:
     whole: torch.Tensor  # the file's bytes, mapped shared
     size: int
-    registered: bool
-
-
-def _cuda_register(t: torch.Tensor) -> bool:
-    """Page-lock a host mapping for CUDA (device-to-host copies at the bus's speed); False if not."""
-    if not torch.cuda.is_available() or t.numel() == 0:
-        return False
-    rc = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel(), 0)
-    return int(rc) == 0
-
-
-def _cuda_unregister(m: _Mapping) -> None:
-    if m.registered:
-        with contextlib.suppress(Exception):
-            torch.cuda.cudart().cudaHostUnregister(m.whole.data_ptr())
-        m.registered = False
 
 
 class SnapshotRing:
@@ -126,7 +109,7 @@ class SnapshotRing:
 
     # --- any thread --------------------------------------------------------------------------------
     def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> None:
-        """Map (and register) the slots a coming snapshot may reuse, and add spare slots while the
+        """Map the slots a coming snapshot may reuse, and add spare slots while the
         tier holds fewer than `keep`, so that no save maps, reserves or pins in the training thread."""
         _entries, size = layout(specs)
         for path in self._tier.ring_files(size):
@@ -140,38 +123,33 @@ class SnapshotRing:
         return self._mapped(path, size, grow=False)
 
     def forget(self, path: str) -> None:
-        """`path` is about to be deleted: drop its mapping (and its CUDA registration)."""
+        """`path` is about to be deleted: drop its mapping."""
         try:
             st = os.stat(path)
         except OSError:
             return
         with self._lock:
-            m = self._maps.pop((st.st_dev, st.st_ino), None)
-        if m is not None:
-            _cuda_unregister(m)
+            self._maps.pop((st.st_dev, st.st_ino), None)
 
     def close(self) -> None:
         with self._lock:
-            maps, self._maps = list(self._maps.values()), {}
-        for m in maps:
-            _cuda_unregister(m)
+            self._maps = {}  # each mapping goes with its last view
 
-    def _mapped(self, path: str, size: int, *, grow: bool = True, pin: bool = False) -> torch.Tensor:
+    def _mapped(self, path: str, size: int, *, grow: bool = True) -> torch.Tensor:
         """`path` mapped shared, `size` bytes long (`grow`: created, resized and its space reserved
-        as needed; else it must have that size), registered with CUDA when `pin` (bench only: see
-        the module's docstring); the mapping is kept, so a file is mapped once per process."""
+        as needed; else it must have that size); the mapping is kept, so a file is mapped once per
+        process."""
         fd = os.open(path, os.O_RDWR | (os.O_CREAT if grow else 0), 0o600)
         try:
             st = os.fstat(fd)
             key = (st.st_dev, st.st_ino)
             with self._lock:
                 m = self._maps.get(key)
-            if m is not None and m.size == size == st.st_size and (m.registered or not pin):
+            if m is not None and m.size == size == st.st_size:
                 return m.whole
-            if m is not None:
+            if m is not None:  # resized below: a mapping past the end would fault
                 with self._lock:
                     self._maps.pop(key, None)
-                _cuda_unregister(m)  # resized below: a mapping past the end would fault
             if st.st_size != size:
                 if not grow:
                     raise OSError(f"{path} is {st.st_size} bytes, not {size}")
@@ -185,7 +163,7 @@ class SnapshotRing:
             if size
             else torch.empty(0, dtype=torch.uint8)
         )
-        m = _Mapping(whole, size, _cuda_register(whole) if pin else False)
+        m = _Mapping(whole, size)
         with self._lock:
             self._maps[key] = m
         return whole
