@@ -52,12 +52,9 @@ def _read_lease(coord: client.CoordinationV1Api, name: str, namespace: str) -> c
         raise
 
 
-@pytest.mark.integration
-def test_heartbeat_lease_content_and_lifecycle(
-    job: ToyJob, kube: client.ApiClient, kubeconfig: Path, namespace: str
-) -> None:
-    core, coord = client.CoreV1Api(kube), client.CoordinationV1Api(kube)
-    pod = core.create_namespaced_pod(
+def _pod_object(core: client.CoreV1Api, namespace: str) -> client.V1Pod:
+    """A real Pod object for the trainer's processes on this host: the owner of its Lease."""
+    return core.create_namespaced_pod(
         namespace,
         {
             "apiVersion": "v1",
@@ -66,6 +63,14 @@ def test_heartbeat_lease_content_and_lifecycle(
             "spec": {"containers": [{"name": "trainer", "image": "trainer:test"}]},
         },
     )
+
+
+@pytest.mark.integration
+def test_heartbeat_lease_content_and_lifecycle(
+    job: ToyJob, kube: client.ApiClient, kubeconfig: Path, namespace: str
+) -> None:
+    core, coord = client.CoreV1Api(kube), client.CoordinationV1Api(kube)
+    pod = _pod_object(core, namespace)
     job.start_rendezvous()
     job.start_pod(
         pod.metadata.name,
@@ -190,15 +195,7 @@ def test_a_fenced_pod_stops_its_ranks_at_once_and_exits_fenced(
         env={"TOY_STEPS": "100000"},  # trains until stopped
     )
     try:
-        pod = core.create_namespaced_pod(
-            namespace,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "toy-n0-a0"},
-                "spec": {"containers": [{"name": "trainer", "image": "trainer:test"}]},
-            },
-        )
+        pod = _pod_object(core, namespace)
         toy.start_rendezvous()
         toy.start_pod(
             pod.metadata.name,
