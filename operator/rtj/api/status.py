@@ -1,0 +1,358 @@
+"""status: what the operator observed and did: conditions and the one-word state, restart counts
+per ladder level, per-slot and per-spare details, the newest fault, the last incidents, checkpoint
+and progress figures, and the Events not yet known to be posted.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import ConfigDict, Field
+
+from rtj.api.schema import ApiModel
+
+
+class ConditionType(StrEnum):
+    RUNNING = "Running"
+    RECOVERING = "Recovering"
+    DEGRADED = "Degraded"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    #: The API server refuses to create the job's pods (e.g. 403): retried with backoff.
+    CREATE_REFUSED = "CreateRefused"
+    #: No pod reported a new highest step for progressTimeoutSeconds while all pods ran.
+    STALLED = "Stalled"
+    #: Pods wait for something no restart fixes (rtj.ladder.blame): unschedulable, an image pulling
+    #: or failing to, a missing Secret/ConfigMap. The reason names it, the message quotes the evidence.
+    WAITING = "Waiting"
+
+
+class Condition(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: str = Field(description="Condition type, e.g. Running, Recovering, Succeeded, Failed.")
+    status: str = Field(description="True, False or Unknown.", pattern=r"^(True|False|Unknown)$")
+    reason: str = Field("", description="CamelCase reason of the last transition.")
+    message: str = Field("", description="Human-readable details.")
+    last_transition_time: datetime | None = Field(None, description="When status last changed.")
+    observed_generation: int | None = Field(None, description="The spec generation this was computed from.")
+
+
+class RestartCounts(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    in_process: int = Field(
+        0,
+        description="Level 1: in-process restart incidents. Counts incidents, not pods: one exception is 1 "
+        "however many pods restart with it (their per-pod counts are in nodeSlots).",
+    )
+    in_job: int = Field(
+        0,
+        description="Level 2: ft_launcher in-job restart incidents, counted like inProcess; the in-job "
+        "restarts a pod replacement causes on its peers are part of that replacement.",
+    )
+    pod_reschedules: int = Field(
+        0, description="Level 3: pods replaced for a fault (derived from pod attempts); not disruptions."
+    )
+    disruptions: int = Field(
+        0,
+        description="Pods replaced after an eviction, preemption, drain or a delete by someone else: no "
+        "fault budget spent.",
+    )
+    in_process_incident_time: datetime | None = Field(
+        None,
+        description="When the last counted in-process incident began (its echoes within a heartbeat "
+        "timeout are not counted again).",
+    )
+    in_job_incident_time: datetime | None = Field(
+        None,
+        description="When the last counted in-job incident began (its echoes within a heartbeat timeout "
+        "are not counted again).",
+    )
+    job: int = Field(
+        0,
+        description="Job-level recoveries: workers failing together, or right after the rendezvous pod "
+        "was lost; each counted once however many pods it replaced (rtj.ladder.job_level).",
+    )
+
+
+class CheckpointStatus(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    step: int = Field(description="Training step of the last committed checkpoint.")
+    time: datetime = Field(description="When it was committed.")
+
+
+class JobState(StrEnum):
+    """status.state: the job's one-word summary (`kubectl get rtj`), derived from its conditions."""
+
+    PENDING = "Pending"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RECOVERING = "Recovering"
+    SUSPENDED = "Suspended"
+    #: Kueue: the job waits for its Workload's admission (or was evicted and queues again).
+    QUEUED = "Queued"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class SlotState(StrEnum):
+    """The operator's own states of a node slot; otherwise a slot shows its pod's heartbeat state
+    (rtj.contract.PodState)."""
+
+    PENDING = "Pending"
+    #: Its pod waits for something no restart fixes (condition Waiting names it).
+    WAITING = "Waiting"
+    STARTING = "Starting"
+    REPLACING = "Replacing"
+    SILENT = "Silent"
+    #: The pod heartbeated before and its Lease is gone (rtj.ladder.missing_lease): not known to train.
+    LEASE_MISSING = "LeaseMissing"
+    SUCCEEDED = "Succeeded"
+    #: Stopped after its pod's ranks finished training (rtj.ladder.training_finished): only the exit
+    #: failed. Not "Finished": that is a live pod's heartbeat state (its ranks done, the pod exiting).
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+#: Slot states without a running pod ("": not observed yet).
+SLOT_STATES_WITHOUT_POD = frozenset(
+    {
+        SlotState.PENDING,
+        SlotState.WAITING,
+        SlotState.REPLACING,
+        SlotState.COMPLETED,
+        SlotState.FAILED,
+        SlotState.SUSPENDED,
+        "",
+    }
+)
+
+
+class NodeSlotStatus(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    slot: int = Field(description="Node slot (0 .. nodes-1).")
+    pod: str = Field("", description="Pod currently in the slot.")
+    node: str = Field("", description="Node the pod runs on.")
+    attempt: int = Field(0, description="Attempt number of the pod in this slot.")
+    state: str = Field(
+        "",
+        description="Pod state from its heartbeat, or the operator's: Pending, Starting, Replacing, Silent, "
+        "LeaseMissing, Succeeded, Failed, Suspended.",
+    )
+    last_heartbeat_time: datetime | None = Field(None, description="Last heartbeat renewal seen.")
+    lease_missing_since: datetime | None = Field(
+        None,
+        description="When the operator first saw the heartbeat Lease of a pod that had heartbeated "
+        "missing (the trainer recreates it; silence still counts from lastHeartbeatTime).",
+    )
+    in_process_restarts: int = Field(
+        0,
+        description="In-process restarts the slot's current pod reported (last seen; the operator's "
+        "bookkeeping for counting deltas exactly once).",
+    )
+    in_job_restarts: int = Field(
+        0, description="In-job restarts the slot's current pod reported (last seen)."
+    )
+    last_fault_reason: str = Field("", description="Reason of the last fault seen in this slot.")
+    recovering_since: datetime | None = Field(
+        None, description="When the slot's ongoing recovery was detected; cleared once back to Training."
+    )
+    recovering_level: str = Field(
+        "", description="Ladder level of the ongoing recovery (InProcess, InJob, Pod)."
+    )
+
+
+class SpareStatus(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    index: int = Field(description="Hot spare index (0 .. hotSpares-1).")
+    pod: str = Field("", description="Spare pod currently standing by.")
+    node: str = Field("", description="Node the spare runs on.")
+    attempt: int = Field(0, description="Attempt number of the spare pod (the name encodes it).")
+    state: str = Field("", description="Standby when ready to take over a slot.")
+
+
+class FaultStatus(ApiModel):
+    """The newest fault the operator saw in any slot (kubectl get rtj -o wide shows it)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    reason: str = Field(description="CamelCase reason (a ladder reason, or the pod's own for a soft fault).")
+    slot: int | None = Field(None, description="Node slot of the pod.")
+    pod: str = Field("", description="The pod.")
+    node: str = Field("", description="The node the pod ran on.")
+    time: datetime = Field(description="When the operator saw it.")
+
+
+#: How many incidents status.incidents keeps (the newest; rtj.ladder.incidents).
+INCIDENTS_KEPT = 5
+#: The longest evidence message an incident keeps.
+INCIDENT_MESSAGE_MAX = 256
+
+
+class IncidentStatus(ApiModel):
+    """One incident: one fault however many pods echo it, its class, evidence, action and cost."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    seq: int = Field(description="Number of the incident in this job (1, 2, ...).")
+    time: datetime = Field(description="When the operator saw the fault.")
+    reason: str = Field(
+        description="Its class: a fault class reason (docs/fault-classes.md), InProcessRestart, "
+        "InJobRestart, a job-level reason (RendezvousLost, RendezvousRestart, PodsFailedTogether), or "
+        "the reason the job failed with."
+    )
+    level: str = Field(
+        "",
+        description="Ladder level of its recovery: InProcess, InJob, Pod, Job or Disruption (empty for "
+        "a wait or the job's end).",
+    )
+    action: str = Field(
+        description="What the operator did: RestartedInProcess, RestartedInJob (pods untouched), Replaced "
+        "(the pod replaced, a spare promoted if one stood by), ReplacedAtJobLevel, RecreatedRendezvous, "
+        "Waited (condition Waiting, nothing restarted) or Failed (the job ended)."
+    )
+    slot: int | None = Field(None, description="Node slot where it began.")
+    pod: str = Field("", description="Pod where it began.")
+    node: str = Field("", description="Node that pod ran on.")
+    pods: int = Field(
+        1,
+        description="Pods it touched: its own and the pods that echoed it (restarted with it, replaced "
+        "in the same pass for the same reason, or waiting for the same reason).",
+    )
+    message: str = Field("", description="The evidence, truncated.", max_length=INCIDENT_MESSAGE_MAX)
+    step: int | None = Field(None, description="Newest training step the pods reported when it was seen.")
+    resume_step: int | None = Field(
+        None,
+        description="Estimated step its recovery resumed from: the step itself for an in-process restart "
+        "(the ranks keep their state); the newest memory snapshot every pod held for an in-job restart; "
+        "the newest peer replica every pod held for a replaced pod; at least the newest persisted "
+        "checkpoint known when it recovered; at most the step the recovered pod first reported. An "
+        "estimate from the heartbeats, which do not carry the step a pod resumed from.",
+    )
+    recovery_seconds: float | None = Field(
+        None,
+        description="Fault seen to its pod back in Training (heartbeat time); unset until then, and for "
+        "a wait, the job's end or an incident a newer fault of the same slot superseded.",
+    )
+    steps_lost: int | None = Field(
+        None,
+        description="Estimated steps lost: step - resumeStep, once recovered (an estimate, see resumeStep).",
+    )
+
+
+class EventRecord(ApiModel):
+    """An Event decided by a pass and not yet known to be posted (rtj.ladder.event_outbox)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    seq: int = Field(description="Sequence number of the Event in this job (names it).")
+    type: str = Field(description="Normal or Warning.")
+    reason: str = Field(description="CamelCase reason.")
+    message: str = Field("", description="Human-readable message.")
+    time: datetime = Field(description="When the pass decided it.")
+
+
+class JobStatus(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    observed_generation: int | None = Field(None, description="Generation of the spec last acted on.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Current conditions.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    state: str = Field("", description="One-word summary for kubectl get (derived from conditions).")
+    reason: str = Field("", description="Reason of the summary state.")
+    nodes_desired: int = Field(0, description="Nodes the job wants.")
+    nodes_ready: int = Field(0, description="Pods running and heartbeating.")
+    restarts: RestartCounts = Field(default_factory=RestartCounts, description="Restarts per ladder level.")
+    last_checkpoint: CheckpointStatus | None = Field(
+        None, description="Last committed checkpoint of the job."
+    )
+    persist_seconds: float | None = Field(
+        None,
+        description="The longest any pod took to write its shard of a checkpoint to the volume "
+        "(seconds; from the heartbeats; never shrinks). Sizes new pods' terminationGracePeriodSeconds "
+        "(see checkpoint.persistSeconds).",
+    )
+    memory_snapshot_step: int | None = Field(
+        None,
+        description="Newest step every worker pod holds in its memory snapshot tier (an in-job restart "
+        "resumes from it; checkpoint.memorySnapshotIntervalSteps). Refreshed with the slots' "
+        "lastHeartbeatTime; lastCheckpoint is the newest persisted step.",
+    )
+    replica_step: int | None = Field(
+        None,
+        description="Newest memory snapshot step whose peer replica every worker pod's ranks saw "
+        "committed on the next slot's pod (checkpoint.peerReplica): a replacement pod resumes from at "
+        "least this step without the volume. Refreshed like memorySnapshotStep.",
+    )
+    node_slots: list[NodeSlotStatus] = Field(default_factory=list, description="Per-node details.")
+    quarantined_nodes: list[str] = Field(default_factory=list, description="Nodes this job quarantined.")
+    spares: list[SpareStatus] = Field(default_factory=list, description="Hot spares standing by.")
+    lost_seconds: float = Field(
+        0,
+        description="Wall time during which some slot was recovering (summed when recoveries end); "
+        "goodput = 1 - lostSeconds / (now - startTime).",
+    )
+    degraded_since: datetime | None = Field(None, description="When the ongoing recovery of some slot began.")
+    rendezvous_pod_uid: str = Field(
+        "", description="UID of the rendezvous pod last seen (a new UID means it was recreated)."
+    )
+    start_time: datetime | None = Field(None, description="When the job first ran.")
+    completion_time: datetime | None = Field(None, description="When it Succeeded or Failed.")
+    last_fault: FaultStatus | None = Field(None, description="The newest fault seen in any slot.")
+    job_fault_time: datetime | None = Field(
+        None,
+        description="When the last job-level fault began (the rendezvous pod lost, pods failing "
+        "together): worker failures shortly after it are recovered at job level.",
+    )
+    job_restart_time: datetime | None = Field(
+        None, description="When the last job-level recovery was counted."
+    )
+    heartbeat_hold_end_time: datetime | None = Field(
+        None,
+        description="When the last outage hold (Degraded/HeartbeatsStale) ended: a slot last heard "
+        "before then is timed from then, as no pod could renew while the heartbeat path was down.",
+    )
+    training_finished_time: datetime | None = Field(
+        None,
+        description="When a worker pod was first seen Succeeded: from then on no pod is created; a slot "
+        "whose pod faults, or that has no pod, is stopped instead (rtj.ladder.training_finished).",
+    )
+    progress_step: int | None = Field(
+        None, description="Highest training step seen (progress watchdog; refreshed coarsely)."
+    )
+    last_progress_time: datetime | None = Field(
+        None,
+        description="When progressStep last rose, or the watchdog was not armed (pods not all running).",
+    )
+    step: int | None = Field(
+        None,
+        description="Newest training step the pods reported (refreshed with the slots' lastHeartbeatTime).",
+    )
+    steps_per_second: float | None = Field(
+        None,
+        description="Training steps per second between the last two refreshes of step (unset when the "
+        "step went back, e.g. a resume from an older checkpoint, or the job ended).",
+    )
+    incidents: list[IncidentStatus] = Field(
+        default_factory=list,
+        description=f"The job's last {INCIDENTS_KEPT} incidents, oldest first: each fault once however "
+        "many pods echo it, with its class, evidence, action and cost (rtj.ladder.incidents).",
+        max_length=INCIDENTS_KEPT,
+    )
+    last_event_seq: int = Field(0, description="Sequence number of the job's last Event.")
+    unposted_events: list[EventRecord] = Field(
+        default_factory=list,
+        description="Events written with the status that decided them and not yet known to be posted "
+        "(a restarted operator posts them, exactly once).",
+        max_length=64,
+    )
