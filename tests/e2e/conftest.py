@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import (
     AGENT_NODES,
+    BLAME_ROWS,
     NAMESPACE,
     OPERATOR_NAMESPACE,
     RELEASE,
@@ -159,11 +160,38 @@ def module_jobs(e2e_stack: E2EStack) -> Iterator[Jobs]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Steps lost per fault, as the ranks' step logs tell (JobRun.steps_lost), for every fault a
-    test measured in this session."""
+    """The blame matrix (JobRun.blame) and the steps lost per fault, as the ranks' step logs tell
+    (JobRun.steps_lost), for every fault a test classed or measured in this session."""
+    write_blame_matrix(terminalreporter)
+    write_steps_lost(terminalreporter)
+
+
+def write_blame_matrix(tr: pytest.TerminalReporter) -> None:
+    if not BLAME_ROWS:
+        return
+    tr.section("blame matrix")
+    tr.write_line(
+        f"{'job':<12} {'fault':<26} {'expected action':<20} {'right':<5} {'false q.':<10} "
+        f"{'missed q.':<10} {'seconds':>7}  incidents (reason/action)"
+    )
+    for r in BLAME_ROWS:
+        seconds = f"{r.seconds:.1f}" if r.seconds is not None else "-"
+        tr.write_line(
+            f"{r.job:<12} {r.fault:<26} {'|'.join(r.expected_actions) or '(none)':<20} "
+            f"{'yes' if r.right_action else 'NO':<5} {','.join(sorted(r.false_quarantines)) or '0':<10} "
+            f"{','.join(sorted(r.missed_quarantines)) or '0':<10} {seconds:>7}  "
+            + (", ".join(f"{reason}/{action}" for reason, action in r.incidents) or "-")
+        )
+    tr.write_line(
+        f"faults {len(BLAME_ROWS)}, right action {sum(r.right_action for r in BLAME_ROWS)}, "
+        f"false quarantines {sum(len(r.false_quarantines) for r in BLAME_ROWS)} (goal 0), "
+        f"missed quarantines {sum(len(r.missed_quarantines) for r in BLAME_ROWS)} (goal 0)"
+    )
+
+
+def write_steps_lost(tr: pytest.TerminalReporter) -> None:
     if not STEPS_LOST_ROWS:
         return
-    tr = terminalreporter
     tr.section("steps lost per fault")
     tr.write_line(
         f"{'job':<12} {'fault':<18} {'handled at':<12} {'steps lost':>10}  last done -> resumed at (from)"

@@ -25,8 +25,9 @@ import contextlib
 import itertools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -65,6 +66,40 @@ JOBS_PATH = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{NAMESPACE}/{PLURAL}"
 TRAIN_LOG_DIR = next(iter(train_log_env().values()))
 #: (job, fault, level, steps lost or None) of every fault a test measured; conftest prints them.
 STEPS_LOST_ROWS: list[tuple[str, str, str, StepsLost | None]] = []
+
+
+@dataclass(frozen=True)
+class BlameRow:
+    """One fault of the blame matrix (issue 25): what the operator should do and what it did, read
+    from the job's incidents (status.incidents) and the nodes' quarantine taints."""
+
+    job: str
+    fault: str
+    #: the IncidentStatus.action(s) that are right (any one of them); none when no incident is
+    expected_actions: tuple[str, ...]
+    #: (reason, action) of every incident that began at or after the fault
+    incidents: tuple[tuple[str, str], ...]
+    expected_quarantined: frozenset[str]
+    quarantined: frozenset[str]
+    #: fault -> the operator's first incident with the expected action (its own clock, this host's)
+    seconds: float | None
+
+    @property
+    def right_action(self) -> bool:
+        actions = {a for _, a in self.incidents}
+        return bool(actions & set(self.expected_actions)) if self.expected_actions else not actions
+
+    @property
+    def false_quarantines(self) -> frozenset[str]:
+        return self.quarantined - self.expected_quarantined
+
+    @property
+    def missed_quarantines(self) -> frozenset[str]:
+        return self.expected_quarantined - self.quarantined
+
+
+#: Every fault a test classed through JobRun.blame; conftest prints the matrix and its totals.
+BLAME_ROWS: list[BlameRow] = []
 
 
 class PodRunner(Protocol):
@@ -310,10 +345,64 @@ class JobRun:
         STEPS_LOST_ROWS.append((self.name, fault, level, cost))
         return cost
 
+    def incidents(self) -> list[dict[str, Any]]:
+        """Every incident any poll saw (status keeps the last few), oldest first."""
+        seen: dict[int, dict[str, Any]] = {}
+        for snap in self.history:
+            for inc in snap.status.get("incidents") or []:
+                seen[int(inc["seq"])] = inc
+        return [seen[k] for k in sorted(seen)]
+
+    def blame(
+        self,
+        fault: str,
+        at: float,
+        expected: str | tuple[str, ...],
+        quarantined: Iterable[str] = (),
+        until: float | None = None,
+    ) -> BlameRow:
+        """Classes fault `fault` (wall time `at`) for the blame matrix: the incidents that began
+        from it until `until` (the next fault; default: no end), the stack's nodes quarantined now,
+        and the seconds to the first incident whose action is one of `expected`. Recorded for the
+        session's summary; the caller asserts on it."""
+        expected_actions = (expected,) if isinstance(expected, str) else expected
+        end = until if until is not None else float("inf")
+        later = [
+            (inc, t)
+            for inc in self.incidents()
+            if at - 1.0 <= (t := parse_time(inc["time"]).timestamp()) < end  # 1 s: clock rounding
+        ]
+        first = next((t for inc, t in later if inc.get("action") in expected_actions), None)
+        row = BlameRow(
+            job=self.name,
+            fault=fault,
+            expected_actions=expected_actions,
+            incidents=tuple((inc.get("reason", ""), inc.get("action", "")) for inc, _ in later),
+            expected_quarantined=frozenset(quarantined),
+            quarantined=frozenset(n for n in self.stack.nodes if node_record(self.raw, n).taint),
+            seconds=max(0.0, first - at) if first is not None else None,
+        )
+        BLAME_ROWS.append(row)
+        return row
+
+    def fault_time(self, key: str) -> float:
+        """Wall time at which injected fault `key` fired (its rank's step log)."""
+        return fault_times(job_train_logs(self.checkpoint_dir, self.name))[key]
+
+    def next_fault_time(self, key: str) -> float | None:
+        """Wall time of the injected fault after `key`, if any."""
+        fired = fault_times(job_train_logs(self.checkpoint_dir, self.name))
+        return min((t for t in fired.values() if t > fired[key]), default=None)
+
     def fault_fired(self, key: str) -> bool:
         """The trainer's fault hook leaves a marker `.fault-<kind>-<rank>-<step>` per fault (once per
         job) in the checkpoint dir."""
         return (self.checkpoint_dir / f".fault-{key}").exists()
+
+
+def parse_time(text: str) -> datetime:
+    """An RFC 3339 time as the API server writes it (a trailing Z)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def succeeded(snap: Snapshot) -> bool:

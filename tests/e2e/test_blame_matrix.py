@@ -1,7 +1,10 @@
 """Evidence before blame (issue 25), end to end: what is not a fault spends no budget and blames no
-node. Real operator, real trainer processes on the local cluster, one test per row: a job that
-cannot be scheduled waits (condition Waiting, an Event, nothing restarted), and a pod deleted by
-someone else is a disruption (replaced, counted in restarts.disruptions, no pod budget spent).
+node, and evidence against a node quarantines that node only. Real operator, real trainer processes
+on the local cluster, one test per row: a job that cannot be scheduled waits (condition Waiting, an
+Event, nothing restarted); a pod deleted by someone else is a disruption (replaced, counted in
+restarts.disruptions, no pod budget spent); a Node condition saying its GPU failed replaces the pod
+there and quarantines that node. Each row is also a row of the session's blame matrix
+(JobRun.blame; the fault-matrix rows add theirs), printed with its totals at the end.
 
 No bad-image row: the node agent runs no images (its pods are processes of the project's
 virtualenv), so it never reports ErrImagePull/ImagePullBackOff; those are covered by the unit tier
@@ -14,7 +17,8 @@ import time
 
 import pytest
 from e2e_helpers import NAMESPACE, all_training, failed, node_record, succeeded
-from rtj.reasons import POD_DELETED, UNSCHEDULABLE
+from rtj.reasons import NODE_UNHEALTHY, POD_DELETED, UNSCHEDULABLE
+from rtj_local.rawapi import SMP
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -31,6 +35,7 @@ def disruptions(snap) -> int:
 
 def test_job_asking_for_more_nodes_than_the_cluster_has_waits_unschedulable(run_job, e2e_stack) -> None:
     nodes = len(e2e_stack.nodes) + 1  # one pod per node: one pod can never be scheduled
+    created_at = time.time()
     job = run_job("toobig", nodes=nodes, steps=400)
 
     def waiting(s) -> bool:
@@ -62,6 +67,8 @@ def test_job_asking_for_more_nodes_than_the_cluster_has_waits_unschedulable(run_
     # One Event when the job started waiting for this reason, not one per pass.
     posted = [ev for ev in job.timeline.events if ev.get("reason") == UNSCHEDULABLE]
     assert len(posted) == 1, job.events_about(UNSCHEDULABLE)
+    row = job.blame("unschedulable", created_at, "Waited")
+    assert row.right_action and not row.quarantined, row
 
 
 def test_pod_deleted_by_someone_else_is_a_disruption_and_spends_no_budget(run_job) -> None:
@@ -70,6 +77,7 @@ def test_pod_deleted_by_someone_else_is_a_disruption_and_spends_no_budget(run_jo
     first = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
     pods = job.worker_pods(first)
     victim = sorted(pods)[0]
+    deleted_at = time.time()
     job.raw.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{victim}")
     job.wait(lambda s: disruptions(s) >= 1 and victim not in s.pods, 120, "the deleted pod replaced")
     last = job.wait(lambda s: succeeded(s) or failed(s), FINISH, "job to finish")
@@ -83,4 +91,55 @@ def test_pod_deleted_by_someone_else_is_a_disruption_and_spends_no_budget(run_jo
     assert any(f"pod {victim} is being deleted" in t and "no budget spent" in t for t in deleted), deleted
     assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
     assert "NodeQuarantined" not in job.event_reasons(), sorted(job.event_reasons())
+    row = job.blame("pod deleted (disruption)", deleted_at, "Replaced")
+    assert row.right_action and not row.quarantined, row
     job.assert_checkpoints_never_lost_or_backwards()
+
+
+#: What the EKS node monitoring agent writes when a GPU fails (docs/fault-classes.md, NodeUnhealthy).
+GPU_UNHEALTHY = {
+    "type": "AcceleratedHardwareReady",
+    "status": "False",
+    "reason": "NvidiaXID79Error",
+    "message": "GPU has fallen off the bus (Xid 79)",
+}
+
+
+def set_node_condition(raw, node: str, condition: dict[str, str]) -> None:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    body = {"status": {"conditions": [{**condition, "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
+    raw.request("PATCH", f"/api/v1/nodes/{node}/status", body, SMP)
+
+
+def test_gpu_unhealthy_node_condition_replaces_the_pod_and_quarantines_only_that_node(
+    run_job, e2e_stack
+) -> None:
+    job = run_job("gpubad", steps=80, interval=5)
+    snap = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
+    # A worker's node, not the rendezvous pod's (whose loss is another row: a job-level recovery).
+    rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
+    victim = next(s for s in snap.status["nodeSlots"] if s["node"] != rdzv_node)
+    marked_at = time.time()
+    set_node_condition(job.raw, victim["node"], GPU_UNHEALTHY)
+    try:
+
+        def replaced_elsewhere(s) -> bool:
+            slot = next(x for x in s.status.get("nodeSlots") or [] if x.get("slot") == victim["slot"])
+            return slot["pod"] != victim["pod"] and slot.get("node") not in ("", victim["node"])
+
+        job.wait(replaced_elsewhere, 120, "the unhealthy node's pod replaced on another node")
+        last = job.wait(lambda s: succeeded(s) or failed(s), FINISH, "job to finish")
+        assert succeeded(last), f"job ended Failed: {last.condition('Failed')}"
+        record = node_record(job.raw, victim["node"])
+        assert record.taint == NODE_UNHEALTHY, record
+        assert record.quarantine is not None, record
+        assert [e.job for e in record.quarantine.evidence] == [f"{NAMESPACE}/gpubad"], record
+        assert "AcceleratedHardwareReady" in record.quarantine.evidence[0].message, record
+        about = job.events_about(NODE_UNHEALTHY)
+        assert any(GPU_UNHEALTHY["reason"] in t or "AcceleratedHardwareReady" in t for t in about), about
+        row = job.blame("GPU-unhealthy node condition", marked_at, "Replaced", quarantined=[victim["node"]])
+        assert row.right_action and not row.false_quarantines and not row.missed_quarantines, row
+        assert last.restarts["podReschedules"] == 1, last.restarts
+        job.assert_checkpoints_never_lost_or_backwards()
+    finally:  # the node repaired, as the monitoring agent reports it then
+        set_node_condition(job.raw, victim["node"], {**GPU_UNHEALTHY, "status": "True", "reason": "Healthy"})

@@ -374,20 +374,20 @@ def assert_hf_resumed_from_memory(run: ByoRun, key: str) -> None:
     assert cost is not None, f"no resume seen after {key}"
     # The newest memory snapshot, or the one before it (in flight when the fault struck).
     assert cost.resumed_at % HF_MEMORY_EVERY == 0 and cost.lost < 2 * HF_MEMORY_EVERY, cost
-    # Every rank of the pods of the time resumed there from its pod's memory ("local"); the
-    # replacement pod of the later node death resumes from the persisted tier, and its log's first
-    # resume (after this fault too, by the clock) is not this fault's.
+    # Every pod of the time resumed there from its own memory ("local"). A pod's logs are one file
+    # per global rank it held, and a later re-rendezvous (the node death's) may hand it another rank,
+    # so a pod's first resume after the fault is the earliest over all its files; the replacement
+    # pod of the node death resumes from the persisted tier and is not one of these pods.
     at = run.fired()[key]
     logs = job_train_logs(run.job.checkpoint_dir, run.job.name)
-    firsts = [
-        next((r for r in recs if r.get("event") == "resume" and r["t"] > at), None)
-        for file, recs in logs.items()
-        if file.split("/", 1)[0] in run.pods
-    ]
-    assert len(firsts) == len(run.pods), (firsts, sorted(logs))
-    assert all(r is not None and (r["source"], r["step"]) == ("local", cost.resumed_at) for r in firsts), (
-        firsts
-    )
+    firsts: dict[str, dict] = {}
+    for file, recs in logs.items():
+        pod = file.split("/", 1)[0]
+        first = next((r for r in recs if r.get("event") == "resume" and r["t"] > at), None)
+        if pod in run.pods and first is not None and (pod not in firsts or first["t"] < firsts[pod]["t"]):
+            firsts[pod] = first
+    assert sorted(firsts) == sorted(run.pods), (firsts, sorted(logs))
+    assert all((r["source"], r["step"]) == ("local", cost.resumed_at) for r in firsts.values()), firsts
 
 
 @only_with_hf

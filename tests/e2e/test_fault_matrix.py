@@ -13,7 +13,7 @@ import signal
 import time
 
 import pytest
-from e2e_helpers import NAMESPACE, JobRun, all_training, failed, node_record, succeeded
+from e2e_helpers import NAMESPACE, BlameRow, JobRun, all_training, failed, node_record, succeeded
 from kubernetes.client.rest import ApiException
 from rtj.contract import LABEL_JOB
 from rtj_local.rawapi import MERGE
@@ -66,6 +66,7 @@ def test_exception_in_a_rank_is_restarted_in_process_pods_untouched(soft_faults)
     delta, reasons = job.window("exception-1-8")
     assert delta["inProcess"] >= 1 and delta["inJob"] == 0 and delta["podReschedules"] == 0, delta
     assert "InProcessRestart" in reasons
+    assert_blamed_nothing(job, "rank exception", "exception-1-8", "RestartedInProcess")
     assert_soft_run_ok(job, pods)
     cost = job.steps_lost("exception-1-8", "InProcess")
     assert cost is not None and cost.lost == 0, f"the state kept in memory loses nothing: {cost}"
@@ -81,6 +82,7 @@ def test_sigkill_of_a_rank_is_an_in_job_restart_pods_untouched(soft_faults) -> N
     # reports nothing; its pod's heartbeat agent says how it ended).
     restarts = job.events_about("InJobRestart")
     assert any("RankExited" in t and "killed by SIGKILL while training" in t for t in restarts), restarts
+    assert_blamed_nothing(job, "rank SIGKILL", "sigkill-1-20", "RestartedInJob")
     assert_soft_run_ok(job, pods)
     cost = job.steps_lost("sigkill-1-20", "InJob")
     # Resumed from the newest persisted checkpoint (interval 5; one save may be skipped while the
@@ -101,6 +103,16 @@ def test_hang_of_a_rank_is_restarted_below_the_pod_level_pods_untouched(soft_fau
     assert job.pod_restarts_in_window("hang-1-32") >= 1, delta
     assert_soft_run_ok(job, pods)
     assert job.steps_lost("hang-1-32", "InProc/InJob") is not None, "no resume seen after the hang"
+
+
+def assert_blamed_nothing(job: JobRun, fault: str, key: str, action: str) -> None:
+    """Injected fault `key`'s blame row: `action` before the next fault, no node quarantined."""
+    row = job.blame(fault, job.fault_time(key), action, until=job.next_fault_time(key))
+    assert row.right_action and not row.quarantined, row
+
+
+def assert_blamed(row: BlameRow) -> None:
+    assert row.right_action and not row.false_quarantines and not row.missed_quarantines, row
 
 
 def slot_pod(snap, slot: int) -> dict:
@@ -146,6 +158,8 @@ def test_launcher_budget_exhausted_replaces_that_pod_and_the_job_continues(run_j
     # The reason is LauncherBudgetExhausted, as the pod's exit code (70) says or, when its heartbeat
     # reported it first, PodReportedHardFault naming it.
     assert job.events_about("LauncherBudgetExhausted"), sorted(job.event_reasons())
+    spent = job.fault_time("sigkill-1-14")
+    assert_blamed(job.blame("launcher budget spent", spent, ("Replaced", "ReplacedAtJobLevel")))
     # An exhausted launcher is no evidence against its node (issue 25): nothing quarantined; the
     # fault is recorded on the node instead (another job's fault there would make the case).
     assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
@@ -212,6 +226,7 @@ def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(ru
     assert job.events_about("NodeQuarantined"), sorted(job.event_reasons())
     others = [n for n in job.stack.nodes if n != victim["node"] and node_record(job.raw, n).taint]
     assert not others, f"only the dead node is quarantined: {others}"
+    assert_blamed(job.blame("node death", killed_at, "Replaced", quarantined=[victim["node"]]))
     assert (last.checkpoint_step or 0) > (checkpoint_before or 0)
     job.assert_checkpoints_never_lost_or_backwards()
     assert job.steps_lost("node death", "Pod", at=killed_at) is not None, "no resume seen after it"
@@ -279,6 +294,7 @@ def test_node_death_with_the_volume_unreadable_resumes_from_the_peer_replica(run
     assert cost.sources == ("peer",), cost
     assert cost.lost <= 2 * 2, cost  # the newest snapshot or the one before (in flight when it died)
     assert_succeeded(job)
+    assert_blamed(job.blame("node death, no volume", killed_at, "Replaced", quarantined=[victim["node"]]))
     shown = [s.status.get("replicaStep") for s in job.history]
     assert any((step or 0) >= 10 for step in shown), f"status.replicaStep never shown: {shown}"
 
@@ -305,6 +321,7 @@ def test_rendezvous_pod_killed_is_recovered_at_job_level(run_job, e2e_stack) -> 
     assert (last.restarts["podReschedules"], last.restarts["job"]) == (0, 1), last.restarts
     assert job.worker_pods(last) == pods, "worker pods must be untouched (same names and UIDs)"
     assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
+    assert_blamed(job.blame("rendezvous pod killed", killed_at, "RecreatedRendezvous"))
     print(f"restarts {last.restarts}; events {sorted(job.event_reasons())}")
     assert (last.checkpoint_step or 0) > (checkpoint_before or 0)
     job.assert_checkpoints_never_lost_or_backwards()
@@ -333,6 +350,7 @@ def test_worker_exiting_0_early_ends_the_job_no_progress_not_a_silent_hang(run_j
     assert last.restarts["podReschedules"] == 0, last.restarts
     assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
     assert (last.condition("Degraded") or {}).get("status") != "True", "no stale Degraded on a failed job"
+    assert_blamed(job.blame("worker exits 0 early", job.fault_time("finish-1-15"), "Failed"))
 
 
 def test_deleted_heartbeat_lease_is_recreated_and_nothing_is_replaced(run_job) -> None:
@@ -409,6 +427,7 @@ def test_do_not_restart_exit_code_fails_the_job_and_restarts_nothing(run_job) ->
     last = job.wait(finished, FINISH, "job to finish")
     assert failed(last), "the job must fail"
     assert (last.condition("Failed") or {}).get("reason") == "DoNotRestartExitCode"
+    assert_blamed(job.blame("do-not-restart exit", job.fault_time("sigkill-1-14"), "Failed"))
     assert last.restarts["podReschedules"] == 0
     assert set(job.worker_pods(last)) <= set(pods), "no pod may be created after the do-not-restart exit"
     job.assert_checkpoints_never_lost_or_backwards()
@@ -433,6 +452,7 @@ def test_pod_budget_exhausted_fails_the_job_and_restarts_nothing(run_job, e2e_st
     victim = sorted(pods)[0]
     procs = e2e_stack.agent.pod_processes(NAMESPACE, victim)
     assert procs, f"{victim} runs"
+    stopped_at = time.time()
     for proc in procs:
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGSTOP)
@@ -449,6 +469,7 @@ def test_pod_budget_exhausted_fails_the_job_and_restarts_nothing(run_job, e2e_st
     assert last.restarts["podReschedules"] == 0 and last.restarts["job"] == 0, last.restarts
     assert set(job.worker_pods(last)) <= set(pods), "no replacement pod may be created"
     assert not last.status.get("quarantinedNodes"), "silence is no evidence against a node"
+    assert_blamed(job.blame("pod hung, no pod budget", stopped_at, "Failed"))
     job.assert_checkpoints_never_lost_or_backwards()
 
 

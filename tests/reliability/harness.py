@@ -5,7 +5,8 @@
   parallel), then lets each job's `Script` take its next step (inject its fault, finish its pods).
 - `SlotWatch`: a pod watch in a thread that checks, on every event, that no (job, slot) ever has two
   live (not terminal, not terminating) worker pods; violations are kept for the test to assert.
-- `leaks()`: what a deleted job left behind (pods, services, leases, PVCs, PVs, quarantine taints).
+- `leaks()`: what a deleted job left behind (pods, services, leases, PVCs, PVs, quarantine taints on
+  the nodes named); `quarantine_taints()`: the reasons a node is quarantined for.
 
 The operator process and the trainers' Lease writer come from tests/integration/operator_harness.py.
 """
@@ -329,14 +330,16 @@ def leaks(kube: client.ApiClient, namespace: str, nodes: list[str]) -> list[str]
             label_selector=f"{contract.API_GROUP}/job-namespace={namespace}"
         ).items
     ]
-    for name in nodes:
-        try:
-            node = core.read_node(name)
-        except client.ApiException:
-            continue
-        out += [
-            f"taint {t.key}={t.value} on {name}"
-            for t in node.spec.taints or []
-            if t.key == contract.QUARANTINE_TAINT_KEY
-        ]
+    out += [
+        f"taint {contract.QUARANTINE_TAINT_KEY}={v} on {n}" for n in nodes for v in quarantine_taints(core, n)
+    ]
     return out
+
+
+def quarantine_taints(core: client.CoreV1Api, name: str) -> list[str]:
+    """The values (reasons) of the quarantine taints on node `name`; none for a node that is gone."""
+    try:
+        node = core.read_node(name)
+    except client.ApiException:
+        return []
+    return [t.value for t in node.spec.taints or [] if t.key == contract.QUARANTINE_TAINT_KEY]

@@ -38,7 +38,7 @@ from integration.operator_harness import (
     until,
 )
 from kubernetes import client
-from reliability.harness import Fleet, Script, SlotWatch, leaks
+from reliability.harness import Fleet, Script, SlotWatch, leaks, quarantine_taints
 from rtj import contract, reasons
 from rtj.contract import micro_time
 from rtj_local.cluster import LocalCluster
@@ -240,10 +240,11 @@ def test_operator_sigkilled_during_churn_loses_and_doubles_nothing(
     core = client.CoreV1Api(kube)
     shared = nodes.group("shared", 6)
     kinds = list(SCENARIOS)
+    faulted: set[str] = set()  # the nodes made NotReady: evidence against them
     fleet = Fleet(
         kube,
         rel_namespace,
-        on_node_fault=lambda node: make_node_not_ready(core, node),
+        on_node_fault=lambda node: (faulted.add(node), make_node_not_ready(core, node)),
         heartbeat_timeout=FT["heartbeatTimeoutSeconds"],
     )
     for i in range(CHURN_JOBS):
@@ -322,12 +323,17 @@ def test_operator_sigkilled_during_churn_loses_and_doubles_nothing(
         wait_for(
             lambda: not fleet.jobs(), timeout=120, message=lambda: f"jobs deleted\n{operator.log_tail()}"
         )
+        # A quarantine belongs to the node, not the job: the nodes made NotReady keep theirs (the
+        # review lifts it once the node is healthy for RTJ_QUARANTINE_SECONDS); no other node has one.
+        healthy = [n for n in nodes.names if n not in faulted]
         left = wait_for(
-            lambda: not leaks(kube, rel_namespace, nodes.names) or None,
+            lambda: not leaks(kube, rel_namespace, healthy) or None,
             timeout=120,
-            message=lambda: f"no leftovers: {leaks(kube, rel_namespace, nodes.names)[:20]}",
+            message=lambda: f"no leftovers: {leaks(kube, rel_namespace, healthy)[:20]}",
         )
         assert left
+        kept = {n: quarantine_taints(core, n) for n in faulted}
+        assert all(v == ["NodeNotReady"] for v in kept.values()), kept
     finally:
         watcher.stop()
         fleet.close()
