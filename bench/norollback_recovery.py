@@ -166,7 +166,7 @@ class Job:
             "rdzvId": f"{self.name}-{port}",
             "maxInJobRestarts": max_restarts,
             "heartbeatIntervalSeconds": 1,
-            "rankHeartbeatTimeoutSeconds": 2 * hang_timeout_s if hang_timeout_s else 120,
+            "rankHangTimeoutSeconds": 2 * hang_timeout_s if hang_timeout_s else 120,
             "rankInitialTimeoutSeconds": 300,
             "inProcess": {
                 "enabled": in_process,

@@ -48,7 +48,7 @@ def _run_injected(tmp: Path, fault: str, config: dict | None = None) -> tuple[fl
 
 
 def _run_lost_pod(tmp: Path, rank0: bool) -> tuple[float, float]:
-    job = ToyJob(tmp, config={"rankHeartbeatTimeoutSeconds": 5})
+    job = ToyJob(tmp, config={"rankHangTimeoutSeconds": 5})
     tmp.mkdir(parents=True)
     t0 = time.time()
     try:
@@ -77,7 +77,7 @@ SCENARIOS = {
     "in-job": ("rank SIGKILL -> ft_launcher restart", lambda d: _run_injected(d, "sigkill:1:30")),
     "hang": (
         "rank hang (C call) -> NVRx heartbeat 5 s",
-        lambda d: _run_injected(d, "hang:1:30", {"rankHeartbeatTimeoutSeconds": 5}),
+        lambda d: _run_injected(d, "hang:1:30", {"rankHangTimeoutSeconds": 5}),
     ),
     "pod-rank0": ("pod with rank 0 SIGKILLed -> replacement", lambda d: _run_lost_pod(d, True)),
     "pod-other": ("other pod SIGKILLed -> replacement", lambda d: _run_lost_pod(d, False)),

@@ -124,7 +124,7 @@ def trainer_config(args: argparse.Namespace, work: Path, port: int, memory_inter
         "rdzvId": "titan-smoke",
         "maxInJobRestarts": 3,
         "heartbeatIntervalSeconds": 1,
-        "rankHeartbeatTimeoutSeconds": 120,
+        "rankHangTimeoutSeconds": 120,
         # The first step compiles FlexAttention (and, on CPU, everything is slow).
         "rankInitialTimeoutSeconds": 400,
         # No in-process restart: torchtitan's Trainer owns its process group (integrations.titan).

@@ -53,7 +53,7 @@ def trainer_config(
         "rdzvId": f"{name}-{port}",
         "maxInJobRestarts": 3,
         "heartbeatIntervalSeconds": 1,
-        "rankHeartbeatTimeoutSeconds": 120,
+        "rankHangTimeoutSeconds": 120,
         "rankInitialTimeoutSeconds": 300,
         "inProcess": {
             "enabled": True,

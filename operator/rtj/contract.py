@@ -402,7 +402,7 @@ class TrainerConfig(_Model):
     max_in_job_restarts: Counter = Field(alias="maxInJobRestarts")
     heartbeat_interval_seconds: Seconds = Field(alias="heartbeatIntervalSeconds")
     #: NVRx rank heartbeat timeouts (hang detection below the pod level).
-    rank_heartbeat_timeout_seconds: Seconds = Field(alias="rankHeartbeatTimeoutSeconds")
+    rank_hang_timeout_seconds: Seconds = Field(alias="rankHangTimeoutSeconds")
     rank_initial_timeout_seconds: Seconds = Field(alias="rankInitialTimeoutSeconds")
     in_process: InProcessConfig = Field(alias="inProcess")
     checkpoint_dir: str = Field(alias="checkpointDir", min_length=1)

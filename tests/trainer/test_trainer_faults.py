@@ -124,7 +124,7 @@ def test_rank_sigkill_is_restarted_by_the_launcher(make_job) -> None:
 
 def test_rank_hang_is_detected_and_restarted(make_job) -> None:
     job = make_job(
-        config={"rankHeartbeatTimeoutSeconds": 5},
+        config={"rankHangTimeoutSeconds": 5},
         env={"TOY_STEPS": "60", "RTJ_FAULT_INJECT": "hang:1:30"},
     )
     job.start()
@@ -144,7 +144,7 @@ def test_rank_hang_is_detected_and_restarted(make_job) -> None:
     hung_pod = next(name for name in job.pods if launchers[name] == hung_launcher)
     fault = job.pods[hung_pod].last_heartbeat().fault  # the pod names the hang (the rank could not)
     assert fault is not None and fault.reason == FaultReason.RANK_EXITED, fault
-    assert "(rank 1, pid" in fault.message and "hung past rankHeartbeatTimeoutSeconds=5" in fault.message
+    assert "(rank 1, pid" in fault.message and "hung past rankHangTimeoutSeconds=5" in fault.message
 
     t_fault = _fault_time(events, 1, 30)
     back = first_step_after(events, t_fault, rank=1)
@@ -202,7 +202,7 @@ def test_permanent_error_stops_every_pod_with_93_and_no_restart(make_job) -> Non
 
 @pytest.mark.parametrize("victim", ["pod hosting rank 0", "pod without rank 0"])
 def test_lost_pod_is_replaced_and_training_continues(make_job, victim: str) -> None:
-    job = make_job(config={"rankHeartbeatTimeoutSeconds": 10})
+    job = make_job(config={"rankHangTimeoutSeconds": 10})
     job.start()
     events = job.wait_step(40, 240)
     rank0_launcher = max((e for e in events if e["rank"] == 0), key=lambda e: e["t"])["ppid"]

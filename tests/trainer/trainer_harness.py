@@ -62,7 +62,7 @@ class ToyJob:
             nnodes=self.nnodes,
             nproc_per_node=self.nproc_per_node,
             **{
-                "rankHeartbeatTimeoutSeconds": 20,
+                "rankHangTimeoutSeconds": 20,
                 "rankInitialTimeoutSeconds": 90,
                 "inProcess": {
                     "enabled": True,

@@ -43,7 +43,7 @@ class ByoJob:
             self.ckpt_dir,
             nproc_per_node=self.nproc,
             **{
-                "rankHeartbeatTimeoutSeconds": 60,
+                "rankHangTimeoutSeconds": 60,
                 "checkpointIntervalSteps": 10,
                 "memorySnapshotIntervalSteps": 0,
                 "memorySnapshotDir": str(self.mem_dir),

@@ -45,7 +45,7 @@ def test_fsdp_train_survives_faults_and_resumes_from_committed_checkpoints(tmp_p
         "rdzvId": f"fsdp-{port}",
         "maxInJobRestarts": 3,
         "heartbeatIntervalSeconds": 1,
-        "rankHeartbeatTimeoutSeconds": 120,
+        "rankHangTimeoutSeconds": 120,
         "rankInitialTimeoutSeconds": 300,
         "inProcess": {"enabled": True, "softTimeoutSeconds": 60, "hardTimeoutSeconds": 90, "maxRestarts": 3},
         "checkpointDir": str(ckpt_dir),

@@ -306,7 +306,7 @@ def test_the_entrypoint_serves_replicas_on_its_slots_port_and_tells_its_ranks(tm
             "rdzvId": "x",
             "maxInJobRestarts": 1,
             "heartbeatIntervalSeconds": 1,
-            "rankHeartbeatTimeoutSeconds": 10,
+            "rankHangTimeoutSeconds": 10,
             "rankInitialTimeoutSeconds": 10,
             "inProcess": {
                 "enabled": False,

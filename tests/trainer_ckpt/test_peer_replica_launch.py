@@ -53,7 +53,7 @@ class TwoPods:
             "rdzvId": f"peer-{self.rdzv_port}",
             "maxInJobRestarts": 5,
             "heartbeatIntervalSeconds": 1,
-            "rankHeartbeatTimeoutSeconds": 120,
+            "rankHangTimeoutSeconds": 120,
             "rankInitialTimeoutSeconds": 300,
             "inProcess": {
                 "enabled": False,

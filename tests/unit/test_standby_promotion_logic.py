@@ -118,7 +118,7 @@ def test_a_spare_runs_the_warm_launcher_with_the_same_launcher_arguments() -> No
             "rdzvId": "j",
             "maxInJobRestarts": 2,
             "heartbeatIntervalSeconds": 1,
-            "rankHeartbeatTimeoutSeconds": 20,
+            "rankHangTimeoutSeconds": 20,
             "rankInitialTimeoutSeconds": 60,
             "inProcess": {
                 "enabled": True,

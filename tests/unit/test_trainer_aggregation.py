@@ -462,24 +462,24 @@ def test_a_rank_restarted_between_two_updates_is_reported_from_its_last_report()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_a_rank_silent_past_the_rank_heartbeat_timeout_was_hung_whatever_ended_it(sig: int) -> None:
-    """NVRx stops a rank silent for rankHeartbeatTimeoutSeconds through its launcher (SIGTERM, then
+def test_a_rank_silent_past_the_rank_hang_timeout_was_hung_whatever_ended_it(sig: int) -> None:
+    """NVRx stops a rank silent for rankHangTimeoutSeconds through its launcher (SIGTERM, then
     SIGKILL): that rank is this incident's root cause, not a rank stopped for a peer's fault."""
     exits = {101: ended(101, sig=sig, seconds=30)}
     updated = {"updated": (T0 + timedelta(seconds=9)).isoformat()}
     hung = parse_rank_report(json.dumps({**raw_doc(1, 101, step=31), **updated}))
-    agg = Aggregator(hang_after_seconds=20)
+    agg = Aggregator(rank_hang_timeout_seconds=20)
     hb = agg.update([hung], lambda pid: pid != 101, lambda r: exits.get(r.pid))
     assert hb.fault.reason == FaultReason.RANK_EXITED
     assert hb.fault.message.endswith(
         f"killed by {signal.Signals(sig).name} while training at step 31, 21s after its last report: "
-        "hung past rankHeartbeatTimeoutSeconds=20"
+        "hung past rankHangTimeoutSeconds=20"
     )
     # Silent for less than the timeout: stopped with the others.
     recent = parse_rank_report(
         json.dumps({**raw_doc(1, 101, step=31), "updated": (T0 + timedelta(seconds=29)).isoformat()})
     )
-    hb = Aggregator(hang_after_seconds=20).update(
+    hb = Aggregator(rank_hang_timeout_seconds=20).update(
         [recent], lambda pid: pid != 101, lambda r: exits.get(r.pid)
     )
     expected = FaultReason.RANK_STOPPED if sig == signal.SIGTERM else FaultReason.RANK_EXITED

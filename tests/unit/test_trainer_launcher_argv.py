@@ -30,7 +30,7 @@ CFG = {
     "rdzvId": "llama-uid",
     "maxInJobRestarts": 5,
     "heartbeatIntervalSeconds": 10,
-    "rankHeartbeatTimeoutSeconds": 300,
+    "rankHangTimeoutSeconds": 300,
     "rankInitialTimeoutSeconds": 900.5,
     "inProcess": {"enabled": True, "softTimeoutSeconds": 60, "hardTimeoutSeconds": 90, "maxRestarts": 3},
     "checkpointDir": "/ckpt/llama",

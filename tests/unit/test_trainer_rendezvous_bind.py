@@ -25,7 +25,7 @@ def _config() -> contract.TrainerConfig:
             "rdzvId": "j-uid",
             "maxInJobRestarts": 0,
             "heartbeatIntervalSeconds": 1,
-            "rankHeartbeatTimeoutSeconds": 5,
+            "rankHangTimeoutSeconds": 5,
             "rankInitialTimeoutSeconds": 5,
             "inProcess": {
                 "enabled": True,

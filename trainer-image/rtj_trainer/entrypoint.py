@@ -196,7 +196,7 @@ def build_launcher_argv(
         "--monitor-interval=0.5",
         # Hang detection: a rank silent past these is killed and the workers restarted.
         f"--ft-initial-rank-heartbeat-timeout={cfg.rank_initial_timeout_seconds:g}",
-        f"--ft-rank-heartbeat-timeout={cfg.rank_heartbeat_timeout_seconds:g}",
+        f"--ft-rank-heartbeat-timeout={cfg.rank_hang_timeout_seconds:g}",
         # NVRx's progress tracker: N restart cycles without a newer committed checkpoint (the
         # iteration our checkpoints write to this file) stop every launcher with this exit code.
         f"--ft-checkpoint-iteration-file={progress_file}",
@@ -278,7 +278,7 @@ def launch(grace_seconds: float) -> int:
         cfg.heartbeat_interval_seconds,
         api_client,
         standby=cfg.standby,
-        hang_after_seconds=cfg.rank_heartbeat_timeout_seconds,
+        rank_hang_timeout_seconds=cfg.rank_hang_timeout_seconds,
     )
     agent.start()
     end = _LauncherRuns(cfg, pod, status_dir, agent, grace_seconds).run()

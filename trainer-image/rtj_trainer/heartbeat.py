@@ -113,7 +113,7 @@ class Aggregator:
       collateral fault is news, the last incident's root cause is not.
     - a rank whose process is gone while it was starting or training had no chance to report why:
       the agent reports it (`RankExited`, or `RankStopped` for its launcher's SIGTERM unless it was
-      silent past rankHeartbeatTimeoutSeconds: hung), with the exit code or signal the rank
+      silent past rankHangTimeoutSeconds: hung), with the exit code or signal the rank
       forkserver recorded (`rank_exit.RankExit`).
     """
 
@@ -136,8 +136,8 @@ class Aggregator:
     #: Each local rank's report as last read: a rank restarted between two updates is seen gone
     #: only as a new pid, and this is what its predecessor last said.
     last_reports: dict[int, RankReport] = field(default_factory=dict)
-    #: The job's rankHeartbeatTimeoutSeconds: how long a rank NVRx stops as hung was silent.
-    hang_after_seconds: float | None = None
+    #: The job's rankHangTimeoutSeconds: how long a rank NVRx stops as hung was silent.
+    rank_hang_timeout_seconds: float | None = None
 
     def update(
         self,
@@ -201,7 +201,7 @@ class Aggregator:
         if report.pid is None or report.pid in self.exits_seen:
             return
         self.exits_seen.add(report.pid)
-        if (fault := exit_fault(report, exit_of(report), now, self.hang_after_seconds)) is not None:
+        if (fault := exit_fault(report, exit_of(report), now, self.rank_hang_timeout_seconds)) is not None:
             self.record_fault(fault)
 
     def _generation(self, local_rank: int | None, pid: int | None) -> int:
@@ -247,11 +247,11 @@ _UNEXPLAINED_END = (PodState.STARTING, PodState.TRAINING, PodState.CHECKPOINTING
 
 
 def exit_fault(
-    report: RankReport, how: RankExit | None, now: datetime, hang_after: float | None = None
+    report: RankReport, how: RankExit | None, now: datetime, rank_hang_timeout: float | None = None
 ) -> Fault | None:
     """The fault a rank gone in `report.state` did not report itself (None: it did, or it was
-    stopped gracefully with ExitCode.TERMINATED after the pod's SIGTERM). `hang_after`: the
-    rankHeartbeatTimeoutSeconds after which NVRx stops a silent rank; a rank that ended at least
+    stopped gracefully with ExitCode.TERMINATED after the pod's SIGTERM). `rank_hang_timeout`: the
+    rankHangTimeoutSeconds after which NVRx stops a silent rank; a rank that ended at least
     that long after its last report was hung, whatever signal ended it."""
     if report.state not in _UNEXPLAINED_END:
         return None
@@ -264,14 +264,14 @@ def exit_fault(
     )
     who = f"local rank {report.local_rank} (rank {report.rank}, pid {report.pid})"
     quiet = (when - report.updated).total_seconds() if report.updated is not None else None
-    hung = hang_after is not None and quiet is not None and quiet >= hang_after
+    hung = rank_hang_timeout is not None and quiet is not None and quiet >= rank_hang_timeout
     if how is not None and how.signal == signal.SIGTERM and not hung:
         text = f"{who} {doing}: its launcher restarts the workers"
         return Fault(severity=FaultSeverity.SOFT, reason=FaultReason.RANK_STOPPED, message=text, time=when)
     text = f"{who} {doing}"
     if quiet is not None:
         text += f", {quiet:.0f}s after its last report"
-    text += f": hung past rankHeartbeatTimeoutSeconds={hang_after:g}" if hung else ", reporting no fault"
+    text += f": hung past rankHangTimeoutSeconds={rank_hang_timeout:g}" if hung else ", reporting no fault"
     return Fault(severity=FaultSeverity.SOFT, reason=FaultReason.RANK_EXITED, message=text, time=when)
 
 
@@ -429,7 +429,7 @@ class HeartbeatAgent:
         api_client: Any | None,
         standby: bool = False,
         writer: LeaseStore | None = None,
-        hang_after_seconds: float | None = None,
+        rank_hang_timeout_seconds: float | None = None,
     ) -> None:
         self.status_dir = status_dir
         self.interval = interval_seconds
@@ -440,7 +440,7 @@ class HeartbeatAgent:
         self.fenced = threading.Event()
         self.fence_reason = ""
         self.assigned_slot: str | None = None
-        self.aggregator = Aggregator(hang_after_seconds=hang_after_seconds)
+        self.aggregator = Aggregator(rank_hang_timeout_seconds=rank_hang_timeout_seconds)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rtj-heartbeat", daemon=True)

@@ -7,7 +7,7 @@ half a file. `step()` is called every training step: it only compares two number
 written at once.
 
 Under ft_launcher, the same throttled tick also sends the NVRx rank heartbeat (hang detection:
-a rank that stops calling `step()` for `rankHeartbeatTimeoutSeconds` is killed and restarted).
+a rank that stops calling `step()` for `rankHangTimeoutSeconds` is killed and restarted).
 
     reporter = RankReporter.from_env()
     reporter.state(PodState.TRAINING)

@@ -10,7 +10,7 @@ in every rank at interpreter start. Nothing is imported then; once the script im
   on), so a resumed run reports the steps it resumed at, not 1. It goes into the rank's status
   file (the pod heartbeat's step: the progress watchdog, steps lost) and sends NVRx's rank
   heartbeat, which turns on ft_launcher's hang detection: a rank with no optimizer step for
-  rankHeartbeatTimeoutSeconds is restarted (so that timeout must cover the script's longest pause
+  rankHangTimeoutSeconds is restarted (so that timeout must cover the script's longest pause
   between steps: evaluation, saving);
 - every `torch.distributed.checkpoint.save` that returns is a committed checkpoint of the current
   step (DCP writes `.metadata` last, after every rank wrote): the heartbeat's checkpoint and NVRx's
