@@ -191,7 +191,7 @@ class Job:
             "RTJ_POD_IP": "127.0.0.1",
             "RTJ_STATUS_DIR": str(self.dir / "status"),
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "2" if self.a.cpu else "20",  # gloo: the abort waits for it
-            "RTJ_TERMINATION_GRACE_SECONDS": "30",
+            "RTJ_GRACEFUL_STOP_SECONDS": "30",
             "RTJ_FAULT_INJECT": faults,
             "RTJ_RANK_FORKSERVER": "1" if forkserver else "0",
             "PYTHONUNBUFFERED": "1",

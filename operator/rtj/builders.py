@@ -235,14 +235,14 @@ def _env(
 ) -> list[dict[str, Any]]:
     ours = {
         contract.ENV_TRAINER_CONFIG,
-        contract.ENV_TERMINATION_GRACE_SECONDS,
+        contract.ENV_GRACEFUL_STOP_SECONDS,
         *(name for name, _ in _DOWNWARD_ENV),
     }
     env: list[dict[str, Any]] = [
         {"name": e.name, "value": e.value} for e in job.spec.env if e.name not in ours
     ]
     env.append({"name": contract.ENV_TRAINER_CONFIG, "value": config.to_env()})
-    env.append({"name": contract.ENV_TERMINATION_GRACE_SECONDS, "value": str(graceful_stop_seconds)})
+    env.append({"name": contract.ENV_GRACEFUL_STOP_SECONDS, "value": str(graceful_stop_seconds)})
     env.extend({"name": n, "valueFrom": {"fieldRef": {"fieldPath": f}}} for n, f in _DOWNWARD_ENV)
     return env
 

@@ -112,7 +112,7 @@ ENV_STATUS_DIR = "RTJ_STATUS_DIR"
 #: Seconds the entrypoint gives ranks between SIGTERM and SIGKILL on a graceful stop (a last
 #: checkpoint). Written by the operator's pod builder (a margin under the pod's
 #: terminationGracePeriodSeconds, so the kubelet never kills first); read by the entrypoint.
-ENV_TERMINATION_GRACE_SECONDS = "RTJ_TERMINATION_GRACE_SECONDS"
+ENV_GRACEFUL_STOP_SECONDS = "RTJ_GRACEFUL_STOP_SECONDS"
 
 # --- Heartbeat Lease (writer: trainer heartbeat agent; reader: operator) ---------------------------
 HEARTBEAT_ANNOTATION = f"{API_GROUP}/heartbeat"

@@ -84,7 +84,7 @@ class ToyJob:
             "TOY_STEP_SECONDS": "0.05",
             # Fail collectives fast on a dead peer (well under the in-process hard timeout).
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "3",
-            "RTJ_TERMINATION_GRACE_SECONDS": "10",
+            "RTJ_GRACEFUL_STOP_SECONDS": "10",
             "RTJ_LAUNCHER_EXIT_TIMEOUT_SECONDS": "60",
             # Several "pods" on one address: NVRx closes such a rendezvous unless told it is a simulation.
             "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1",

@@ -50,7 +50,7 @@ class ByoJob:
                 **self.config,
             },
         )
-        env = {"RTJ_COLLECTIVE_TIMEOUT_SECONDS": "10", "RTJ_TERMINATION_GRACE_SECONDS": "30", **self.env}
+        env = {"RTJ_COLLECTIVE_TIMEOUT_SECONDS": "10", "RTJ_GRACEFUL_STOP_SECONDS": "30", **self.env}
         return pod_env(cfg, f"{self.name}-n0-a0", self.status_dir, env)
 
     def start(self) -> subprocess.Popen[bytes]:

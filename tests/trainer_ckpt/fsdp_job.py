@@ -51,7 +51,7 @@ class FsdpJob:
         )
         env = {
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "10",
-            "RTJ_TERMINATION_GRACE_SECONDS": "30",
+            "RTJ_GRACEFUL_STOP_SECONDS": "30",
             "RTJ_FAULT_INJECT": self.faults,
         }
         return pod_env(cfg, f"{self.name}-n0-a0", self.status_dir, env)

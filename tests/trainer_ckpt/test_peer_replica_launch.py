@@ -80,7 +80,7 @@ class TwoPods:
             "RTJ_POD_IP": "127.0.0.1",
             "RTJ_STATUS_DIR": str(self.tmp / f"status-{name}"),
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "5",
-            "RTJ_TERMINATION_GRACE_SECONDS": "10",
+            "RTJ_GRACEFUL_STOP_SECONDS": "10",
             "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1",
             "OMP_NUM_THREADS": "1",
             "PYTHONUNBUFFERED": "1",

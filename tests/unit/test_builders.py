@@ -145,7 +145,7 @@ def test_entrypoint_stops_ranks_before_the_kubelet_kills_the_pod(pod_grace: int)
     settings = builders.BuildSettings(termination_grace_seconds=pod_grace)
     pod = builders.worker_pod(make_job().obj(), 0, 0, "Initial", settings=settings)
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    stop = int(env[contract.ENV_TERMINATION_GRACE_SECONDS])
+    stop = int(env[contract.ENV_GRACEFUL_STOP_SECONDS])
     assert 1 <= stop < pod["spec"]["terminationGracePeriodSeconds"] == pod_grace
 
 
@@ -363,4 +363,4 @@ def test_grace_period_is_sized_from_the_persist_time(
     )
     assert pod["spec"]["terminationGracePeriodSeconds"] == grace
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    assert int(env[contract.ENV_TERMINATION_GRACE_SECONDS]) == builders.graceful_stop_seconds(grace)
+    assert int(env[contract.ENV_GRACEFUL_STOP_SECONDS]) == builders.graceful_stop_seconds(grace)

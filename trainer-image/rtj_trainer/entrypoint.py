@@ -41,13 +41,13 @@ from pathlib import Path
 import psutil
 from pydantic import ValidationError
 from rtj.contract import (
+    ENV_GRACEFUL_STOP_SECONDS,
     ENV_NAMESPACE,
     ENV_NODE_NAME,
     ENV_POD_IP,
     ENV_POD_NAME,
     ENV_POD_UID,
     ENV_STATUS_DIR,
-    ENV_TERMINATION_GRACE_SECONDS,
     ENV_TRAINER_CONFIG,
     PEER_REPLICA_FILE,
     RANK_FILE_PREFIX,
@@ -82,8 +82,8 @@ from .warm_launcher import ENV_PREWARM_MODULE, GO, prewarm_module
 log = logging.getLogger("rtj_trainer")
 
 #: Seconds between SIGTERM and SIGKILL for the launcher's process group on a graceful stop,
-#: when the pod does not set ENV_TERMINATION_GRACE_SECONDS.
-DEFAULT_GRACE_SECONDS = 30.0
+#: when the pod does not set ENV_GRACEFUL_STOP_SECONDS.
+DEFAULT_GRACEFUL_STOP_SECONDS = 30.0
 #: Seconds ft_launcher waits between SIGTERM and SIGKILL when it stops ranks to restart them.
 WORKERS_STOP_TIMEOUT_SECONDS = 10
 GPU_MEMORY_POLL_SECONDS = 0.1
@@ -259,7 +259,7 @@ def _prepare_status_dir(pod: PodIdentity) -> str:
     return status_dir
 
 
-def launch(grace_seconds: float) -> int:
+def launch(graceful_stop_seconds: float) -> int:
     try:
         cfg = load_config()
     except ConfigError as exc:
@@ -281,7 +281,7 @@ def launch(grace_seconds: float) -> int:
         rank_hang_timeout_seconds=cfg.rank_hang_timeout_seconds,
     )
     agent.start()
-    end = _LauncherRuns(cfg, pod, status_dir, agent, grace_seconds).run()
+    end = _LauncherRuns(cfg, pod, status_dir, agent, graceful_stop_seconds).run()
     if agent.fenced.is_set():
         # Not this slot's pod any more: no last heartbeat, no save; the replacement has the slot.
         log.error("fenced (%s): ranks stopped, exiting %s", agent.fence_reason, ExitCode.FENCED)
@@ -309,10 +309,10 @@ class _LauncherRuns:
         pod: PodIdentity,
         status_dir: str,
         agent: HeartbeatAgent,
-        grace_seconds: float,
+        graceful_stop_seconds: float,
     ) -> None:
         self.cfg, self.pod, self.status_dir, self.agent = cfg, pod, status_dir, agent
-        self.grace_seconds = grace_seconds
+        self.graceful_stop_seconds = graceful_stop_seconds
         self.progress_file = os.path.join(status_dir, PROGRESS_FILE_NAME)
         slot = parse_worker_pod_name(pod.name)
         if not cfg.standby:  # a hot spare starts it once it learns its slot
@@ -346,7 +346,7 @@ class _LauncherRuns:
             launcher=launcher_command(standby),
             local_addr=self.pod.pod_ip,
             progress_file=self.progress_file,
-            term_timeout_seconds=max(1.0, self.grace_seconds - 5),
+            term_timeout_seconds=max(1.0, self.graceful_stop_seconds - 5),
             rank_forkserver=self.forkserver_path if self.forkserver else None,
         )
 
@@ -411,7 +411,7 @@ class _LauncherRuns:
         if cfg.standby and first:
             _await_promotion(self.agent, proc, self.terminate, on_promoted=self._start_peer_replica)
         rc, permanent = _supervise(
-            proc, self.agent, self.exit_watch, self.terminate, self.status_dir, self.grace_seconds
+            proc, self.agent, self.exit_watch, self.terminate, self.status_dir, self.graceful_stop_seconds
         )
         self.ended = datetime.now(UTC)
         # Workers the launcher left behind (e.g. it was SIGKILLed) must not outlive it.
@@ -449,7 +449,7 @@ def _supervise(
     exit_watch: ExitWatch,
     terminate: threading.Event,
     status_dir: str,
-    grace_seconds: float,
+    graceful_stop_seconds: float,
 ) -> tuple[int, Fault | None]:
     """Wait for the launcher to exit; kill it on an overdue graceful stop, a rank's permanent error
     (returned) or a launcher that lingers after every rank finished."""
@@ -463,9 +463,9 @@ def _supervise(
         if agent.fenced.is_set():
             _kill_group(proc)  # at once: a stale incarnation must neither train nor save
         if terminate.is_set():
-            kill_deadline = kill_deadline or time.monotonic() + grace_seconds
+            kill_deadline = kill_deadline or time.monotonic() + graceful_stop_seconds
             if time.monotonic() >= kill_deadline:
-                log.warning("graceful stop took longer than %.0f s: killing the launcher", grace_seconds)
+                log.warning("graceful stop past %.0f s: killing the launcher", graceful_stop_seconds)
                 _kill_group(proc)
         if permanent is None and not terminate.is_set():
             # Read each poll, not at the heartbeat interval: ft_launcher restarts the workers within
@@ -580,9 +580,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_launch = sub.add_parser("launch", help="run ft_launcher for this worker pod")
     p_launch.add_argument(
-        "--grace-seconds",
+        "--graceful-stop-seconds",
         type=float,
-        default=float(os.environ.get(ENV_TERMINATION_GRACE_SECONDS, DEFAULT_GRACE_SECONDS)),
+        default=float(os.environ.get(ENV_GRACEFUL_STOP_SECONDS, DEFAULT_GRACEFUL_STOP_SECONDS)),
         help="seconds between SIGTERM and SIGKILL of the launcher on a graceful stop",
     )
     p_rdzv = sub.add_parser("rendezvous", help="host the job's rendezvous store")
@@ -594,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     if args.cmd == "launch":
-        return launch(args.grace_seconds)
+        return launch(args.graceful_stop_seconds)
     return rendezvous(args.host, args.port)
 
 
