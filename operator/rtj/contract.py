@@ -139,6 +139,16 @@ MAX_COUNTER = 2**53
 MAX_PERSIST_SECONDS = 86400.0
 
 
+# --- Spec defaults a rank reads without the operator (writer: rtj.api; reader: RankEnv.from_env) -----
+#: The job spec's defaults (rtj.api.spec_recovery) of what the entrypoint passes to every rank. A
+#: script run outside a pod (no RTJ_* variables) gets the same values from RankEnv.from_env.
+DEFAULT_CHECKPOINT_INTERVAL_STEPS = 100
+DEFAULT_CHECKPOINTS_TO_KEEP = 2
+DEFAULT_INPROCESS_SOFT_TIMEOUT_SECONDS = 60
+DEFAULT_INPROCESS_HARD_TIMEOUT_SECONDS = 90
+DEFAULT_INPROCESS_MAX_RESTARTS = 10
+
+
 # --- Exit codes (writer: trainer entrypoint; reader: operator ladder) ------------------------------
 class ExitCode:
     SUCCEEDED = 0

@@ -19,7 +19,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rtj.contract import ENV_STATUS_DIR, PEER_REPLICA_FILE, TrainerConfig
+from rtj.contract import (
+    DEFAULT_CHECKPOINT_INTERVAL_STEPS,
+    DEFAULT_CHECKPOINTS_TO_KEEP,
+    DEFAULT_INPROCESS_HARD_TIMEOUT_SECONDS,
+    DEFAULT_INPROCESS_MAX_RESTARTS,
+    DEFAULT_INPROCESS_SOFT_TIMEOUT_SECONDS,
+    ENV_STATUS_DIR,
+    PEER_REPLICA_FILE,
+    TrainerConfig,
+)
 
 ENV_JOB_NAME = "RTJ_JOB_NAME"
 ENV_CHECKPOINT_DIR = "RTJ_CHECKPOINT_DIR"
@@ -99,6 +108,8 @@ class RankEnv:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RankEnv:
+        """The rank's settings; a variable that is not set takes the job spec's default (rtj.contract
+        DEFAULT_*), as for a script run outside a pod."""
         env = os.environ if environ is None else environ
 
         def _int(name: str, default: int) -> int:
@@ -109,7 +120,8 @@ class RankEnv:
             raw = env.get(name, "")
             return float(raw) if raw.strip() else default
 
-        hard_timeout = _float(ENV_INPROCESS_HARD_TIMEOUT, 90.0)
+        soft_timeout = _float(ENV_INPROCESS_SOFT_TIMEOUT, DEFAULT_INPROCESS_SOFT_TIMEOUT_SECONDS)
+        hard_timeout = _float(ENV_INPROCESS_HARD_TIMEOUT, DEFAULT_INPROCESS_HARD_TIMEOUT_SECONDS)
         mem_interval = _int(ENV_MEMORY_SNAPSHOT_INTERVAL_STEPS, 0)
         mem_dir = env.get(ENV_MEMORY_SNAPSHOT_DIR) or None
         return cls(
@@ -123,16 +135,16 @@ class RankEnv:
             restart_count=_int("TORCHELASTIC_RESTART_COUNT", 0),
             status_dir=env.get(ENV_STATUS_DIR) or None,
             checkpoint_dir=env.get(ENV_CHECKPOINT_DIR, "./checkpoints"),
-            checkpoint_interval_steps=_int(ENV_CHECKPOINT_INTERVAL_STEPS, 100),
-            checkpoints_to_keep=_int(ENV_CHECKPOINTS_TO_KEEP, 2),
+            checkpoint_interval_steps=_int(ENV_CHECKPOINT_INTERVAL_STEPS, DEFAULT_CHECKPOINT_INTERVAL_STEPS),
+            checkpoints_to_keep=_int(ENV_CHECKPOINTS_TO_KEEP, DEFAULT_CHECKPOINTS_TO_KEEP),
             memory_snapshot_dir=mem_dir if mem_interval > 0 else None,
             memory_snapshot_interval_steps=mem_interval if mem_dir else 0,
             progress_file=env.get(ENV_PROGRESS_FILE) or None,
             in_process=InProcessSettings(
                 enabled=env.get(ENV_INPROCESS_ENABLED, "1").lower() in ("1", "true", "yes"),
-                soft_timeout_seconds=_float(ENV_INPROCESS_SOFT_TIMEOUT, 60.0),
+                soft_timeout_seconds=soft_timeout,
                 hard_timeout_seconds=hard_timeout,
-                max_restarts=_int(ENV_INPROCESS_MAX_RESTARTS, 10),
+                max_restarts=_int(ENV_INPROCESS_MAX_RESTARTS, DEFAULT_INPROCESS_MAX_RESTARTS),
             ),
             dist_backend=_resolve_backend(env.get(ENV_DIST_BACKEND, "auto")),
             # Default: a third of the hard timeout, so a broken collective fails (and the wrapper

@@ -19,7 +19,14 @@ from rtj.api.schema import (
     immutable_optional,
 )
 from rtj.api.spec_pods import SHM_MOUNT_PATH
-from rtj.contract import DEFAULT_DO_NOT_RESTART_EXIT_CODES
+from rtj.contract import (
+    DEFAULT_CHECKPOINT_INTERVAL_STEPS,
+    DEFAULT_CHECKPOINTS_TO_KEEP,
+    DEFAULT_DO_NOT_RESTART_EXIT_CODES,
+    DEFAULT_INPROCESS_HARD_TIMEOUT_SECONDS,
+    DEFAULT_INPROCESS_MAX_RESTARTS,
+    DEFAULT_INPROCESS_SOFT_TIMEOUT_SECONDS,
+)
 
 #: Why the checkpoint volume and its mountPath are immutable.
 _STORAGE = "the job's checkpoints are there: a replacement pod would resume from elsewhere than its peers"
@@ -87,9 +94,14 @@ class Checkpoint(ApiModel):
         json_schema_extra=immutable("checkpoint.mountPath", _STORAGE),
     )
     interval_steps: int = Field(
-        100, description="Save a checkpoint every this many training steps.", ge=1, le=10_000_000
+        DEFAULT_CHECKPOINT_INTERVAL_STEPS,
+        description="Save a checkpoint every this many training steps.",
+        ge=1,
+        le=10_000_000,
     )
-    keep: int = Field(2, description="How many committed checkpoints to keep.", ge=1, le=100)
+    keep: int = Field(
+        DEFAULT_CHECKPOINTS_TO_KEEP, description="How many committed checkpoints to keep.", ge=1, le=100
+    )
 
     @model_validator(mode="after")
     def _peer_replica_needs_snapshots(self) -> Checkpoint:
@@ -142,19 +154,22 @@ class InProcessRestart(ApiModel):
 
     enabled: bool = Field(True, description="Wrap the training function in NVRx inprocess.Wrapper.")
     soft_timeout_seconds: int = Field(
-        60,
+        DEFAULT_INPROCESS_SOFT_TIMEOUT_SECONDS,
         description="A rank silent this long is considered hung and asked to restart in-process.",
         ge=1,
         le=86400,
     )
     hard_timeout_seconds: int = Field(
-        90,
+        DEFAULT_INPROCESS_HARD_TIMEOUT_SECONDS,
         description="A hung rank still silent this long is killed; the launcher takes over.",
         ge=2,
         le=86400,
     )
     max_restarts: int = Field(
-        10, description="In-process restarts allowed per launcher cycle before escalating.", ge=0, le=10000
+        DEFAULT_INPROCESS_MAX_RESTARTS,
+        description="In-process restarts allowed per launcher cycle before escalating.",
+        ge=0,
+        le=10000,
     )
 
 
