@@ -99,60 +99,21 @@ def suspended(
     ps.st.state, ps.st.reason = JobState(state), reason
 
 
+#: A slot's fault as slots.observe found it: the slot, its pod (if any), the reason and the message.
+Fault = tuple[NodeSlotStatus, PodObs | None, str, str]
+
+
 def active(ps: Pass) -> None:
     if ps.obs.refused:
         endings.fail(ps, reasons.INVALID_SPEC, ps.obs.refused)
         return
-    causes: dict[int, str] = {}
-    if is_true(ps.old.conditions, ConditionType.SUSPENDED):
-        for slot in ps.slots:
-            slot.attempt += 1
-            slot.pod, slot.state, slot.last_heartbeat_time = "", SlotState.PENDING, None
-            slot.lease_missing_since = None
-            slot.in_process_restarts = slot.in_job_restarts = 0
-            causes[slot.slot] = reasons.CAUSE_RESUME
-        ps.cond(ConditionType.SUSPENDED, False, reasons.RESUMED, "")
-        ran = ps.st.start_time is not None
-        ps.event(
-            NORMAL,
-            reasons.RESUMED,
-            "job resumed: pods recreated (attempt numbers continue)"
-            if ran
-            else "job started: it was created suspended or queued; its first pods created",
-        )
+    causes = resume(ps) if is_true(ps.old.conditions, ConditionType.SUSPENDED) else {}
     rendezvous.reconcile(ps)
-    faults: list[tuple[NodeSlotStatus, PodObs | None, str, str]] = []
-    for slot in ps.slots:
-        fault = slots.observe(ps, slot)
-        if fault is not None:
-            faults.append((slot, *fault))
-    slots.count_collateral(ps)
-    faults = hold_correlated_silence(ps, faults)
+    faults = observe_slots(ps)
     if ps.failed is None and training_finished.applies(ps):
-        if training_finished.settle(ps, faults):
-            reason, message = training_finished.outcome(ps)
-            if reason == reasons.TRAINING_INCOMPLETE:
-                endings.fail(ps, reason, message)
-            else:
-                endings.succeed(ps, reason, message)
-            return
-        summary.summarize(ps)  # slots still finishing: no pod created, no spare kept
-        watch_progress(ps, training_finished.running_slots(ps))
+        finishing(ps, faults)
         return
-    # Many slots failing in one pass is a correlated fault (network, a zone), not several bad
-    # nodes: replace the pods, quarantine no node.
-    ps.correlated = len(faults) > 1 and len(faults) * 2 > ps.spec.nodes
-    job_reason = job_level.attribute([f[2] for f in faults], ps.st, ps.ft, ps.now)
-    if job_reason == reasons.PODS_FAILED_TOGETHER:
-        job_level.begin(ps.st, ps.ft, ps.now)
-    if ps.failed is None:
-        for slot, pod, reason, message in faults:
-            if job_reason is not None and reason in job_level.SYMPTOMS:
-                slots.job_fault(ps, slot, pod, message, job_reason, reason in slots.FORCE)
-            else:
-                slots.hard_fault(ps, slot, pod, reason, message)
-            if ps.failed is not None:
-                break
+    replace_faulted(ps, faults)
     if ps.failed is not None:
         endings.fail(ps, *ps.failed)
         return
@@ -162,6 +123,72 @@ def active(ps: Pass) -> None:
     spares.keep(ps)
     summary.summarize(ps)
     watch_progress(ps)
+
+
+def resume(ps: Pass) -> dict[int, str]:
+    """A suspended job resumes: every slot's next pod is a new attempt; the cause of each, by slot."""
+    causes: dict[int, str] = {}
+    for slot in ps.slots:
+        slot.attempt += 1
+        slot.pod, slot.state, slot.last_heartbeat_time = "", SlotState.PENDING, None
+        slot.lease_missing_since = None
+        slot.in_process_restarts = slot.in_job_restarts = 0
+        causes[slot.slot] = reasons.CAUSE_RESUME
+    ps.cond(ConditionType.SUSPENDED, False, reasons.RESUMED, "")
+    ran = ps.st.start_time is not None
+    ps.event(
+        NORMAL,
+        reasons.RESUMED,
+        "job resumed: pods recreated (attempt numbers continue)"
+        if ran
+        else "job started: it was created suspended or queued; its first pods created",
+    )
+    return causes
+
+
+def observe_slots(ps: Pass) -> list[Fault]:
+    """Each slot's observation (rtj.ladder.slots), less the silence an outage hold keeps."""
+    faults: list[Fault] = []
+    for slot in ps.slots:
+        fault = slots.observe(ps, slot)
+        if fault is not None:
+            faults.append((slot, *fault))
+    slots.count_collateral(ps)
+    return hold_correlated_silence(ps, faults)
+
+
+def finishing(ps: Pass, faults: list[Fault]) -> None:
+    """rtj.ladder.training_finished: the job ends once its slots settle; until then no pod is created
+    and no spare kept."""
+    if training_finished.settle(ps, faults):
+        reason, message = training_finished.outcome(ps)
+        if reason == reasons.TRAINING_INCOMPLETE:
+            endings.fail(ps, reason, message)
+        else:
+            endings.succeed(ps, reason, message)
+        return
+    summary.summarize(ps)
+    watch_progress(ps, training_finished.running_slots(ps))
+
+
+def replace_faulted(ps: Pass, faults: list[Fault]) -> None:
+    """Each fault replaces its slot's pod (rtj.ladder.slots), or all of them when the job itself is
+    at fault (rtj.ladder.job_level); stops at the first fault that fails the job (ps.failed)."""
+    # Many slots failing in one pass is a correlated fault (network, a zone), not several bad
+    # nodes: replace the pods, quarantine no node.
+    ps.correlated = len(faults) > 1 and len(faults) * 2 > ps.spec.nodes
+    job_reason = job_level.attribute([f[2] for f in faults], ps.st, ps.ft, ps.now)
+    if job_reason == reasons.PODS_FAILED_TOGETHER:
+        job_level.begin(ps.st, ps.ft, ps.now)
+    if ps.failed is not None:
+        return
+    for slot, pod, reason, message in faults:
+        if job_reason is not None and reason in job_level.SYMPTOMS:
+            slots.job_fault(ps, slot, pod, message, job_reason, reason in slots.FORCE)
+        else:
+            slots.hard_fault(ps, slot, pod, reason, message)
+        if ps.failed is not None:
+            break
 
 
 def watch_progress(ps: Pass, judged: list[NodeSlotStatus] | None = None) -> None:
@@ -192,9 +219,7 @@ def watch_progress(ps: Pass, judged: list[NodeSlotStatus] | None = None) -> None
         ps.cond(ConditionType.STALLED, False, reasons.PROGRESSING, "")
 
 
-def hold_correlated_silence(
-    ps: Pass, faults: list[tuple[NodeSlotStatus, PodObs | None, str, str]]
-) -> list[tuple[NodeSlotStatus, PodObs | None, str, str]]:
+def hold_correlated_silence(ps: Pass, faults: list[Fault]) -> list[Fault]:
     """rtj.ladder.outage_hold: silence of most slots at once is held, with hysteresis."""
     silent = [f for f in faults if f[2] in (reasons.HEARTBEAT_TIMEOUT, reasons.STARTUP_TIMEOUT)]
     stale = outage_hold.stale_count(len(silent), ps.d.heartbeat_ages, ps.ft)

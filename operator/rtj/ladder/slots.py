@@ -32,70 +32,109 @@ FORCE = frozenset(c.reason for c in blame.CLASSES.values() if c.force)
 _OVERDUE_SECONDS = 2.0
 
 
-def observe(ps: Pass, slot: NodeSlotStatus) -> tuple[PodObs | None, str, str] | None:
+#: A slot's fault this pass: its pod (None when it has none), the reason and the message.
+Found = tuple[PodObs | None, str, str]
+
+
+def observe(ps: Pass, slot: NodeSlotStatus) -> Found | None:
     """The slot's fault this pass as (pod, reason, message), classified by rtj.ladder.blame; None
-    when there is none (the slot's state is updated: training, starting, waiting, ...)."""
-    pods = ps.workers.get(slot.slot, [])
-    adopt_newer(ps, slot, max(pods, key=lambda q: q.attempt, default=None))
-    for old in pods:
-        if old.attempt < slot.attempt and old.live:
-            ps.delete(old, ps.cfg.fault_grace_seconds)
-    current = next((q for q in pods if q.attempt == slot.attempt), None)
+    when there is none (the slot's state is updated: training, starting, waiting, ...). Each kind
+    of observation has its function below, in the order they are tried."""
+    current = current_pod(ps, slot)
     if current is None:
-        if slot.pod:
-            node = ps.node_verdict(slot.node)
-            if node is not None:
-                return None, node.reason, f"pod {slot.pod} disappeared: {node.message}"
-            return None, reasons.POD_DELETED, f"pod {slot.pod} disappeared"
-        slot.state = SlotState.PENDING if slot.state not in (SlotState.REPLACING,) else slot.state
-        return None
+        return vanished(ps, slot)
     slot.pod, slot.node = current.name, current.node or slot.node
     lease = ps.lease(current)
     if current.phase == "Succeeded":
         slot.state = SlotState.SUCCEEDED
         return None
-    permanent = p.reported_permanent_fault(lease)
-    if permanent is not None:
-        ps.note_fault(slot, reasons.PERMANENT_FAULT, current.name, current.node)
-        ps.failed = (
-            reasons.PERMANENT_FAULT,
-            f"pod {current.name} (slot {slot.slot}) reported a permanent error, which no restart "
-            f"can fix: {permanent}",
-        )
+    if reported_permanent(ps, slot, current, lease):
         return None
     if current.phase == "Failed":
-        slot.state = SlotState.FAILED
-        if p.is_do_not_restart(current, ps.ft):
-            ps.note_fault(slot, reasons.DO_NOT_RESTART_EXIT_CODE, current.name, current.node)
-            ps.failed = (
-                reasons.DO_NOT_RESTART_EXIT_CODE,
-                f"pod {current.name} (slot {slot.slot}) exited with do-not-restart code {current.exit_code}",
-            )
-            return None
-        verdict = ps.node_verdict(current.node) or blame.ended(
-            current, lease, ps.spec.resources.memory or "", ps.peers_waiting(slot)
-        )
-        return current, verdict.reason, verdict.message
+        return ended(ps, slot, current, lease)
     node = ps.node_verdict(current.node)
     if current.deleting and node is None:
-        if current.disruption:
-            return (
-                current,
-                reasons.POD_DISRUPTED,
-                f"pod {current.name} is being deleted: {current.disruption}",
-            )
-        return current, reasons.POD_DELETED, f"pod {current.name} is being deleted"
+        return being_deleted(current)
     if node is not None:
         return current, node.reason, node.message
-    if (waiting := blame.waiting(current, ps.ft, ps.now)) is not None:
-        if waiting.cls.act == blame.Act.FAIL:
-            ps.note_fault(slot, waiting.reason, current.name, current.node)
-            ps.failed = (waiting.reason, f"slot {slot.slot}: {waiting.message}")
-            return None
-        slot.state = SlotState.WAITING
-        ps.waiting.append((slot, waiting))
+    if waits(ps, slot, current):
         return None
     return live(ps, slot, current, lease)
+
+
+def current_pod(ps: Pass, slot: NodeSlotStatus) -> PodObs | None:
+    """The slot's pod of its current attempt, after adopting a newer one and deleting older ones."""
+    pods = ps.workers.get(slot.slot, [])
+    adopt_newer(ps, slot, max(pods, key=lambda q: q.attempt, default=None))
+    for old in pods:
+        if old.attempt < slot.attempt and old.live:
+            ps.delete(old, ps.cfg.fault_grace_seconds)
+    return next((q for q in pods if q.attempt == slot.attempt), None)
+
+
+def vanished(ps: Pass, slot: NodeSlotStatus) -> Found | None:
+    """No pod of the current attempt: a fault if the slot had one (its node's, else PodDeleted),
+    else the slot waits for its pod."""
+    if slot.pod:
+        node = ps.node_verdict(slot.node)
+        if node is not None:
+            return None, node.reason, f"pod {slot.pod} disappeared: {node.message}"
+        return None, reasons.POD_DELETED, f"pod {slot.pod} disappeared"
+    slot.state = SlotState.PENDING if slot.state not in (SlotState.REPLACING,) else slot.state
+    return None
+
+
+def reported_permanent(ps: Pass, slot: NodeSlotStatus, current: PodObs, lease: LeaseObs | None) -> bool:
+    """The pod's heartbeat reported a permanent error: the job fails (ps.failed)."""
+    permanent = p.reported_permanent_fault(lease)
+    if permanent is None:
+        return False
+    ps.note_fault(slot, reasons.PERMANENT_FAULT, current.name, current.node)
+    ps.failed = (
+        reasons.PERMANENT_FAULT,
+        f"pod {current.name} (slot {slot.slot}) reported a permanent error, which no restart "
+        f"can fix: {permanent}",
+    )
+    return True
+
+
+def ended(ps: Pass, slot: NodeSlotStatus, current: PodObs, lease: LeaseObs | None) -> Found | None:
+    """The pod Failed: a do-not-restart exit code fails the job, else the fault its node or its end
+    is blamed on."""
+    slot.state = SlotState.FAILED
+    if p.is_do_not_restart(current, ps.ft):
+        ps.note_fault(slot, reasons.DO_NOT_RESTART_EXIT_CODE, current.name, current.node)
+        ps.failed = (
+            reasons.DO_NOT_RESTART_EXIT_CODE,
+            f"pod {current.name} (slot {slot.slot}) exited with do-not-restart code {current.exit_code}",
+        )
+        return None
+    verdict = ps.node_verdict(current.node) or blame.ended(
+        current, lease, ps.spec.resources.memory or "", ps.peers_waiting(slot)
+    )
+    return current, verdict.reason, verdict.message
+
+
+def being_deleted(current: PodObs) -> Found:
+    """The pod is being deleted on a healthy node: a disruption (eviction, preemption) or a deletion."""
+    if current.disruption:
+        return current, reasons.POD_DISRUPTED, f"pod {current.name} is being deleted: {current.disruption}"
+    return current, reasons.POD_DELETED, f"pod {current.name} is being deleted"
+
+
+def waits(ps: Pass, slot: NodeSlotStatus, current: PodObs) -> bool:
+    """The pod waits for something no restart fixes (rtj.ladder.blame.waiting): the slot waits, or
+    the job fails when that class says so (ps.failed). False when it does not wait."""
+    waiting = blame.waiting(current, ps.ft, ps.now)
+    if waiting is None:
+        return False
+    if waiting.cls.act == blame.Act.FAIL:
+        ps.note_fault(slot, waiting.reason, current.name, current.node)
+        ps.failed = (waiting.reason, f"slot {slot.slot}: {waiting.message}")
+        return True
+    slot.state = SlotState.WAITING
+    ps.waiting.append((slot, waiting))
+    return True
 
 
 def adopt_newer(ps: Pass, slot: NodeSlotStatus, newest: PodObs | None) -> None:

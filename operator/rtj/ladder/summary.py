@@ -3,6 +3,7 @@ state, the newest checkpoint, lost time and goodput."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from rtj import contract, reasons
@@ -13,6 +14,7 @@ from rtj.api.models import (
     ConditionType,
     JobState,
     JobStatus,
+    NodeSlotStatus,
     SlotState,
 )
 from rtj.ladder import incidents
@@ -43,72 +45,124 @@ def close_degraded(ps: Pass) -> None:
         ps.st.degraded_since = None
 
 
+@dataclass(frozen=True)
+class Counts:
+    """How many slots are where, counted once per pass for every part of the summary."""
+
+    nodes: int
+    running: int  # slots with a pod
+    ready: int  # slots whose pod trains (Training or Checkpointing)
+    renewing: int  # slots whose Lease was renewed this pass
+    starting: int  # slots with no heartbeat yet, or whose ranks have not begun training
+    recovering: list[NodeSlotStatus]
+
+    @property
+    def all_running(self) -> bool:
+        return self.running == self.nodes
+
+    @property
+    def all_training(self) -> bool:
+        """Running only once the ranks train: every pod heartbeats and none is still starting."""
+        return self.all_running and self.renewing == self.nodes and not self.starting
+
+
+def count(ps: Pass) -> Counts:
+    training = {contract.PodState.TRAINING.value, contract.PodState.CHECKPOINTING.value}
+    return Counts(
+        nodes=ps.spec.nodes,
+        running=sum(1 for s in ps.slots if s.state not in SLOT_STATES_WITHOUT_POD),
+        ready=sum(1 for s in ps.slots if s.state in training),
+        # A pod that runs but has not heartbeated (or whose Lease is gone) is not known to train.
+        renewing=len({slot.slot for slot, _renew in ps.renewals}),
+        # "Starting": no heartbeat yet, or the pod's heartbeat says its ranks have not begun training.
+        starting=sum(1 for s in ps.slots if s.state == SlotState.STARTING),
+        recovering=[s for s in ps.slots if s.recovering_since is not None],
+    )
+
+
 def summarize(ps: Pass) -> None:
     collect_checkpoint(ps)
-    training = {contract.PodState.TRAINING.value, contract.PodState.CHECKPOINTING.value}
-    ready = sum(1 for s in ps.slots if s.state in training)
-    running = sum(1 for s in ps.slots if s.state not in SLOT_STATES_WITHOUT_POD)
-    ps.st.nodes_ready = ready
-    # A pod that runs but has not heartbeated (or whose Lease is gone) is not known to train.
-    renewing = {slot.slot for slot, _renew in ps.renewals}
-    # "Starting": no heartbeat yet, or the pod's heartbeat says its ranks have not begun training.
-    starting = sum(1 for s in ps.slots if s.state == SlotState.STARTING)
-    if running and ps.st.start_time is None:
+    c = count(ps)
+    ps.st.nodes_ready = c.ready
+    if c.running and ps.st.start_time is None:
         ps.st.start_time = ps.now
-    recovering = [s for s in ps.slots if s.recovering_since is not None]
+    track_degraded_time(ps, c.recovering)
+    running_condition(ps, c)
+    waiting_condition(ps)
+    recovering_condition(ps, c.recovering)
+    degraded_condition(ps, c)
+    job_state(ps, c)
+
+
+def track_degraded_time(ps: Pass, recovering: list[NodeSlotStatus]) -> None:
+    """Degraded time opens when the first slot starts recovering and closes once none does."""
     if recovering and ps.st.degraded_since is None:
         ps.st.degraded_since = min(s.recovering_since for s in recovering if s.recovering_since)
     if not recovering:
         close_degraded(ps)
-    nodes = ps.spec.nodes
-    all_running = running == nodes
-    # Running only once the ranks train: every pod heartbeats and none is still starting.
-    all_training = all_running and len(renewing) == nodes and not starting
+
+
+def running_condition(ps: Pass, c: Counts) -> None:
+    if c.all_training:
+        reason = reasons.ALL_PODS_RUNNING
+    elif c.all_running:
+        reason = reasons.PODS_STARTING
+    else:
+        reason = ps.waiting_reason or reasons.PODS_PENDING
     ps.cond(
         ConditionType.RUNNING,
-        all_training,
-        reasons.ALL_PODS_RUNNING
-        if all_training
-        else (reasons.PODS_STARTING if all_running else ps.waiting_reason or reasons.PODS_PENDING),
-        f"{running}/{nodes} pods running, {len(renewing)} heartbeating, {ready} training",
+        c.all_training,
+        reason,
+        f"{c.running}/{c.nodes} pods running, {c.renewing} heartbeating, {c.ready} training",
     )
-    waiting_condition(ps)
-    if recovering:
-        latest = max(recovering, key=lambda s: s.recovering_since or ps.now)
-        reason = {
-            reasons.LEVEL_IN_PROCESS: reasons.IN_PROCESS_RESTART,
-            reasons.LEVEL_IN_JOB: reasons.IN_JOB_RESTART,
-        }.get(latest.recovering_level, latest.last_fault_reason or reasons.POD_RESCHEDULED)
-        ps.cond(
-            ConditionType.RECOVERING,
-            True,
-            reason,
-            "slots recovering: " + ", ".join(str(s.slot) for s in recovering),
-        )
-    else:
+
+
+def recovering_condition(ps: Pass, recovering: list[NodeSlotStatus]) -> None:
+    """Condition Recovering: its reason is the level of the newest recovery (or that slot's fault)."""
+    if not recovering:
         ps.cond(ConditionType.RECOVERING, False, reasons.NOT_RECOVERING, "")
+        return
+    latest = max(recovering, key=lambda s: s.recovering_since or ps.now)
+    reason = {
+        reasons.LEVEL_IN_PROCESS: reasons.IN_PROCESS_RESTART,
+        reasons.LEVEL_IN_JOB: reasons.IN_JOB_RESTART,
+    }.get(latest.recovering_level, latest.last_fault_reason or reasons.POD_RESCHEDULED)
+    ps.cond(
+        ConditionType.RECOVERING,
+        True,
+        reason,
+        "slots recovering: " + ", ".join(str(s.slot) for s in recovering),
+    )
+
+
+def degraded_condition(ps: Pass, c: Counts) -> None:
+    """Condition Degraded: stale heartbeats (with an Event when that begins), else slots without a pod."""
     if ps.stale_heartbeats:
         if condition_reason(ps.old.conditions, ConditionType.DEGRADED) != reasons.HEARTBEATS_STALE:
             ps.event(WARNING, reasons.HEARTBEATS_STALE, ps.stale_heartbeats)
         ps.cond(ConditionType.DEGRADED, True, reasons.HEARTBEATS_STALE, ps.stale_heartbeats)
-    else:
-        degraded = not all_running
-        ps.cond(
-            ConditionType.DEGRADED,
-            degraded,
-            (ps.waiting_reason or reasons.PODS_PENDING) if degraded else reasons.ALL_PODS_RUNNING,
-            f"{nodes - running} of {nodes} slots without a running pod" if degraded else "",
-        )
-    if recovering:
+        return
+    degraded = not c.all_running
+    ps.cond(
+        ConditionType.DEGRADED,
+        degraded,
+        (ps.waiting_reason or reasons.PODS_PENDING) if degraded else reasons.ALL_PODS_RUNNING,
+        f"{c.nodes - c.running} of {c.nodes} slots without a running pod" if degraded else "",
+    )
+
+
+def job_state(ps: Pass, c: Counts) -> None:
+    """The one-word state and its reason, after the conditions of this pass are set."""
+    if c.recovering:
         ps.st.state, ps.st.reason = (
             JobState.RECOVERING,
-            next(c.reason for c in ps.st.conditions if c.type == ConditionType.RECOVERING),
+            next(cond.reason for cond in ps.st.conditions if cond.type == ConditionType.RECOVERING),
         )
-    elif all_training:
+    elif c.all_training:
         ps.st.state, ps.st.reason = JobState.RUNNING, reasons.ALL_PODS_RUNNING
-    elif all_running and starting:
+    elif c.all_running and c.starting:
         ps.st.state, ps.st.reason = JobState.STARTING, reasons.PODS_STARTING
-    elif all_running:
+    elif c.all_running:
         ps.st.state, ps.st.reason = JobState.RUNNING, reasons.PODS_NOT_HEARTBEATING
     else:
         ps.st.state, ps.st.reason = JobState.PENDING, ps.waiting_reason or reasons.PODS_PENDING
