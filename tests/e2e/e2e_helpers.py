@@ -345,12 +345,14 @@ class JobRun:
         STEPS_LOST_ROWS.append((self.name, fault, level, cost))
         return cost
 
-    def incidents(self) -> list[dict[str, Any]]:
-        """Every incident any poll saw (status keeps the last few), oldest first."""
-        seen: dict[int, dict[str, Any]] = {}
-        for snap in self.history:
+    def incidents(self) -> list[tuple[dict[str, Any], float]]:
+        """Every incident any poll saw (status keeps the last few), oldest first, each with the wall
+        time of the first poll that showed it (when a user reading the status would have seen it)."""
+        seen: dict[int, tuple[dict[str, Any], float]] = {}
+        for snap, read in zip(self.history, self.read_by, strict=True):
             for inc in snap.status.get("incidents") or []:
-                seen[int(inc["seq"])] = inc
+                seq = int(inc["seq"])
+                seen[seq] = (inc, seen[seq][1] if seq in seen else read)
         return [seen[k] for k in sorted(seen)]
 
     def blame(
@@ -363,16 +365,18 @@ class JobRun:
     ) -> BlameRow:
         """Classes fault `fault` (wall time `at`) for the blame matrix: the incidents that began
         from it until `until` (the next fault; default: no end), the stack's nodes quarantined now,
-        and the seconds to the first incident whose action is one of `expected`. Recorded for the
-        session's summary; the caller asserts on it."""
+        and the seconds until the status showed an incident whose action is one of `expected` (to
+        the poll, about a second). An incident's time is its evidence's, which may be stamped in
+        whole seconds (a deletion, a Node condition): one up to a second before `at` is this fault's.
+        Recorded for the session's summary; the caller asserts on it."""
         expected_actions = (expected,) if isinstance(expected, str) else expected
         end = until if until is not None else float("inf")
         later = [
-            (inc, t)
-            for inc in self.incidents()
-            if at - 1.0 <= (t := parse_time(inc["time"]).timestamp()) < end  # 1 s: clock rounding
+            (inc, shown)
+            for inc, shown in self.incidents()
+            if at - 1.0 <= parse_time(inc["time"]).timestamp() < end
         ]
-        first = next((t for inc, t in later if inc.get("action") in expected_actions), None)
+        first = next((shown for inc, shown in later if inc.get("action") in expected_actions), None)
         row = BlameRow(
             job=self.name,
             fault=fault,

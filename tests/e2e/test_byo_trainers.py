@@ -46,6 +46,7 @@ import pytest
 from e2e_helpers import (
     JOBS_PATH,
     NAMESPACE,
+    BlameRow,
     E2EStack,
     JobRun,
     Jobs,
@@ -119,6 +120,8 @@ class ByoRun:
     killed_at: float
     #: other nodes of the stack whose Node was quarantined at the end (none expected)
     others_quarantined: list[str]
+    #: each fault's blame-matrix row (JobRun.blame), by fault key or NODE_DEATH
+    blamed: dict[str, BlameRow]
 
     def fired(self) -> dict[str, float]:
         """Every fault's wall time: the injected ones from the ranks' step logs, and the node death."""
@@ -238,6 +241,17 @@ def run_through_faults(
         job.wait(replaced_elsewhere, RECOVER, "the dead node's pod replaced on another node and training")
         job.wait(lambda s: succeeded(s) or failed(s), FINISH, "job to finish")
         others = [n for n in stack.nodes if n != victim["node"] and node_record(stack.raw, n).taint]
+        fired = {**fault_times(job_train_logs(job.checkpoint_dir, name)), NODE_DEATH: killed_at}
+        blamed = {
+            key: job.blame(
+                f"rank {key.split('-')[0]}",
+                fired[key],
+                "RestartedInJob",
+                until=job.next_fault_time(key) or killed_at,
+            )
+            for key in (fault_key(faults, kind) for kind in faults)
+        }
+        blamed[NODE_DEATH] = job.blame("node death", killed_at, "Replaced", quarantined=[victim["node"]])
         return ByoRun(
             job=job,
             pods=pods,
@@ -245,6 +259,7 @@ def run_through_faults(
             victim=victim,
             killed_at=killed_at,
             others_quarantined=others,
+            blamed=blamed,
         )
     finally:
         jobs.cleanup()
@@ -298,6 +313,8 @@ def assert_in_job_restart(run: ByoRun, key: str) -> None:
     # No in-process restart: neither the plain script nor the Trainer runs under it.
     assert delta["inJob"] >= 1 and delta["inProcess"] == 0 and delta["podReschedules"] == 0, delta
     assert "InJobRestart" in reasons, sorted(reasons)
+    row = run.blamed[key]
+    assert row.right_action and not row.quarantined, row
 
 
 def assert_node_death_replaced_the_pod(run: ByoRun) -> None:
@@ -305,11 +322,11 @@ def assert_node_death_replaced_the_pod(run: ByoRun) -> None:
     assert delta["podReschedules"] >= 1, delta
     evidence = reasons & {"NodeNotReady", "NodeLost"}
     assert evidence, sorted(reasons)
-    # The job's status names the dead node quarantined. (The Node's own taint and record are
-    # test_fault_matrix's node-death row's to check; here a taint write lost to a 409 Conflict with
-    # the node's own status updates was seen once and not retried before the job ended.)
+    # The job's status names the dead node quarantined, and so does the Node's taint.
     assert run.victim["node"] in (run.job.history[-1].status.get("quarantinedNodes") or [])
     assert not run.others_quarantined, f"only the dead node is quarantined: {run.others_quarantined}"
+    row = run.blamed[NODE_DEATH]  # the Node's own taint, read before the cleanup lifted it
+    assert row.right_action and not row.false_quarantines and not row.missed_quarantines, row
 
 
 def assert_monotonic(steps: list[int], what: str) -> None:
