@@ -141,6 +141,10 @@ def nodes_schedulable(raw: RawApi, names: list[str]) -> bool:
     return all(schedulable(raw.get(f"/api/v1/nodes/{name}")) for name in names)
 
 
+#: Each pod's resources (spec.resources); a row may override some.
+POD_RESOURCES = {"efaPerNode": 0, "cpu": "1", "memory": "2Gi", "sharedMemorySize": "256Mi"}
+
+
 def job_manifest(
     name: str,
     claim: str,
@@ -155,6 +159,7 @@ def job_manifest(
     env: dict[str, str] | None = None,
     fault_tolerance: dict[str, Any] | None = None,
     checkpoint: dict[str, Any] | None = None,
+    resources: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     ft = {
         "heartbeatIntervalSeconds": 1,
@@ -175,7 +180,7 @@ def job_manifest(
             "nodes": nodes,
             "gpusPerNode": 0,
             "procsPerNode": 1,
-            "resources": {"efaPerNode": 0, "cpu": "1", "memory": "2Gi", "sharedMemorySize": "256Mi"},
+            "resources": {**POD_RESOURCES, **(resources or {})},
             "command": ["python", "-m", "rtj_trainer.examples.fsdp_train"],
             # The ranks' step logs (on the checkpoint volume): steps lost per fault (rtj_local.train_log);
             # faults from the trainer's own hook. Options, not env: RTJ_* env is the runtime's, the
@@ -466,9 +471,8 @@ class Jobs:
             },
         )
         self.created.append((name, pv, pvc))
-        manifest = job_manifest(
-            name, pvc, image=self.stack.trainer_image, node_selector=self.stack.node_selector, **kwargs
-        )
+        kwargs.setdefault("image", self.stack.trainer_image)
+        manifest = job_manifest(name, pvc, node_selector=self.stack.node_selector, **kwargs)
         raw.request("POST", JOBS_PATH, manifest)
         return JobRun(self.stack, name, ckpt_dir, Timeline(raw, NAMESPACE, name, progress_every=15.0))
 

@@ -6,18 +6,29 @@ restarts.disruptions, no pod budget spent); a Node condition saying its GPU fail
 there and quarantines that node. Each row is also a row of the session's blame matrix
 (JobRun.blame; the fault-matrix rows add theirs), printed with its totals at the end.
 
-No bad-image row: the node agent runs no images (its pods are processes of the project's
-virtualenv), so it never reports ErrImagePull/ImagePullBackOff; those are covered by the unit tier
-(tests/unit/test_ladder_blame.py) against the pod status a kubelet writes.
+On kubelet nodes (`make test-e2e-nodes`) two more rows run: an image that does not exist (Waiting
+naming it, then Failed/ImagePullFailed after containerWaitTimeoutSeconds) and a container OOM-killed
+by its own memory limit (Failed/ContainerOOMKilled, no node blamed). The node agent runs no images
+and enforces no limits (its pods are processes of the project's virtualenv): there the unit tier
+(tests/unit/test_ladder_blame.py) covers them against the pod status a kubelet writes.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 from e2e_helpers import NAMESPACE, all_training, failed, node_record, succeeded
-from rtj.reasons import NODE_UNHEALTHY, POD_DELETED, UNSCHEDULABLE
+from rtj.reasons import (
+    CONTAINER_OOM_KILLED,
+    IMAGE_PULL_FAILED,
+    IMAGE_PULL_RETRYING,
+    NODE_UNHEALTHY,
+    POD_DELETED,
+    UNSCHEDULABLE,
+)
+from rtj_local import node_kinds
 from rtj_local.rawapi import SMP
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -143,3 +154,54 @@ def test_gpu_unhealthy_node_condition_replaces_the_pod_and_quarantines_only_that
         job.assert_checkpoints_never_lost_or_backwards()
     finally:  # the node repaired, as the monitoring agent reports it then
         set_node_condition(job.raw, victim["node"], {**GPU_UNHEALTHY, "status": "True", "reason": "Healthy"})
+
+
+# --- rows that need a kubelet: images and memory limits (make test-e2e-nodes) -----------------------
+#: The node agent runs the pods as processes of the project's virtualenv: no image is pulled and no
+#: memory limit enforced, so it never reports ErrImagePull or OOMKilled (tests/unit/test_ladder_blame.py
+#: covers those against the pod status a kubelet writes).
+only_on_kubelet_nodes = pytest.mark.skipif(
+    node_kinds.e2e_nodes(os.environ) != node_kinds.KUBELET,
+    reason="needs a kubelet: make test-e2e-nodes (the node agent pulls no image, enforces no limit)",
+)
+
+
+@only_on_kubelet_nodes
+def test_an_image_that_does_not_exist_waits_then_fails_naming_it(run_job, e2e_stack) -> None:
+    image = f"{e2e_stack.trainer_image.rsplit(':', 1)[0]}:no-such-tag"
+    created_at = time.time()
+    job = run_job("badimage", image=image, fault_tolerance={"containerWaitTimeoutSeconds": 30})
+
+    def waiting_for_the_image(s) -> bool:
+        cond = s.condition("Waiting") or {}
+        return cond.get("status") == "True" and cond.get("reason") == IMAGE_PULL_RETRYING
+
+    snap = job.wait(waiting_for_the_image, 90, "condition Waiting, reason ImagePullRetrying")
+    assert image in (snap.condition("Waiting") or {}).get("message", ""), snap.condition("Waiting")
+    last = job.wait(lambda s: failed(s) or succeeded(s), 120, "the job to fail")
+    cond = last.condition("Failed") or {}
+    assert failed(last) and cond.get("reason") == IMAGE_PULL_FAILED, cond
+    assert image in cond.get("message", ""), cond
+    assert last.restarts["podReschedules"] == 0 and last.restarts["job"] == 0, last.restarts
+    row = job.blame("image does not exist", created_at, "Failed")
+    assert row.right_action and not row.quarantined, row
+
+
+@only_on_kubelet_nodes
+def test_a_container_oom_killed_by_its_own_limit_fails_the_job_and_blames_no_node(run_job) -> None:
+    # A limit below what a rank needs to import torch: the kernel kills a rank at every start.
+    started_at = time.time()
+    job = run_job(
+        "oom",
+        steps=400,
+        resources={"memory": "200Mi", "sharedMemorySize": "64Mi"},
+        fault_tolerance={"maxInJobRestarts": 1},
+    )
+    last = job.wait(lambda s: failed(s) or succeeded(s), FINISH, "the job to fail")
+    cond = last.condition("Failed") or {}
+    assert failed(last) and cond.get("reason") == CONTAINER_OOM_KILLED, cond
+    assert "200Mi" in cond.get("message", ""), cond
+    assert last.restarts["podReschedules"] == 0, last.restarts
+    assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
+    row = job.blame("container OOM (own limit)", started_at, "Failed")
+    assert row.right_action and not row.quarantined, row
