@@ -163,20 +163,30 @@ def run_with_inprocess_restart(
     reporter = reporter or RankReporter.from_env()
     agent_hosts = _agent_hosts_store()
     store = _base_store(env, agent_hosts)
+    if env.in_process.enabled:
+        result = _run_restartable(train_fn, env, store, reporter)
+    else:
+        result = _run_once(train_fn, env, store, reporter)
+    if not agent_hosts:
+        finish_together(env, store, reporter)
+    return result
 
-    if not env.in_process.enabled:
-        _init_process_group(env, store, "pg0")
-        reporter.state(PodState.TRAINING)
-        try:
-            result = train_fn(call_wrapper=None, restart_count=0)
-        except Exception as exc:
-            _report_if_permanent(reporter, exc)
-            raise
-        finally:
-            _destroy_process_group()
-        if not agent_hosts:
-            finish_together(env, store, reporter)
-        return result
+
+def _run_once(train_fn: TrainFn, env: RankEnv, store: dist.Store, reporter: RankReporter) -> Any:
+    """In-process restart disabled: `train_fn` once, with `call_wrapper=None`, in one process group."""
+    _init_process_group(env, store, "pg0")
+    reporter.state(PodState.TRAINING)
+    try:
+        return train_fn(call_wrapper=None, restart_count=0)
+    except Exception as exc:
+        _report_if_permanent(reporter, exc)
+        raise
+    finally:
+        _destroy_process_group()
+
+
+def _run_restartable(train_fn: TrainFn, env: RankEnv, store: dist.Store, reporter: RankReporter) -> Any:
+    """`train_fn` under the NVRx Wrapper: one process group per restart iteration."""
 
     def _on_restart(exc: BaseException | None, next_iteration: int) -> None:
         """Runs on every rank after an abort: record the fault and the restart for the heartbeat."""
@@ -193,38 +203,42 @@ def run_with_inprocess_restart(
         reporter.state(PodState.TRAINING)
         return train_fn(call_wrapper=call_wrapper, restart_count=iteration)
 
-    soft = env.in_process.soft_timeout_seconds
-    hard = env.in_process.hard_timeout_seconds
-    # The wrapper's own waits dominate recovery time: with NVRx's 1 s defaults an exception took
-    # 2.1-2.7 s to the first step on 2xH200 (and did not recover at all in our FSDP2 runs); 50 ms
-    # polls measured 0.98 s (docs/benchmarks.md). Each poll is a store round trip per rank.
-    poll = datetime.timedelta(seconds=min(_POLL_SECONDS, soft / 4))
     wrapped = nvrx_patches.inprocess_wrapper(
         _wrapped,
         store_host=env.master_addr,
         store_port=env.master_port + _WRAPPER_STORE_PORT_OFFSET,
-        store_timeout=datetime.timedelta(seconds=max(60.0, 2 * hard)),
         max_iterations=env.in_process.max_restarts + 1,
         on_restart=_on_restart,
         cuda_health_check=env.dist_backend == "nccl" and torch.cuda.is_available(),
         # NVRx's Wrapper probes GPU/NVLink between restarts, which kills a CPU rank: keep the plain check.
         gpu_restart_probes=env.dist_backend == "nccl",
         full_world_only=True,
-        monitor_thread_interval=poll,
-        monitor_process_interval=poll,
-        progress_watchdog_interval=poll,
-        heartbeat_interval=poll,
-        soft_timeout=datetime.timedelta(seconds=soft),
-        hard_timeout=datetime.timedelta(seconds=hard),
-        heartbeat_timeout=datetime.timedelta(seconds=max(hard, 30.0)),
-        barrier_timeout=datetime.timedelta(seconds=max(hard, 30.0) * 2),
-        completion_timeout=datetime.timedelta(seconds=max(hard, 30.0) * 2),
-        last_call_wait=poll,
+        **_wrapper_timing(env),
     )
     try:
-        result = wrapped()
+        return wrapped()
     finally:
         _destroy_process_group()
-    if not agent_hosts:
-        finish_together(env, store, reporter)
-    return result
+
+
+def _wrapper_timing(env: RankEnv) -> dict[str, datetime.timedelta]:
+    """The Wrapper's poll intervals and timeouts, from RankEnv's soft and hard timeouts."""
+    soft = env.in_process.soft_timeout_seconds
+    hard = env.in_process.hard_timeout_seconds
+    # The wrapper's own waits dominate recovery time: with NVRx's 1 s defaults an exception took
+    # 2.1-2.7 s to the first step on 2xH200 (and did not recover at all in our FSDP2 runs); 50 ms
+    # polls measured 0.98 s (docs/benchmarks.md). Each poll is a store round trip per rank.
+    poll = datetime.timedelta(seconds=min(_POLL_SECONDS, soft / 4))
+    return {
+        "store_timeout": datetime.timedelta(seconds=max(60.0, 2 * hard)),
+        "monitor_thread_interval": poll,
+        "monitor_process_interval": poll,
+        "progress_watchdog_interval": poll,
+        "heartbeat_interval": poll,
+        "soft_timeout": datetime.timedelta(seconds=soft),
+        "hard_timeout": datetime.timedelta(seconds=hard),
+        "heartbeat_timeout": datetime.timedelta(seconds=max(hard, 30.0)),
+        "barrier_timeout": datetime.timedelta(seconds=max(hard, 30.0) * 2),
+        "completion_timeout": datetime.timedelta(seconds=max(hard, 30.0) * 2),
+        "last_call_wait": poll,
+    }

@@ -27,9 +27,10 @@ raises into the main thread when a peer fails, a monitor process that kills a ra
 even when its interpreter hangs, the store's iteration barriers and rank assignment) and its abort of
 torch.distributed, which reaches into torch's own internals (`distributed_c10d._world`, the process
 groups' backends). Owning that would mean owning those torch internals too. So we call it, and keep what
-we use of it to one function here, with a canary for each piece: when a later NVRx drops or changes
-`inprocess`, the fallback is to vendor 0.7's pure-Python `inprocess` package (Apache-2.0) under
-rtj_trainer and point this one function at it; nothing else imports it.
+we use of it to one function here (`inprocess_wrapper`, with the three helpers below it), with a canary
+for each piece: when a later NVRx drops or changes `inprocess`, the fallback is to vendor 0.7's
+pure-Python `inprocess` package (Apache-2.0) under rtj_trainer and point these at it; nothing else
+imports it.
 """
 
 from __future__ import annotations
@@ -159,6 +160,10 @@ class StopRestarting(Exception):
     `inprocess.exception.RestartAbort` ends the wrapper, and the rank exits)."""
 
 
+#: `on_restart(exception, next_iteration)` of `inprocess_wrapper`.
+OnRestart = Callable[[BaseException | None, int], None]
+
+
 def inprocess_wrapper[T](
     entry: Callable[[Any], T],
     *,
@@ -166,7 +171,7 @@ def inprocess_wrapper[T](
     store_port: int,
     max_iterations: int,
     store_timeout: datetime.timedelta | None = None,
-    on_restart: Callable[[BaseException | None, int], None] | None = None,
+    on_restart: OnRestart | None = None,
     cuda_health_check: bool = False,
     gpu_restart_probes: bool = True,
     full_world_only: bool = False,
@@ -196,34 +201,14 @@ def inprocess_wrapper[T](
     """
     from nvidia_resiliency_ext import inprocess
 
-    ra = inprocess.rank_assignment
-
-    class _FullWorldOnly(inprocess.rank_assignment.RankAssignment):
-        def __call__(self, ctx: Any) -> Any:
-            if ctx.terminated_ranks:
-                raise ra.RankDiscarded(f"rank(s) {sorted(ctx.terminated_ranks)} lost: full world required")
-            return ctx
-
-    class _OnRestart(inprocess.finalize.Finalize):
-        def __call__(self, state: Any) -> Any:
-            assert on_restart is not None
-            try:
-                on_restart(state.fn_exception, state.iteration + 1)
-            except StopRestarting as stop:
-                raise inprocess.exception.RestartAbort(str(stop)) from stop
-            return state
-
     store_kwargs: dict[str, Any] = {"host_name": store_host, "port": store_port}
     if store_timeout is not None:
         store_kwargs["timeout"] = store_timeout
     options: dict[str, Any] = {}
     if on_restart is not None:
-        options["finalize"] = _OnRestart()
+        options["finalize"] = _finalize_on_restart(on_restart)
     if full_world_only:
-        # Compose applies right to left: the full-world check runs first.
-        options["rank_assignment"] = inprocess.Compose(
-            ra.ActivateAllRanks(), ra.ShiftRanks(), _FullWorldOnly()
-        )
+        options["rank_assignment"] = _full_world_assignment()
     wrapper = inprocess.Wrapper(
         store_kwargs=store_kwargs,
         initialize=inprocess.initialize.RetryController(max_iterations=max_iterations),
@@ -234,14 +219,52 @@ def inprocess_wrapper[T](
     )
     if not gpu_restart_probes:
         wrapper.restart_health_check = wrapper.health_check
+    wrapped: Callable[[], T] = wrapper(_annotated_entry(entry))
+    return wrapped
 
-    # Annotated with the class itself (this module's annotations are strings; NVRx compares objects).
+
+def _finalize_on_restart(on_restart: OnRestart) -> Any:
+    """A `finalize.Finalize` that calls `on_restart(state.fn_exception, state.iteration + 1)`; its
+    `StopRestarting` becomes NVRx's `RestartAbort`."""
+    from nvidia_resiliency_ext import inprocess
+
+    class _OnRestart(inprocess.finalize.Finalize):
+        def __call__(self, state: Any) -> Any:
+            try:
+                on_restart(state.fn_exception, state.iteration + 1)
+            except StopRestarting as stop:
+                raise inprocess.exception.RestartAbort(str(stop)) from stop
+            return state
+
+    return _OnRestart()
+
+
+def _full_world_assignment() -> Any:
+    """NVRx's default rank assignment, after a check that discards every rank once any rank is lost."""
+    from nvidia_resiliency_ext import inprocess
+
+    ra = inprocess.rank_assignment
+
+    class _FullWorldOnly(inprocess.rank_assignment.RankAssignment):
+        def __call__(self, ctx: Any) -> Any:
+            if ctx.terminated_ranks:
+                raise ra.RankDiscarded(f"rank(s) {sorted(ctx.terminated_ranks)} lost: full world required")
+            return ctx
+
+    # Compose applies right to left: the full-world check runs first.
+    return inprocess.Compose(ra.ActivateAllRanks(), ra.ShiftRanks(), _FullWorldOnly())
+
+
+def _annotated_entry[T](entry: Callable[[Any], T]) -> Callable[..., T]:
+    """`entry` behind a function whose parameter is annotated with `inprocess.CallWrapper` itself
+    (this module's annotations are strings; NVRx compares objects)."""
+    from nvidia_resiliency_ext import inprocess
+
     def _entry(call_wrapper: Any = None) -> T:
         return entry(call_wrapper)
 
     _entry.__annotations__ = {"call_wrapper": inprocess.CallWrapper}
-    wrapped: Callable[[], T] = wrapper(_entry)
-    return wrapped
+    return _entry
 
 
 # --- log and error text of torch and NVRx that we match ---------------------------------------------
