@@ -295,75 +295,103 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
 
 
 def serve(path: str, command: list[str]) -> int:
-    import selectors
-
-    from .rank_exit import exit_path, record_exit
-
     parent = os.getppid()  # the pod's entrypoint: when it dies, so does its server
     failed = _prewarm(command)
     if failed:
         print(f"rank_forkserver: not pre-imported: {', '.join(failed)}", file=sys.stderr, flush=True)
     with_threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+    listener = _listen(path)
+    print(f"rank_forkserver: ready at {path} ({with_threads} threads)", file=sys.stderr, flush=True)
+    loop = _Loop(listener)
+    try:
+        while os.getppid() == parent:
+            for key, _ in loop.sel.select(timeout=1.0):
+                loop.handle(key)
+        return 0
+    finally:
+        for pid in loop.children:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _listen(path: str) -> socket.socket:
+    """The server's socket, at `path` only once it listens (clients wait for the path to appear)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.{os.getpid()}"
     listener.bind(tmp)
     os.chmod(tmp, 0o600)
     listener.listen(64)
     os.replace(tmp, path)  # appears only once the imports are done
-    print(f"rank_forkserver: ready at {path} ({with_threads} threads)", file=sys.stderr, flush=True)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    sel = selectors.DefaultSelector()
-    sel.register(listener, selectors.EVENT_READ, "accept")
-    sel.register(wake_r, selectors.EVENT_READ, "child")
-    # child pid -> its client's connection and where its exit is recorded
-    children: dict[int, tuple[socket.socket, str | None]] = {}
-    try:
-        while os.getppid() == parent:
-            for key, _ in sel.select(timeout=1.0):
-                if key.data == "accept":
-                    conn, _ = listener.accept()
-                    got = _recv_request(conn)
-                    if got is None:
-                        conn.close()
-                        continue
-                    request, fds = got
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    pid = os.fork()
-                    if pid == 0:
-                        sel.close()
-                        listener.close()
-                        for c, _ in children.values():
-                            c.close()
-                        signal.set_wakeup_fd(-1)
-                        os.close(wake_r)
-                        os.close(wake_w)
-                        conn.close()
-                        _become_rank(request, fds)
-                    for fd in fds:
-                        os.close(fd)
-                    conn.sendall(_STATUS.pack(pid, 0))
-                    children[pid] = (conn, exit_path(request["env"]))
-                    sel.register(conn, selectors.EVENT_READ, pid)
-                elif key.data == "child":
-                    os.read(wake_r, 4096)
-                    _reap(children, sel, record_exit)
-                else:  # a client's connection: readable only when it closed (the client died)
-                    pid = key.data
-                    sel.unregister(key.fileobj)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(pid, signal.SIGKILL)
-        return 0
-    finally:
-        for pid in children:
+    return listener
+
+
+class _Loop:
+    """The server's event loop: new clients on the listener, children exiting (SIGCHLD, through a
+    wakeup pipe), and clients that died (their connection closed)."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        import selectors
+
+        from .rank_exit import exit_path, record_exit
+
+        self.listener, self.exit_path, self.record_exit = listener, exit_path, record_exit
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(listener, selectors.EVENT_READ, "accept")
+        self.sel.register(self.wake_r, selectors.EVENT_READ, "child")
+        # child pid -> its client's connection and where its exit is recorded
+        self.children: dict[int, tuple[socket.socket, str | None]] = {}
+
+    def handle(self, key: selectors.SelectorKey) -> None:
+        if key.data == "accept":
+            self.accept()
+        elif key.data == "child":
+            os.read(self.wake_r, 4096)
+            _reap(self.children, self.sel, self.record_exit)
+        else:  # a client's connection: readable only when it closed (the client died)
+            pid = key.data
+            self.sel.unregister(key.fileobj)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+
+    def accept(self) -> None:
+        """Fork a child for a client's request; the client learns its pid, and later its status."""
+        import selectors
+
+        conn, _ = self.listener.accept()
+        got = _recv_request(conn)
+        if got is None:
+            conn.close()
+            return
+        request, fds = got
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            self.close_in_child(conn)
+            _become_rank(request, fds)
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(_STATUS.pack(pid, 0))
+        self.children[pid] = (conn, self.exit_path(request["env"]))
+        self.sel.register(conn, selectors.EVENT_READ, pid)
+
+    def close_in_child(self, conn: socket.socket) -> None:
+        """In a forked child: close everything of the server's, so the rank holds none of it."""
+        self.sel.close()
+        self.listener.close()
+        for c, _ in self.children.values():
+            c.close()
+        signal.set_wakeup_fd(-1)
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+        conn.close()
 
 
 def _reap(
