@@ -32,13 +32,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
 from pydantic import ValidationError
 from rtj.contract import (
     ENV_GRACEFUL_STOP_SECONDS,
@@ -55,16 +53,23 @@ from rtj.contract import (
     Fault,
     FaultReason,
     FaultSeverity,
-    Heartbeat,
     PodState,
-    RankReport,
     TrainerConfig,
     parse_worker_pod_name,
     replica_endpoints,
 )
 
 from .checkpoint_format import write_file_atomic
-from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client, read_rank_files
+from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client
+from .launcher_supervision import (
+    ExitWatch,
+    await_promotion,
+    become_subreaper,
+    kill_group,
+    signal_launcher,
+    supervise,
+)
+from .launcher_supervision import reported_permanent_fault as reported_permanent_fault
 from .log_filter import NoiseFilter
 from .peer_replica import ReplicaServer
 from .pids import stop_process
@@ -77,7 +82,7 @@ from .rendezvous_host import serve_rendezvous
 from .rendezvous_loss import WAIT_SECONDS as RENDEZVOUS_WAIT_SECONDS
 from .rendezvous_loss import LostStoreWatch, max_relaunches, wait_for_rendezvous
 from .runtime_env import GRACEFUL_STOP_FILE, memory_tier_root, rank_env_vars
-from .warm_launcher import ENV_PREWARM_MODULE, GO, prewarm_module
+from .warm_launcher import ENV_PREWARM_MODULE, prewarm_module
 
 log = logging.getLogger("rtj_trainer")
 
@@ -92,30 +97,6 @@ PROGRESS_FILE_NAME = "checkpoint-iteration"
 #: waits up to 300 s for the other pods' workers, so the default stays above that.
 ENV_LAUNCHER_EXIT_TIMEOUT = "RTJ_LAUNCHER_EXIT_TIMEOUT_SECONDS"
 DEFAULT_LAUNCHER_EXIT_TIMEOUT = 360.0
-
-
-class ExitWatch:
-    """Notices a launcher that does not exit although all of its ranks finished.
-
-    A launcher waiting on its rank-monitor subprocesses (seen under heavy CPU load) would otherwise
-    keep a finished pod from ever completing.
-    """
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self.fired = False
-        self._since: float | None = None
-
-    def launcher_stuck(self, hb: Heartbeat | None, now: float | None = None) -> bool:
-        now = time.monotonic() if now is None else now
-        if hb is None or hb.state != PodState.FINISHED:
-            self._since = None
-            return False
-        self._since = self._since if self._since is not None else now
-        if not self.fired and now - self._since >= self.timeout:
-            self.fired = True
-            return True
-        return False
 
 
 class ConfigError(Exception):
@@ -214,14 +195,6 @@ def build_launcher_argv(
     command = [*cfg.command, *cfg.args]
     argv += ["--no-python", *(rank_command(rank_forkserver, command) if rank_forkserver else command)]
     return argv
-
-
-def reported_permanent_fault(reports: Iterable[RankReport]) -> Fault | None:
-    """A Permanent fault some rank reported in its rank file, else None (pure; unit-tested)."""
-    return next(
-        (r.fault for r in reports if r.fault is not None and r.fault.severity is FaultSeverity.PERMANENT),
-        None,
-    )
 
 
 def start_peer_replica(
@@ -357,14 +330,14 @@ class _LauncherRuns:
             with contextlib.suppress(OSError):  # the ranks save before they exit (rtj_trainer.graceful)
                 Path(self.status_dir, GRACEFUL_STOP_FILE).touch()
             if self.proc is not None:
-                _signal_launcher(self.proc, signal.SIGTERM)
+                signal_launcher(self.proc, signal.SIGTERM)
 
     def run(self) -> LauncherEnd:
         cfg = self.cfg
         argv = self.argv(cfg.standby)
         what = "standby: pre-warming" if cfg.standby else "starting"
         log.info("%s ft_launcher (NVRx %s): %s", what, nvrx_version(), " ".join(argv))
-        _become_subreaper()
+        become_subreaper()
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         relaunches, budget = 0, max_relaunches()
@@ -409,13 +382,13 @@ class _LauncherRuns:
         assert proc.stderr is not None
         log_filter = NoiseFilter(proc.stderr, sys.stderr.buffer, observe=lost_store).start()
         if cfg.standby and first:
-            _await_promotion(self.agent, proc, self.terminate, on_promoted=self._start_peer_replica)
-        rc, permanent = _supervise(
+            await_promotion(self.agent, proc, self.terminate, on_promoted=self._start_peer_replica)
+        rc, permanent = supervise(
             proc, self.agent, self.exit_watch, self.terminate, self.status_dir, self.graceful_stop_seconds
         )
         self.ended = datetime.now(UTC)
         # Workers the launcher left behind (e.g. it was SIGKILLed) must not outlive it.
-        _kill_group(proc, keep=self.forkserver.pid if self.forkserver else None)
+        kill_group(proc, keep=self.forkserver.pid if self.forkserver else None)
         log_filter.join(timeout=5)
         return rc, permanent, lost_store.lost
 
@@ -443,117 +416,11 @@ class _LauncherRuns:
         return True
 
 
-def _supervise(
-    proc: subprocess.Popen[bytes],
-    agent: HeartbeatAgent,
-    exit_watch: ExitWatch,
-    terminate: threading.Event,
-    status_dir: str,
-    graceful_stop_seconds: float,
-) -> tuple[int, Fault | None]:
-    """Wait for the launcher to exit; kill it on an overdue graceful stop, a rank's permanent error
-    (returned) or a launcher that lingers after every rank finished."""
-    kill_deadline: float | None = None
-    permanent: Fault | None = None
-    while True:
-        try:
-            return proc.wait(timeout=0.5), permanent
-        except subprocess.TimeoutExpired:
-            pass
-        if agent.fenced.is_set():
-            _kill_group(proc)  # at once: a stale incarnation must neither train nor save
-        if terminate.is_set():
-            kill_deadline = kill_deadline or time.monotonic() + graceful_stop_seconds
-            if time.monotonic() >= kill_deadline:
-                log.warning("graceful stop past %.0f s: killing the launcher", graceful_stop_seconds)
-                _kill_group(proc)
-        if permanent is None and not terminate.is_set():
-            # Read each poll, not at the heartbeat interval: ft_launcher restarts the workers within
-            # a second or two, and every restart would meet the same error.
-            permanent = reported_permanent_fault(read_rank_files(status_dir))
-            if permanent is not None:
-                log.error(
-                    "a rank reported a permanent error (%s: %s): stopping ft_launcher, no restart can fix it",
-                    permanent.reason,
-                    permanent.message,
-                )
-                _kill_group(proc)
-        if exit_watch.launcher_stuck(agent.last):
-            log.warning(
-                "every rank finished %.0f s ago but ft_launcher has not exited: killing it",
-                exit_watch.timeout,
-            )
-            _kill_group(proc)
-
-
 def _read_progress(progress_file: str) -> str:
     try:
         return Path(progress_file).read_text().strip() or "none"
     except OSError:
         return "none"
-
-
-def _await_promotion(
-    agent: HeartbeatAgent,
-    proc: subprocess.Popen[bytes],
-    terminate: threading.Event,
-    on_promoted: Callable[[int | None], object] | None = None,
-) -> None:
-    """Block until the operator assigns a slot, then (`on_promoted(slot)` first) let the warm
-    launcher go. A stop (or the warm launcher's death) first: it ends without launching, and the
-    caller's loop sees it exit."""
-    assert proc.stdin is not None
-    waited = time.monotonic()
-    while not agent.promoted.wait(0.1):
-        if terminate.is_set() or proc.poll() is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-            return
-    if on_promoted is not None:
-        slot = agent.assigned_slot
-        on_promoted(int(slot) if slot is not None and slot.isdigit() else None)
-    with contextlib.suppress(OSError):  # BrokenPipe: it died just now; the caller's loop sees that
-        proc.stdin.write(f"{GO}\n".encode())
-        proc.stdin.close()
-    log.info(
-        "standby: node slot %s assigned after %.1f s: ft_launcher joins the rendezvous",
-        agent.assigned_slot,
-        time.monotonic() - waited,
-    )
-
-
-def _signal_launcher(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(sig)
-
-
-def _kill_group(proc: subprocess.Popen[bytes], keep: int | None = None) -> None:
-    """SIGKILL the launcher and everything below it, and every other descendant but `keep` (the
-    rank fork server, which serves the next launcher; the ranks it forked are killed).
-
-    ft_launcher starts each rank in its own session, so the launcher's process group is not
-    enough; as a child subreaper this process also inherits ranks orphaned by a dead launcher.
-    """
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    try:
-        children = psutil.Process(os.getpid()).children(recursive=True)
-    except psutil.Error:
-        return
-    children = [c for c in children if c.pid != keep]
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            child.kill()
-    psutil.wait_procs(children, timeout=5)
-
-
-def _become_subreaper() -> None:
-    """Orphaned ranks are re-parented to this process instead of init (Linux only)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        PR_SET_CHILD_SUBREAPER = 36
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def rendezvous(host: str, port: int | None) -> int:
