@@ -257,7 +257,6 @@ def _training_pod(
     settings: BuildSettings,
 ) -> dict[str, Any]:
     spec, tpl = job.spec, job.spec.pod_template
-    mount = {"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path}
     grace = termination_grace_seconds(job, settings.termination_grace_seconds)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -267,33 +266,8 @@ def _training_pod(
         "tolerations": _tolerations(job),
         "affinity": _affinity(job, avoid_nodes),
         "securityContext": pod_security_context(job),
-        "containers": [
-            {
-                "name": TRAINER_CONTAINER,
-                "image": spec.image,
-                "command": ["rtj-trainer", "launch"],
-                "env": _env(
-                    job,
-                    trainer_config(job, standby=standby),
-                    graceful_stop_seconds(grace),
-                ),
-                "resources": _resources(job),
-                "securityContext": container_security_context(),
-                "volumeMounts": [
-                    {"name": SHM_VOLUME, "mountPath": SHM_MOUNT_PATH},
-                    mount,
-                    *tpl.volume_mounts,
-                ],
-            }
-        ],
-        "volumes": [
-            {
-                "name": SHM_VOLUME,
-                "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shared_memory_size},
-            },
-            {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": pvc_name(job)}},
-            *tpl.volumes,
-        ],
+        "containers": [_trainer_container(job, standby, graceful_stop_seconds(grace))],
+        "volumes": _volumes(job),
     }
     if tpl.priority_class_name:
         pod_spec["priorityClassName"] = tpl.priority_class_name
@@ -309,6 +283,34 @@ def _training_pod(
         },
         "spec": pod_spec,
     }
+
+
+def _trainer_container(job: ResilientTrainingJob, standby: bool, stop_seconds: int) -> dict[str, Any]:
+    """The pod's one container: `rtj-trainer launch` with the job's TrainerConfig."""
+    spec = job.spec
+    return {
+        "name": TRAINER_CONTAINER,
+        "image": spec.image,
+        "command": ["rtj-trainer", "launch"],
+        "env": _env(job, trainer_config(job, standby=standby), stop_seconds),
+        "resources": _resources(job),
+        "securityContext": container_security_context(),
+        "volumeMounts": [
+            {"name": SHM_VOLUME, "mountPath": SHM_MOUNT_PATH},
+            {"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path},
+            *spec.pod_template.volume_mounts,
+        ],
+    }
+
+
+def _volumes(job: ResilientTrainingJob) -> list[dict[str, Any]]:
+    """/dev/shm (memory-backed: the memory tier), the checkpoint volume, and the template's own."""
+    shm = {"medium": "Memory", "sizeLimit": job.spec.resources.shared_memory_size}
+    return [
+        {"name": SHM_VOLUME, "emptyDir": shm},
+        {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": pvc_name(job)}},
+        *job.spec.pod_template.volumes,
+    ]
 
 
 def worker_pod(
