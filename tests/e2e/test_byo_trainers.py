@@ -211,6 +211,14 @@ def run_through_faults(
             )
 
         job.wait(soft_faults_recovered, RECOVER, "both injected faults fired and recovered")
+        # The soft faults' rows, before the node death quarantines a node.
+        fired = fault_times(job_train_logs(job.checkpoint_dir, name))
+        blamed = {
+            key: job.blame(
+                f"rank {key.split('-')[0]}", fired[key], "RestartedInJob", until=job.next_fault_time(key)
+            )
+            for key in (fault_key(faults, kind) for kind in faults)
+        }
         patched = stack.raw.request(
             "PATCH",
             f"{JOBS_PATH}/{name}",
@@ -241,16 +249,6 @@ def run_through_faults(
         job.wait(replaced_elsewhere, RECOVER, "the dead node's pod replaced on another node and training")
         job.wait(lambda s: succeeded(s) or failed(s), FINISH, "job to finish")
         others = [n for n in stack.nodes if n != victim["node"] and node_record(stack.raw, n).taint]
-        fired = {**fault_times(job_train_logs(job.checkpoint_dir, name)), NODE_DEATH: killed_at}
-        blamed = {
-            key: job.blame(
-                f"rank {key.split('-')[0]}",
-                fired[key],
-                "RestartedInJob",
-                until=job.next_fault_time(key) or killed_at,
-            )
-            for key in (fault_key(faults, kind) for kind in faults)
-        }
         blamed[NODE_DEATH] = job.blame("node death", killed_at, "Replaced", quarantined=[victim["node"]])
         return ByoRun(
             job=job,
