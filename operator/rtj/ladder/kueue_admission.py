@@ -31,6 +31,7 @@ ignored, as before. Pure: no I/O, clock passed in.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -186,7 +187,7 @@ def workload_actions(
 
 
 def set_condition(
-    conditions: tuple[dict[str, Any], ...],
+    conditions: Sequence[dict[str, Any]],
     type_: str,
     status: bool,
     reason: str,
