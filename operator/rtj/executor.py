@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rtj import builders, contract, kube
+from rtj import builders, contract, creations, kube
 from rtj.api.models import ResilientTrainingJob
+from rtj.creations import CreateAction
 from rtj.ladder import (
     Action,
     AssignLease,
@@ -100,27 +101,10 @@ async def _delete_pod(c: _Call, a: DeletePod) -> bool:
     return True
 
 
-async def _create_worker_pod(c: _Call, a: CreateWorkerPod) -> bool:
-    # The slot's replica Service first (AlreadyExists is success): created with the slot's first
-    # pod, kept for the job's life (owner reference).
-    if (svc := builders.replica_service(c.job, a.slot)) is not None:
-        await c.k.create(svc)
-    await c.k.create(c.placed(builders.worker_pod(c.job, a.slot, a.attempt, a.cause, a.avoid_nodes, c.bs)))
-    return True
-
-
-async def _create_spare_pod(c: _Call, a: CreateSparePod) -> bool:
-    await c.k.create(c.placed(builders.spare_pod(c.job, a.index, a.attempt, a.avoid_nodes, c.bs)))
-    return True
-
-
-async def _create_rendezvous_pod(c: _Call, a: CreateRendezvousPod) -> bool:
-    await c.k.create(c.placed(builders.rendezvous_pod(c.job, c.bs)))
-    return True
-
-
-async def _create_rendezvous_service(c: _Call, a: CreateRendezvousService) -> bool:
-    await c.k.create(builders.rendezvous_service(c.job))
+async def _create(c: _Call, a: CreateAction) -> bool:
+    """The objects the action makes (rtj.creations), its pods placed where Kueue admitted them."""
+    for obj in creations.objects_to_create(c.job, a, c.bs):
+        await c.k.create(c.placed(obj) if obj["kind"] == "Pod" else obj)
     return True
 
 
@@ -162,11 +146,6 @@ async def _delete_job(c: _Call, a: DeleteJob) -> bool:
     return True
 
 
-async def _create_workload(c: _Call, a: CreateWorkload) -> bool:
-    await c.k.create(builders.workload(c.job, c.bs))
-    return True
-
-
 async def _patch_workload_status(c: _Call, a: PatchWorkloadStatus) -> bool:
     await c.k.patch_workload_status(c.ns, a.name, a.status, a.resource_version)
     return True
@@ -174,10 +153,10 @@ async def _patch_workload_status(c: _Call, a: PatchWorkloadStatus) -> bool:
 
 _PERFORM: dict[type[Any], Callable[[_Call, Any], Awaitable[bool]]] = {
     DeletePod: _delete_pod,
-    CreateWorkerPod: _create_worker_pod,
-    CreateSparePod: _create_spare_pod,
-    CreateRendezvousPod: _create_rendezvous_pod,
-    CreateRendezvousService: _create_rendezvous_service,
+    CreateWorkerPod: _create,
+    CreateSparePod: _create,
+    CreateRendezvousPod: _create,
+    CreateRendezvousService: _create,
     TaintNode: _taint_node,
     RecordNodeFault: _record_node_fault,
     PromoteSpare: _promote_spare,
@@ -185,7 +164,7 @@ _PERFORM: dict[type[Any], Callable[[_Call, Any], Awaitable[bool]]] = {
     FenceLease: _fence_lease,
     DeleteLease: _delete_lease,
     DeleteJob: _delete_job,
-    CreateWorkload: _create_workload,
+    CreateWorkload: _create,
     PatchWorkloadStatus: _patch_workload_status,
 }
 

@@ -15,12 +15,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import strategies as st
-from rtj import builders, contract
+from rtj import builders, contract, creations
 from rtj.api.models import JobStatus, ResilientTrainingJob
 from rtj.ladder import (
-    CreateRendezvousPod,
-    CreateRendezvousService,
-    CreateSparePod,
     CreateWorkerPod,
     Decision,
     DeletePod,
@@ -35,6 +32,7 @@ from rtj.ladder import (
     pod_from_dict,
     quarantine,
 )
+from rtj.ladder.create_refusals import CREATES
 
 #: At most this many slots get pods in generated states (a 10,000-node spec is decided in full,
 #: with the rest of its slots empty).
@@ -240,20 +238,13 @@ def observed_states(draw: st.DrawFn, job: ResilientTrainingJob, now: datetime) -
 def render(
     job: ResilientTrainingJob, decision: Decision, now: datetime | None = None
 ) -> list[dict[str, Any]]:
-    """Every object the actions would create, through the builders (as rtj.handlers.act does)."""
+    """Every object the actions would create (rtj.creations, the executor's own map), and the
+    patches they would send, built (a builder that raises fails the test)."""
     now = now or datetime.now(UTC)
     out: list[dict[str, Any]] = []
     for action in decision.actions:
-        if isinstance(action, CreateWorkerPod):
-            out.append(
-                builders.worker_pod(job, action.slot, action.attempt, action.cause, action.avoid_nodes)
-            )
-        elif isinstance(action, CreateSparePod):
-            out.append(builders.spare_pod(job, action.index, action.attempt, action.avoid_nodes))
-        elif isinstance(action, CreateRendezvousPod):
-            out.append(builders.rendezvous_pod(job))
-        elif isinstance(action, CreateRendezvousService):
-            out.append(builders.rendezvous_service(job))
+        if isinstance(action, CREATES):
+            out.extend(creations.objects_to_create(job, action))
         elif isinstance(action, PromoteSpare):
             builders.promotion_patch(action.slot, action.attempt, action.cause)
         elif isinstance(action, TaintNode):
