@@ -232,6 +232,79 @@ def test_unhealthy_node_condition_replaces_its_pod_and_quarantines_the_node(
     assert f"{contract.QUARANTINE_TAINT_KEY}={reasons.NODE_UNHEALTHY}:NoSchedule" in quarantine_events[0]
 
 
+class _Beats:
+    """The heartbeats of several jobs' pods, renewed together (`until` renews one Trainers)."""
+
+    def __init__(self, *trainers: Any) -> None:
+        self.trainers = trainers
+
+    def beat(self) -> None:
+        for t in self.trainers:
+            t.beat()
+
+
+def test_a_node_two_jobs_share_is_quarantined_once_with_both_jobs_evidence(
+    env: Callable[..., OperatorEnv],
+) -> None:
+    """Two jobs have a pod on a node whose GPU fails (issue 25: the quarantine is the node's). One
+    taint, whose value is the evidence's reason; one record carrying each job's evidence; one Event
+    per job; deleting one job leaves the quarantine and both entries."""
+    e = env(nodes=2)  # one pod per node: each job has a pod on each node
+    # Half a p5 each (4 of its 8 GPUs, 16 of its 32 EFA devices): the two jobs fit side by side.
+    half = {"gpusPerNode": 4, "resources": {"cpu": "4", "memory": "16Gi", "efaPerNode": 16}}
+    e.create_job("a", 2, **half)
+    e.create_job("b", 2, **half)
+    beats = _Beats(e.trainers("a"), e.trainers("b"))
+    until(lambda: running(e, "a", 2)() and running(e, "b", 2)(), beats, 90, e.explain("a"))
+    bad = e.workers("a")[1].spec.node_name
+    set_node_condition(
+        e.core, bad, "AcceleratedHardwareReady", "False", "NvidiaXID79Error", "GPU has fallen off the bus"
+    )
+
+    def both_recorded() -> bool:
+        record = node_quarantine(e.core, bad)
+        return record is not None and {ev.job for ev in record.evidence} == {
+            f"{e.namespace}/a",
+            f"{e.namespace}/b",
+        }
+
+    until(both_recorded, beats, 60, e.explain("b"))
+    taints = [t for t in e.core.read_node(bad).spec.taints or [] if t.key == contract.QUARANTINE_TAINT_KEY]
+    assert [(t.value, t.effect) for t in taints] == [(reasons.NODE_UNHEALTHY, "NoSchedule")], taints
+    record = node_quarantine(e.core, bad)
+    assert record is not None and record.reason == reasons.NODE_UNHEALTHY, record
+    assert {ev.reason for ev in record.evidence} == {reasons.NODE_UNHEALTHY}, record
+    # Each job replaced its own pod there (the replacement waits: no other node is free of the job)
+    # and names the node in one Event: NodeQuarantined, or NodeQuarantineExtended when its pass saw
+    # the other job's taint already there (both passes may see the node untainted in the same
+    # instant: each job's Event then says NodeQuarantined, and the node still has one taint).
+    for job in ("a", "b"):
+        st = e.status(job)
+        assert st["restarts"]["podReschedules"] == 1 and st["quarantinedNodes"] == [bad], (job, st)
+    said = {job: reasons_of(events(e.core, e.namespace, job)) for job in ("a", "b")}
+    told = {reasons.NODE_QUARANTINED, reasons.NODE_QUARANTINE_EXTENDED}
+    assert all(len([r for r in rs if r in told]) == 1 for rs in said.values()), said
+    assert any(reasons.NODE_QUARANTINED in rs for rs in said.values()), said
+    # The quarantine outlives the job that took it.
+    e.rtj.api.delete_namespaced_custom_object(
+        contract.API_GROUP, contract.API_VERSION, e.namespace, contract.PLURAL, "a"
+    )
+
+    def gone() -> bool:
+        try:
+            e.job("a")
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            return True
+        return False
+
+    until(gone, beats, 60, e.explain("a"))
+    assert quarantined(e, bad) == reasons.NODE_UNHEALTHY
+    after = node_quarantine(e.core, bad)
+    assert after is not None and len(after.evidence) == 2, after
+
+
 def test_exit_70_is_replaced_and_exit_93_fails_the_job(env: Callable[..., OperatorEnv]) -> None:
     e = env(nodes=3)
     e.create_job("train", 2)
