@@ -5,16 +5,19 @@
 # image lists). bench/gpu_env.sh installs them there. Usage: bench/gpu_wheels.sh [--titan]
 #
 # --titan: also torchtitan (the `titan` extra's pin, for bench/titan_smoke.py) and what it imports
-# that the device image lacks, all pure Python, at the versions pip resolved for torchtitan 0.3.0 on
-# 2026-12-03 (the titan extra is not in .venv); wandb is left out (imported only when enabled).
+# that the device image lacks, all pure Python: the closure of torchtitan 0.2.2's requirements as pip
+# resolved it on 2026-12-03 (`pip install --dry-run --report`, torch 2.11.0 and the image's
+# huggingface-hub 1.33.0, tokenizers 0.23.2 and numpy 2.5.2 as constraints), less the packages the
+# device image lists (the titan extra is not in .venv). Left out: tomli (Python 3.12 has tomllib) and
+# wandb (imported only when enabled).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=.venv/bin/python
 NEEDED=(nvidia-resiliency-ext pydantic pydantic-core annotated-types typing-inspection defusedxml fastapi
   starlette uvicorn slowapi limits deprecated pydantic-settings python-dotenv grpcio-tools kubernetes
   aiohttp-retry websocket-client requests-oauthlib oauthlib durationpy opentelemetry-api tzdata)
-TITAN_DEPS=(torchdata==0.11.0 torch-checkpointing==0.1.1 datasets==4.7.0 tyro==1.0.17 spmd-types==0.2.3
-  dill==0.4.0 multiprocess==0.70.18 docstring-parser==0.18.0 typeguard==4.6.1 fsspec==2026.2.0)
+TITAN_DEPS=(torchdata==0.11.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 tyro==1.0.17
+  docstring-parser==0.18.0 typeguard==4.6.1)
 titan=0
 for arg in "$@"; do
   case "$arg" in

@@ -5,14 +5,14 @@ case (issue 27), next to bench/gpu_smoke.py's fsdp_train.
     python bench/titan_smoke.py --cpu --out titan.json     # anywhere: CPU and gloo (a self-test)
 
 `rtj-trainer rendezvous` and `rtj-trainer launch` (heartbeat agent -> ft_launcher -> ranks) run as
-in a pod; each rank is bench/titan_rank.py: torchtitan 0.3's own Trainer with its Llama 3 debug
-model config (`llama3_debugmodel`: 6 layers, dim 256, vocabulary 2048, FlexAttention, FSDP over the
-ranks, seq 2048 x batch 8) and rtj_trainer's RtjCheckpointer in its checkpointer slot: the memory
-tier every `--memory-interval` steps, persisted checkpoints every `--checkpoint-interval`. No
-weights and nothing downloaded: the debug model's assets (torchtitan's repository has them in
-tests/assets, its wheel does not) are made here, in the run's directory: a byte-level BPE tokenizer
-of 1024 tokens (the `tokenizers` package, trained on generated text) and a `c4_test`-shaped JSON
-Lines dataset of that text.
+in a pod; each rank is bench/titan_rank.py: torchtitan 0.2.2's own Trainer with its Llama 3 debug
+model config (bench/titan_debug_model.toml, torchtitan's `debug_model.toml`: 6 layers, dim 256,
+vocabulary 2048, SDPA, FSDP over the ranks, seq 2048 x batch 8) as rtj_trainer's RtjTrainer, whose
+RtjCheckpointer takes the memory tier every `--memory-interval` steps and persisted checkpoints
+every `--checkpoint-interval`. No weights and nothing downloaded: the debug model's assets
+(torchtitan's repository has them in tests/assets, its wheel does not) are made here, in the run's
+directory: a byte-level BPE tokenizer of 1024 tokens (the `tokenizers` package, trained on
+generated text) and a `c4_test`-shaped JSON Lines dataset of that text.
 
 Faults (RTJ_FAULT_INJECT, in rank 1, or rank 0 on one GPU): an exception before step
 `--exception-step` and a SIGKILL before `--sigkill-step`; each restarts the workers in-job
@@ -112,8 +112,6 @@ def trainer_config(args: argparse.Namespace, work: Path, port: int, memory_inter
                  "--dump-folder", str(work / "outputs")]  # fmt: skip
     if args.cpu:
         rank_args += ["--cpu", "--seq-len", "256", "--local-batch-size", "2"]
-    if args.no_cuda_graphs:
-        rank_args.append("--no-cuda-graphs")
     return {
         "jobName": "titan-smoke",
         "command": [sys.executable, str(HERE / "titan_rank.py")],
@@ -125,7 +123,7 @@ def trainer_config(args: argparse.Namespace, work: Path, port: int, memory_inter
         "maxInJobRestarts": 3,
         "heartbeatIntervalSeconds": 1,
         "rankHangTimeoutSeconds": 120,
-        # The first step compiles FlexAttention (and, on CPU, everything is slow).
+        # On CPU everything is slow, the first step most.
         "rankInitialTimeoutSeconds": 400,
         # No in-process restart: torchtitan's Trainer owns its process group (integrations.titan).
         "inProcess": {"enabled": False, "softTimeoutSeconds": 60, "hardTimeoutSeconds": 90, "maxRestarts": 0},
@@ -315,7 +313,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sigkill-step", type=int, default=40)
     p.add_argument("--memory-interval", type=int, default=5, help="memory snapshot every N steps")
     p.add_argument("--checkpoint-interval", type=int, default=20, help="persisted checkpoint every N steps")
-    p.add_argument("--no-cuda-graphs", action="store_true", help="torchtitan's training.disable_cuda_graphs")
     p.add_argument("--baseline", action="store_true", help="also a fault-free run without the memory tier")
     p.add_argument("--timeout", type=float, default=420, help="seconds for each run's launch")
     p.add_argument("--work-dir", default=None, help="parent of the run's directory (default: the temp dir)")
@@ -358,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     faults = f"exception:{rank}:{args.exception_step};sigkill:{rank}:{args.sigkill_step}"
     rc, t0, out = run_pod(args, work, args.memory_interval, faults)
     result: dict[str, Any] = {
-        "case": "torchtitan llama3_debugmodel + RtjCheckpointer",
+        "case": "torchtitan Llama 3 debug model (debug_model.toml) + RtjTrainer",
         "nproc": args.nproc,
         "device": device_name(),
         "steps": args.steps,

@@ -1,15 +1,22 @@
-"""torchtitan (0.3.x) under the operator: our checkpointer in torchtitan's own checkpointer slot.
+"""torchtitan (0.2.x) under the operator: our checkpointer in torchtitan's Trainer's checkpointer slot.
 
-torchtitan's Trainer builds its checkpointer from `Trainer.Config.checkpoint` (a
-`BaseCheckpointManager.Config`) and calls `load()` before the loop, `save(step, last_step)` after
-every step and `close()` at the end. `RtjCheckpointer` is such a manager, so the Trainer, its loop
-and its config stay torchtitan's (no fork):
+torchtitan 0.2.2's Trainer builds its `CheckpointManager` itself, in `Trainer.__init__` (no config
+names another manager class: its class body lists the checkpointer as "non-swappable"), and then
+reaches it only through its public attribute `Trainer.checkpointer`: `load(step=...)` before the
+loop, `maybe_wait_for_staging()` before every optimizer step, `save(step, last_step=...)` after
+every step and `close()` in `Trainer.close`. `RtjTrainer` subclasses torchtitan's Trainer for one
+thing, swapping that attribute: after torchtitan's own `__init__` (which builds its manager with
+checkpointing off, so that it holds no thread, process group or folder) it puts an `RtjCheckpointer`
+there, built from the same components. Its `__init__`, train loop, `train_step` and `close` stay
+torchtitan's, and so does its config (a `JobConfig` read by torchtitan's `ConfigManager` from its
+TOML files and command line). A subclass rather than a patched module global
+(`torchtitan.train.CheckpointManager`): it leaves every other Trainer in the process alone, and
+torchtitan's own entry point takes a Trainer class (`main(trainer_class)`, as its Flux trainer does):
 
-    from rtj_trainer.integrations.titan import RtjCheckpointer
-    from torchtitan.models.llama3.config_registry import llama3_debugmodel
-    config = llama3_debugmodel()
-    config.checkpoint = RtjCheckpointer.Config(enable=True)
-    config.build().train()
+    # train.py, run as `python train.py --job.config_file debug_model.toml ...` (torchtitan's flags)
+    from torchtitan.train import main
+    from rtj_trainer.integrations.titan import RtjTrainer
+    main(RtjTrainer)
 
 - `load`: the newest step every rank can load (the pod's memory tier, else persisted; our
   CheckpointManager): model, optimizer, and in the checkpoint's extra data torchtitan's train
@@ -18,14 +25,13 @@ and its config stay torchtitan's (no fork):
   waiting on storage), the step report (the pod heartbeat's step; NVRx's rank heartbeat: hang
   detection) and the graceful stop on the pod's SIGTERM (`emergency_save`, exit TERMINATED).
 - `close`: the last save drains; the rank reports Finished, unless the Trainer is being closed on
-  an exception (torchtitan's `train.py` closes it in its `except` too): that rank is failing, and
-  its pod's heartbeat must say how it ended.
+  an exception (torchtitan's `main` closes it in its `except` too): that rank is failing, and its
+  pod's heartbeat must say how it ended.
 
-Our checkpoints hold the model's parameters under their own names: torchtitan's fused modules
-(FusedQKVLinear) rename their state-dict keys in hooks (`wqkv` -> the stock `wq`/`wk`/`wv`, for
-interop with its HF adapter), which torch.distributed.checkpoint's get_state_dict cannot map back to
-parameters; `parameter_keys(model)` sets torchtitan's state-dict hooks aside while the
-CheckpointManager reads or loads the state (wrap `export_dcp` of a torchtitan model in it too).
+torchtitan's `[checkpoint]` section is not read: when to save, where, and which tiers are the pod's
+(RankEnv), and `load` always takes the newest step every rank can load (`checkpoint.load_step` and
+`checkpoint.enable` have no effect). Checkpoints are ours; torchtitan 0.2's models keep their
+parameters' own names in their state dicts, so `dcp_export.export_dcp` writes one as DCP as it is.
 
 The checkpoint's extra data is plain data (JSON-like): bytes in it, such as the pickled state of
 torchtitan's data loader, are kept base64-encoded and decoded on load; anything else that is not
@@ -33,28 +39,26 @@ plain data is left out (it starts afresh after a resume).
 
 One model part (no pipeline parallelism): our checkpoint holds one model and one optimizer. An
 exception or a lost rank restarts the workers in-job (ft_launcher); no in-process restart (the
-Trainer owns its process group). Checkpoints are ours; `dcp_export.export_dcp` writes one as DCP.
-torchtitan 0.3.0 does not run on CPU by itself (it picks "cuda" when no accelerator is found, and
-FlexAttention has no CPU backward), and its debug model reads the tokenizer and `c4_test` data from
-its repository's tests/assets, which its wheel lacks: bench/titan_smoke.py makes those assets and
-runs the Trainer with this checkpointer on the product path (on CPU with `--cpu`, a self-test).
+Trainer owns its process group). torchtitan 0.2.2 does not run on CPU by itself (it picks "cuda"
+when no accelerator is found), and its Llama 3 debug model config (`debug_model.toml`) and the
+tokenizer and `c4_test` data it names live in its repository, not in its wheel: bench/titan_smoke.py
+makes the assets, and runs the Trainer with this checkpointer on the product path (on CPU with
+`--cpu`, a self-test).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import os
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as dist
-import torch.nn as nn
 from rtj.contract import ExitCode, PodState
-from torchtitan.components.checkpointer.base import BaseCheckpointManager
+from torchtitan.train import Trainer
 
 from rtj_trainer.checkpoint import CheckpointConfig, CheckpointManager
 from rtj_trainer.graceful import GracefulStop
@@ -88,32 +92,6 @@ def _decode_bytes(value: Any) -> Any:
     return value
 
 
-def _torchtitan_hook(hook: Any) -> bool:
-    fn = getattr(hook, "hook", hook)  # torch wraps load_state_dict pre-hooks (_WrappedHook)
-    return str(getattr(fn, "__module__", "") or "").startswith("torchtitan.")
-
-
-@contextlib.contextmanager
-def parameter_keys(model: nn.Module) -> Iterator[None]:
-    """`model.state_dict()` keyed by parameter names: torchtitan's own state-dict hooks (save
-    post-hooks and load pre-hooks that rename keys, e.g. FusedQKVLinear's wqkv <-> wq/wk/wv) are set
-    aside meanwhile, in place and in order; torch's and FSDP's hooks stay."""
-    saved: list[tuple[dict[Any, Any], dict[Any, Any]]] = []
-    for module in model.modules():
-        for table in (module._state_dict_hooks, module._load_state_dict_pre_hooks):
-            if any(_torchtitan_hook(h) for h in table.values()):
-                saved.append((table, dict(table)))
-                kept = {k: h for k, h in table.items() if not _torchtitan_hook(h)}
-                table.clear()
-                table.update(kept)
-    try:
-        yield
-    finally:
-        for table, before in saved:
-            table.clear()
-            table.update(before)
-
-
 def _plain(value: Any) -> bool:
     """Whether `value` is data our checkpoint's extra can hold (no tensors, no objects)."""
     if value is None or isinstance(value, bool | int | float | str):
@@ -125,27 +103,20 @@ def _plain(value: Any) -> bool:
     return False
 
 
-class RtjCheckpointer(BaseCheckpointManager):
-    @dataclass(kw_only=True, slots=True)
-    class Config(BaseCheckpointManager.Config):
-        """torchtitan's checkpoint policies; the intervals, folder and tiers are the pod's (RankEnv)."""
+class RtjCheckpointer:
+    """What torchtitan's Trainer asks of its `checkpointer` (`load`, `maybe_wait_for_staging`,
+    `save`, `close`), on our CheckpointManager; built by `RtjTrainer` from the Trainer's own
+    components, with the keyword arguments torchtitan's CheckpointManager takes for them."""
 
     def __init__(
         self,
-        config: Config,
         *,
         dataloader: Any,
         model_parts: list[Any],
         optimizers: Any,
         lr_schedulers: Any,
         states: dict[str, Any],
-        sd_adapter: Any = None,
-        base_folder: str = "",
     ) -> None:
-        self.enable = config.enable
-        self.save_future = None
-        if not self.enable:
-            return
         if len(model_parts) != 1 or len(optimizers.optimizers) != 1:
             raise ValueError(
                 "RtjCheckpointer holds one model part and one optimizer (no pipeline parallelism)"
@@ -171,10 +142,11 @@ class RtjCheckpointer(BaseCheckpointManager):
         encoded = {k: _encode_bytes(v) for k, v in extra.items()}
         return {k: v for k, v in encoded.items() if _plain(v)}  # what is not plain data restarts
 
-    def _load(self, step: int = -1) -> bool:
+    def load(self, step: int = -1) -> bool:
+        """Resume from the newest step every rank can load (`step`, torchtitan's
+        `checkpoint.load_step`, is not read); False when there is none (a fresh start)."""
         self.reporter.state(PodState.TRAINING)
-        with parameter_keys(self.model):
-            resumed = self.ckpt.load_latest(self.model, self.optimizer)
+        resumed = self.ckpt.load_latest(self.model, self.optimizer)
         if resumed is None:
             self.log.write(
                 event="resume", step=0, source="init", restart=self.env.restart_count, t=time.time()
@@ -197,36 +169,54 @@ class RtjCheckpointer(BaseCheckpointManager):
         )
         return True
 
-    def _save(self, curr_step: int, last_step: bool = False) -> bool:
-        with parameter_keys(self.model):
-            if not self._prepared:
-                self.ckpt.prepare(self.model, self.optimizer)
-                self._prepared = True
-            outcome = self.ckpt.maybe_save(curr_step, self.model, self.optimizer, extra=self._extra())
+    def maybe_wait_for_staging(self) -> None:
+        """Nothing: our snapshot's copy is fenced before the next optimizer step by the manager."""
+
+    def save(self, curr_step: int, last_step: bool = False) -> None:
+        if not self._prepared:
+            self.ckpt.prepare(self.model, self.optimizer)
+            self._prepared = True
+        outcome = self.ckpt.maybe_save(curr_step, self.model, self.optimizer, extra=self._extra())
         self.reporter.step(curr_step)
         self.log.write(step=curr_step, loss=None, save=outcome, restart=self.env.restart_count, t=time.time())
         if self.stop.agreed(self.group):
             self.stop.saving()
             self.reporter.state(PodState.CHECKPOINTING)
-            with parameter_keys(self.model):
-                saved = self.ckpt.emergency_save(curr_step, self.model, self.optimizer, extra=self._extra())
+            saved = self.ckpt.emergency_save(curr_step, self.model, self.optimizer, extra=self._extra())
             with contextlib.suppress(Exception):
                 dist.barrier(group=self.group)
             self.log.write(event="stopped", step=curr_step, persisted=saved, t=time.time())
             os._exit(ExitCode.TERMINATED)
-        return outcome == "saved"
 
-    def _maybe_wait_for_staging(self) -> None:
-        """Nothing: our snapshot's copy is fenced before the next optimizer step by the manager."""
-
-    def _wait_for_saving(self) -> None:
-        """Nothing: saves never leave a future for the Trainer to await."""
-
-    def _close(self) -> None:
-        if self._closed:  # torchtitan closes the Trainer, and BaseCheckpointManager.__del__ again
+    def close(self) -> None:
+        if self._closed:
             return
         self._closed = True
         failing = sys.exc_info()[1] is not None  # closed from an `except` or `finally` on the way out
         self.ckpt.close(timeout=self.ckpt.commit_timeout_s)
         if not failing:
             self.reporter.finished()
+
+
+class RtjTrainer(Trainer):
+    """torchtitan's Trainer with an `RtjCheckpointer` (`checkpointer_cls`) in its `checkpointer`."""
+
+    #: What `__init__` puts in `self.checkpointer` (a subclass of RtjCheckpointer, say).
+    checkpointer_cls: type[RtjCheckpointer] = RtjCheckpointer
+
+    def __init__(self, job_config: Any) -> None:
+        # torchtitan's own manager is built with checkpointing off (it is replaced below); the
+        # config the Trainer keeps is the caller's, unchanged.
+        checkpoint = job_config.checkpoint
+        job_config.checkpoint = dataclasses.replace(checkpoint, enable=False)
+        try:
+            super().__init__(job_config)
+        finally:
+            job_config.checkpoint = checkpoint
+        self.checkpointer = self.checkpointer_cls(
+            dataloader=self.dataloader,
+            model_parts=self.model_parts,
+            optimizers=self.optimizers,
+            lr_schedulers=self.lr_schedulers,
+            states={"train_state": self},
+        )
