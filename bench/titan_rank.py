@@ -1,12 +1,13 @@
 """One rank of the torchtitan smoke (bench/titan_smoke.py starts it as the job's command, under
 `rtj-trainer launch` -> ft_launcher): torchtitan 0.2.2's own Trainer, loop and Llama 3 debug model
-config (bench/titan_debug_model.toml, torchtitan's `debug_model.toml`), as rtj_trainer's
+(its JobConfig's defaults: model llama3, flavor debugmodel, dataset c4_test), as rtj_trainer's
 RtjTrainer: torchtitan's Trainer with RtjCheckpointer in its `checkpointer` attribute.
 
     python bench/titan_rank.py --assets DIR --steps 60 --dump-folder DIR
 
 What the smoke changes in torchtitan's config, and nothing else, as torchtitan's own command-line
-flags over that TOML file (`torchtitan_args`): the tokenizer and data paths (titan_smoke.py
+flags over those defaults (`torchtitan_args`): a short warm-up and a log line per step, as
+torchtitan's own debug run has them; the tokenizer and data paths (titan_smoke.py
 generates both: torchtitan's own `tests/assets` are not in its wheel, and nothing is downloaded),
 the number of steps, the dump folder, and on `--cpu` the sequence length and batch size. The
 checkpointer is a subclass of RtjCheckpointer that also fires the smoke's faults. The run is
@@ -27,11 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Any
-
-#: torchtitan's Llama 3 debug model config (its debug_model.toml, which its wheel lacks).
-DEBUG_MODEL_TOML = Path(__file__).resolve().parent / "titan_debug_model.toml"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,9 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def torchtitan_args(args: argparse.Namespace) -> list[str]:
-    """torchtitan's command line: its debug model config and the smoke's changes (module docstring)."""
+    """torchtitan's command line: the smoke's changes to its defaults (module docstring)."""
     tt = [
-        "--job.config_file", str(DEBUG_MODEL_TOML),
+        "--lr_scheduler.warmup_steps", "2", "--lr_scheduler.decay_ratio", "0.8", "--metrics.log_freq", "1",
         "--model.hf_assets_path", os.path.join(args.assets, "tokenizer"),
         "--training.dataset_path", os.path.join(args.assets, "c4_test"),
         "--job.dump_folder", args.dump_folder,

@@ -6,7 +6,7 @@ case (issue 27), next to bench/gpu_smoke.py's fsdp_train.
 
 `rtj-trainer rendezvous` and `rtj-trainer launch` (heartbeat agent -> ft_launcher -> ranks) run as
 in a pod; each rank is bench/titan_rank.py: torchtitan 0.2.2's own Trainer with its Llama 3 debug
-model config (bench/titan_debug_model.toml, torchtitan's `debug_model.toml`: 6 layers, dim 256,
+model (its JobConfig's defaults, flavor `debugmodel`: 6 layers, dim 256,
 vocabulary 2048, SDPA, FSDP over the ranks, seq 2048 x batch 8) as rtj_trainer's RtjTrainer, whose
 RtjCheckpointer takes the memory tier every `--memory-interval` steps and persisted checkpoints
 every `--checkpoint-interval`. No weights and nothing downloaded: the debug model's assets
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     faults = f"exception:{rank}:{args.exception_step};sigkill:{rank}:{args.sigkill_step}"
     rc, t0, out = run_pod(args, work, args.memory_interval, faults)
     result: dict[str, Any] = {
-        "case": "torchtitan Llama 3 debug model (debug_model.toml) + RtjTrainer",
+        "case": "torchtitan Llama 3 debug model (JobConfig defaults) + RtjTrainer",
         "nproc": args.nproc,
         "device": device_name(),
         "steps": args.steps,

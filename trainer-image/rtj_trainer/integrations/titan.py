@@ -40,10 +40,9 @@ plain data is left out (it starts afresh after a resume).
 One model part (no pipeline parallelism): our checkpoint holds one model and one optimizer. An
 exception or a lost rank restarts the workers in-job (ft_launcher); no in-process restart (the
 Trainer owns its process group). torchtitan 0.2.2 does not run on CPU by itself (it picks "cuda"
-when no accelerator is found), and its Llama 3 debug model config (`debug_model.toml`) and the
-tokenizer and `c4_test` data it names live in its repository, not in its wheel: bench/titan_smoke.py
-makes the assets, and runs the Trainer with this checkpointer on the product path (on CPU with
-`--cpu`, a self-test).
+when no accelerator is found), and the tokenizer and `c4_test` data of its Llama 3 debug model (its
+default config) live in its repository, not in its wheel: bench/titan_smoke.py makes the assets,
+and runs the Trainer with this checkpointer on the product path (on CPU with `--cpu`, a self-test).
 """
 
 from __future__ import annotations
