@@ -11,7 +11,7 @@ from rtj.api.models import JobSpec
 pytestmark = pytest.mark.unit
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-BYO = ["plain-torchrun.yaml", "hf-trainer.yaml"]
+BYO = ["plain-torchrun.yaml", "hf-trainer.yaml", "torchtitan.yaml"]
 
 
 @pytest.mark.parametrize("name", BYO)
@@ -22,4 +22,7 @@ def test_example_job_spec_is_valid(name: str) -> None:
     spec = JobSpec.model_validate(jobs[0]["spec"])
     assert spec.command
     claims = {d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"}
-    assert spec.checkpoint.pvc is not None and spec.checkpoint.pvc.claim_name in claims
+    # A local example brings its claim; an EKS one mounts FSx (the operator makes its PV and claim).
+    assert spec.checkpoint.fsx is not None or (
+        spec.checkpoint.pvc is not None and spec.checkpoint.pvc.claim_name in claims
+    )

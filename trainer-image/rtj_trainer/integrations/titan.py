@@ -219,3 +219,15 @@ class RtjTrainer(Trainer):
             lr_schedulers=self.lr_schedulers,
             states={"train_state": self},
         )
+
+
+def main() -> None:
+    """`python -m rtj_trainer.integrations.titan <torchtitan's flags>`: torchtitan's own entry point
+    (its train.py's `main`) with RtjTrainer, for a job's command (examples/torchtitan.yaml)."""
+    from torchtitan.train import main as torchtitan_main
+
+    torchtitan_main(RtjTrainer)
+
+
+if __name__ == "__main__":
+    main()
