@@ -265,16 +265,18 @@ class MemoryTier:
                         self._drop(path)
 
     def _to_spare(self, path: str, k: int) -> None:
-        """A snapshot no longer kept becomes spare slot `k`: uncommitted first (its metadata gone), then
-        renamed; its file and mapping stay."""
-        os.unlink(os.path.join(path, LOCAL_META))
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(path, shard_idx(self.rank)))
+        """A snapshot no longer kept becomes spare slot `k`: uncommitted by one rename (a spare's name is
+        no snapshot's), then its metadata and index go; its file and mapping stay. In that order, a
+        kill at any point leaves either a committed snapshot with its metadata or a spare, never a
+        committed name without metadata."""
         spare = os.path.join(self.dir, f"{SPARE_PREFIX}{k}")
         while os.path.exists(spare):
             k += 1
             spare = os.path.join(self.dir, f"{SPARE_PREFIX}{k}")
         os.rename(path, spare)
+        os.unlink(os.path.join(spare, LOCAL_META))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(spare, shard_idx(self.rank)))
 
     def drop_after(self, step: int) -> None:
         """Delete the snapshots newer than `step`: a timeline that was abandoned at a resume."""
