@@ -335,6 +335,16 @@ class OperatorEnv:
     def job(self, name: str) -> dict[str, Any]:
         return self.rtj.get(self.namespace, name)
 
+    def job_gone(self, name: str) -> bool:
+        """The job is deleted (404); any other error is raised."""
+        try:
+            self.job(name)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
     def status(self, name: str) -> dict[str, Any]:
         return self.job(name).get("status") or {}
 

@@ -290,16 +290,7 @@ def test_a_node_two_jobs_share_is_quarantined_once_with_both_jobs_evidence(
         contract.API_GROUP, contract.API_VERSION, e.namespace, contract.PLURAL, "a"
     )
 
-    def gone() -> bool:
-        try:
-            e.job("a")
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
-            return True
-        return False
-
-    until(gone, beats, 60, e.explain("a"))
+    until(lambda: e.job_gone("a"), beats, 60, e.explain("a"))
     assert quarantined(e, bad) == reasons.NODE_UNHEALTHY
     after = node_quarantine(e.core, bad)
     assert after is not None and len(after.evidence) == 2, after

@@ -330,14 +330,5 @@ def test_job_is_deletable_when_its_operator_is_gone(env: Callable[..., OperatorE
         contract.API_GROUP, contract.API_VERSION, e.namespace, contract.PLURAL, "plain"
     )
 
-    def gone() -> bool:
-        try:
-            e.job("plain")
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
-
-    until(gone, None, 30, e.explain("plain"))
+    until(lambda: e.job_gone("plain"), None, 30, e.explain("plain"))
     until(lambda: not e.trainers("plain").pods(), None, 60, e.explain("plain"))  # garbage collected
