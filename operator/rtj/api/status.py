@@ -322,6 +322,14 @@ class JobStatus(ApiModel):
         description="When the last outage hold (Degraded/HeartbeatsStale) ended: a slot last heard "
         "before then is timed from then, as no pod could renew while the heartbeat path was down.",
     )
+    heartbeat_interval_seconds: int | None = Field(
+        None,
+        description="The heartbeat Lease renew period the operator gives the job's pods it creates now: "
+        "faultTolerance.heartbeatIntervalSeconds, lengthened to keep all jobs within the operator's "
+        "budget of heartbeat writes per second, at most a third of heartbeatTimeoutSeconds "
+        "(condition HeartbeatBudgetExceeded when that bound binds). Running pods keep the period they "
+        "were created with.",
+    )
     training_finished_time: datetime | None = Field(
         None,
         description="When a worker pod was first seen Succeeded: from then on no pod is created; a slot "
