@@ -163,10 +163,11 @@ class OperatorProcess:
             **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
             **env,
         }
-        # The image's entrypoint is `kopf run`; the Deployment passes only args.
-        return cls(
-            [str(venv_bin / "kopf"), "run", *args], full_env, run_dir / "operator.log", health, metrics
-        )
+        # The image's entrypoint is `kopf run`; the Deployment passes args, and its command when it runs
+        # `python -m rtj` (the leader election first): both from the venv, as the image's PATH has them.
+        command = container.get("command") or ["kopf", "run"]
+        argv = [str(venv_bin / command[0]), *command[1:], *args]
+        return cls(argv, full_env, run_dir / "operator.log", health, metrics)
 
     def start(self, tick: Callable[[], None] | None = None) -> OperatorProcess:
         """Start and wait for liveness; `tick` runs on every poll (e.g. the trainers' heartbeats,

@@ -46,6 +46,7 @@ from rtj import (
     heartbeat_delivery,
     job_pass,
     kube,
+    leader_election,
     metrics,
     validation,
     watch_guard,
@@ -103,7 +104,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
             False,
         )
     else:
-        settings.peering.standalone = True  # one replica (Deployment strategy Recreate)
+        settings.peering.standalone = True  # one active replica: alone, or elected (rtj.leader_election)
     # Progress and diff-base in our own annotations; status belongs to the ladder alone.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -112,6 +113,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.finalizer = f"{GROUP}/cleanup"
     operator = OperatorMemo(memo)
     operator.kube = k = kube.Kube.from_environment(SETTINGS.request_timeout_seconds)
+    if (election := leader_election.current()) is not None:
+        k.write_fence = election.fence.check  # no write after the renew deadline (rtj.leader_election)
+    metrics.LEADER.set(1)  # the active operator: elected, or alone
     metrics.serve(SETTINGS.metrics_port)
     # kopf never restarts a watch stream that failed (nolar/kopf#1276): a dead one ends the process.
     operator.watch_guard = watch_guard.WatchGuard().start()

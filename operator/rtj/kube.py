@@ -103,6 +103,9 @@ class Kube:
         #: When a call last failed for want of an API server (no connection, a timeout, a 5xx):
         #: node faults seen right after are held (rtj.ladder.pass_state.Pass.node_verdict).
         self.failed_at: datetime | None = None
+        #: Called before each write is sent (rtj.leader_election.Fence.check: a leader past its renew
+        #: deadline ends the process instead); None without leader election.
+        self.write_fence: Callable[[], None] | None = None
 
     @classmethod
     def from_environment(cls, request_timeout: float = 10.0, pool_size: int = 32) -> Kube:
@@ -124,6 +127,8 @@ class Kube:
         query: dict[str, Any] | None = None,
         content_type: str | None = None,
     ) -> dict[str, Any]:
+        if method != "GET" and self.write_fence is not None:
+            self.write_fence()
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"

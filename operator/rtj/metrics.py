@@ -16,6 +16,8 @@
 - rtj_create_refused_total{job_namespace,job_name,code}: creates the API server refused with a
   retryable 4xx (rtj.ladder.create_refusals), each retry counted.
 - rtj_reconcile_duration_seconds: one pass of one job.
+- rtj_operator_leader: 1 in the active operator, 0 in a standby (rtj.leader_election), which serves
+  nothing else.
 - rtj_goodput_ratio{job_namespace,job_name}: 1 - lost / elapsed since the job first ran, where lost is the
   wall time during which some slot was recovering (rtj.ladder.goodput).
 
@@ -73,6 +75,7 @@ RECONCILE = Histogram(
     "Duration of one reconcile pass of one job.",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+LEADER = Gauge("rtj_operator_leader", "1: this operator is the active one; 0: a standby (leader election).")
 GOODPUT = Gauge(
     "rtj_goodput_ratio",
     "Productive fraction of wall time since the job first ran.",
@@ -90,9 +93,15 @@ _goodput_jobs: set[tuple[str, str]] = set()
 _refused_codes: dict[tuple[str, str], set[str]] = {}
 
 
+_serving: set[int] = set()
+
+
 def serve(port: int) -> None:
-    if port > 0:
+    """Serve /metrics on `port` (0: not at all); once per port (a standby's server keeps serving once it
+    leads)."""
+    if port > 0 and port not in _serving:
         start_http_server(port)
+        _serving.add(port)
 
 
 def committed(

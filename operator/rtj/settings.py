@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 ENV_PREFIX = "RTJ_"
 
@@ -83,9 +83,48 @@ class Settings(BaseModel):
         300.0, gt=0, description="Server-side watch timeout (client side: +30 s)."
     )
     peering: str = Field("", description="Empty: standalone (one replica); else the KopfPeering name.")
+    leader_election_lease: str = Field(
+        "",
+        description="Name of the Lease electing the one active operator among replicas (rtj.leader_election; "
+        "`python -m rtj` only). Empty: no election, the process is active at once (one replica).",
+    )
+    leader_election_namespace: str = Field(
+        "", description="Namespace of that Lease (the operator's own; the chart sets it). Required with it."
+    )
+    leader_election_identity: str = Field(
+        "", description="Prefix of this candidate's identity (the pod name); a random suffix is added."
+    )
+    leader_election_lease_seconds: int = Field(
+        5,
+        ge=2,
+        description="A standby takes the Lease once it has seen the same record this long (its own clock).",
+    )
+    leader_election_renew_deadline_seconds: float = Field(
+        3.0,
+        gt=1.2,
+        description="The holder exits once this long has passed since its last successful renewal was sent "
+        "(less than the lease seconds: the margin is how much sooner than a takeover it is gone).",
+    )
+    leader_election_retry_seconds: float = Field(
+        1.0, ge=1, description="Renewal (holder) and attempt (standby) interval."
+    )
     log_level: Annotated[
         Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(lambda v: str(v).upper())
     ] = Field("INFO", description="Log level of the operator's own loggers.")
+
+    @model_validator(mode="after")
+    def _election_timing(self) -> Settings:
+        if self.leader_election_lease and not self.leader_election_namespace:
+            raise ValueError("leader_election_namespace is required with leader_election_lease")
+        if not (
+            1.2 * self.leader_election_retry_seconds
+            < self.leader_election_renew_deadline_seconds
+            < self.leader_election_lease_seconds
+        ):
+            raise ValueError(
+                "leader election needs 1.2 x retry seconds < renew deadline seconds < lease seconds"
+            )
+        return self
 
     @classmethod
     def env_name(cls, field: str) -> str:
@@ -100,5 +139,7 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             first = exc.errors()[0]
+            if not first["loc"]:  # a rule across fields (the leader election's timing)
+                raise SystemExit(f"RTJ_LEADER_ELECTION_*: {first['msg']}") from exc
             name = cls.env_name(str(first["loc"][0]))
             raise SystemExit(f"{name}: {first['msg']} (got {first.get('input')!r})") from exc

@@ -72,5 +72,7 @@ def test_entrypoint_is_kopf_run_of_the_handlers_module() -> None:
     assert args[-2:] == ["-m", "rtj.handlers"]
     assert any(re.fullmatch(r"--liveness=http://0\.0\.0\.0:\d+/healthz", a) for a in args)
     assert "--all-namespaces" in args and "--standalone" in args
-    chart_args = deployment()["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert chart_args[-2:] == ["-m", "rtj.handlers"]
+    # The chart runs `python -m rtj` (the leader election, then this very `kopf run -m rtj.handlers`).
+    (container,) = deployment()["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["python", "-m", "rtj"] and "--standalone" in container["args"]
+    assert "PATH=/opt/venv/bin:$PATH" in DOCKERFILE  # `python` is the venv's, which has rtj and kopf

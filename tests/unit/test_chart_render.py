@@ -86,15 +86,79 @@ def test_deployment_meets_the_restricted_pod_security_standard() -> None:
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
 
 
-def test_single_replica_standalone_with_recreate() -> None:
-    dep = one(render(), "Deployment")
-    assert dep["spec"]["replicas"] == 1
+def test_two_replicas_one_elected_on_a_lease_spread_over_nodes_one_evicted_at_a_time() -> None:
+    docs = render()
+    dep = one(docs, "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["command"] == ["python", "-m", "rtj"]  # the election runs before kopf (rtj.__main__)
+    assert "--standalone" in c["args"] and "--all-namespaces" in c["args"] and "rtj.handlers" not in c["args"]
+    env = env_of(dep)
+    assert env["RTJ_LEADER_ELECTION_LEASE"] == "rtj-resilient-training-operator"
+    assert env["RTJ_LEADER_ELECTION_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["RTJ_LEADER_ELECTION_IDENTITY"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    timing = {
+        k: env[f"RTJ_LEADER_ELECTION_{k}"]
+        for k in ("LEASE_SECONDS", "RENEW_DEADLINE_SECONDS", "RETRY_SECONDS")
+    }
+    settings = Settings.from_env({f"RTJ_LEADER_ELECTION_{k}": v for k, v in timing.items()})
+    assert settings.leader_election_renew_deadline_seconds < settings.leader_election_lease_seconds
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": dep["spec"]["selector"]}
+    # The Lease's RBAC: in the release namespace only, create (no name possible) and get/update by name.
+    role = one(docs, "Role", "-leader")
+    assert role["metadata"]["namespace"] == "rtj-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": ["rtj-resilient-training-operator"], "verbs": ["get", "update"]},
+    ]  # fmt: skip
+    binding = one(docs, "RoleBinding", "-leader")
+    assert (
+        binding["metadata"]["namespace"] == "rtj-system"
+        and binding["roleRef"]["name"] == role["metadata"]["name"]
+    )
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "rtj-system"}
+    ]
+
+
+def test_without_leader_election_one_kopf_standalone_replica_with_recreate() -> None:
+    docs = render("operator.leaderElection.enabled=false", "operator.replicas=1")
+    dep = one(docs, "Deployment")
     assert dep["spec"]["strategy"] == {"type": "Recreate"}
-    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--standalone" in args and "--all-namespaces" in args
-    assert args[-2:] == ["-m", "rtj.handlers"]
-    rejected = helm("template", "rtj", str(CHART), "--set", "operator.replicas=2", check=False)
-    assert rejected.returncode != 0 and "replicas" in rejected.stderr
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert "command" not in c and c["args"][-2:] == ["-m", "rtj.handlers"] and "--standalone" in c["args"]
+    assert not any(k.startswith("RTJ_LEADER_ELECTION") for k in env_of(dep))
+    assert "affinity" not in dep["spec"]["template"]["spec"]
+    assert not by_kind(docs, "PodDisruptionBudget") and not [
+        d for d in by_kind(docs, "Role") if d["metadata"]["name"].endswith("-leader")
+    ]
+    rejected = helm(
+        "template", "rtj", str(CHART), "--set", "operator.leaderElection.enabled=false", check=False
+    )
+    assert rejected.returncode != 0 and "leaderElection" in rejected.stderr  # 2 replicas, no election
+
+
+def test_an_affinity_of_the_user_replaces_the_default_anti_affinity() -> None:
+    term = {"matchExpressions": [{"key": "role", "operator": "In", "values": ["system"]}]}
+    node_affinity = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    }
+    path = (
+        "operator.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+    )
+    expr = f"{path}.matchExpressions[0]"
+    docs = render(f"{expr}.key=role", f"{expr}.operator=In", f"{expr}.values[0]=system")
+    assert one(docs, "Deployment")["spec"]["template"]["spec"]["affinity"] == node_affinity
 
 
 def test_probes_use_kopf_liveness_endpoint() -> None:
@@ -220,7 +284,10 @@ def test_every_rtj_variable_the_chart_sets_is_a_setting_the_operator_reads(value
     env = env_of(one(render(values=values), "Deployment"))
     settings = {Settings.env_name(name) for name in Settings.model_fields}
     assert {name for name in env if name.startswith("RTJ_")} <= settings
-    Settings.from_env({k: v for k, v in env.items() if isinstance(v, str)})  # and accepts their values
+    # ... and accepts their values (a pod's own fields, through the downward API, as the kubelet fills them)
+    fields = {"metadata.namespace": "rtj-system", "metadata.name": "rtj-resilient-training-operator-abc12"}
+    resolved = {k: v if isinstance(v, str) else fields[v["fieldRef"]["fieldPath"]] for k, v in env.items()}
+    Settings.from_env(resolved)
 
 
 def test_settings_reach_the_operator_env() -> None:
