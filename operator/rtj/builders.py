@@ -95,7 +95,9 @@ def trainer_config(job: ResilientTrainingJob, standby: bool = False) -> contract
         # The job's UID: a new job with the same name never joins an old rendezvous.
         rdzv_id=str(job.metadata.get("uid", _name(job))),
         max_in_job_restarts=ft.max_in_job_restarts,
-        heartbeat_interval_seconds=ft.heartbeat_interval_seconds,
+        # The period the ladder chose against the heartbeat budget (rtj.ladder.heartbeat_budget);
+        # the spec's until a pass has chosen one.
+        heartbeat_interval_seconds=job.status.heartbeat_interval_seconds or ft.heartbeat_interval_seconds,
         rank_hang_timeout_seconds=ft.rank_hang_timeout_seconds,
         rank_initial_timeout_seconds=ft.startup_timeout_seconds,
         in_process=contract.InProcessConfig(

@@ -133,6 +133,11 @@ ASSIGNED_SLOT_ANNOTATION = f"{API_GROUP}/assigned-slot"
 #: after it vanished is owned by the job, not by the (maybe deleted) pod, so that garbage
 #: collection cannot remove it before the operator has fenced it.
 FENCED_ANNOTATION = f"{API_GROUP}/fenced"
+#: Renew period of a standby hot spare's Lease, whatever TrainerConfig.heartbeatIntervalSeconds
+#: says: how fast it sees its promotion (writer: the spare's heartbeat agent, renewing this often;
+#: reader: the operator's heartbeat budget, rtj.ladder.heartbeat_budget, which counts each standby
+#: spare as 1 / this many Lease writes per second).
+STANDBY_RENEW_SECONDS = 0.5
 #: Upper bound on counters and steps accepted from a Lease; larger values are malformed.
 MAX_COUNTER = 2**53
 #: Upper bound on a persist time accepted from a Lease (a day); larger values are malformed.

@@ -206,6 +206,16 @@ class _Run:
             self.outcome.invalid.append(f"the API server refused {exc.message}")
 
 
+def _as_decided(job: ResilientTrainingJob, decision: Decision) -> ResilientTrainingJob:
+    """The job whose pods the builders render: with the heartbeat renew period the pass chose for
+    the pods it creates (status.heartbeatIntervalSeconds, rtj.ladder.heartbeat_budget)."""
+    period = decision.status.heartbeat_interval_seconds
+    if period is None or period == job.status.heartbeat_interval_seconds:
+        return job
+    status = job.status.model_copy(update={"heartbeat_interval_seconds": period})
+    return job.model_copy(update={"status": status})
+
+
 async def act(
     k: kube.Kube,
     job: ResilientTrainingJob,
@@ -216,7 +226,7 @@ async def act(
 ) -> ActOutcome:
     """Execute a decision's actions, bounded in parallel (failures are retried by the next pass).
     `placement`: what a Kueue admission adds to the pods of each pod set (rtj.ladder.kueue_admission)."""
-    run = _Run(_Call(k, job, bs, clock, placement or {}), decision.actions)
+    run = _Run(_Call(k, _as_decided(job, decision), bs, clock, placement or {}), decision.actions)
     # Deletions first; the promotion signal on a spare's Lease only after its pod was relabelled
     # into the slot (the ladder's commit), so a trainer never joins for a slot the ladder still
     # sees empty.

@@ -57,6 +57,7 @@ from rtj.job_pass import RETRY_SECONDS
 from rtj.ladder import (
     OBSERVED_AT,
     Decision,
+    heartbeat_budget,
     kueue_admission,
     node_from_dict,
     pod_from_dict,
@@ -487,7 +488,9 @@ async def run_pass(
     """One pass of the job (rtj.job_pass.run_pass), with this operator's settings and clock; returns
     the seconds until it must run again (None: no deadline, the resync will do)."""
     indexes = job_pass.Indexes(pods, leases, services, nodes, workloads)
-    return await job_pass.run_pass(body, JobMemo(memo), namespace, name, indexes, SETTINGS, _now)
+    # The other jobs' pods share the heartbeat budget: O(jobs) per pass, from the loops' job objects.
+    others = heartbeat_budget.fleet(j.body for key, j in _LOOPS.items() if key != (namespace, name))
+    return await job_pass.run_pass(body, JobMemo(memo), namespace, name, indexes, SETTINGS, _now, others)
 
 
 async def act(

@@ -32,7 +32,7 @@ from rtj.ladder import (
     lease_from_dict,
     wakeups,
 )
-from rtj.ladder.observe import FlavorObs, WorkloadObs, flavor_from_dict, workload_from_dict
+from rtj.ladder.observe import FlavorObs, Fleet, WorkloadObs, flavor_from_dict, workload_from_dict
 from rtj.memo import JobMemo, OwnWrites, own_writes
 from rtj.settings import Settings
 
@@ -61,6 +61,7 @@ def ladder_config(settings: Settings) -> LadderConfig:
         kueue_enabled=settings.kueue_enabled,
         api_recovery_hold_seconds=settings.api_recovery_hold_seconds,
         quarantine_seconds=settings.quarantine_seconds,
+        heartbeat_writes_per_second=settings.heartbeat_writes_per_second,
     )
 
 
@@ -72,9 +73,11 @@ async def run_pass(
     indexes: Indexes,
     settings: Settings,
     clock: Callable[[], datetime],
+    fleet: Fleet | None = None,
 ) -> float | None:
     """One pass; returns the seconds until it must run again: the job's next heartbeat deadline,
-    sooner when something is left to retry (None: no deadline, the resync will do)."""
+    sooner when something is left to retry (None: no deadline, the resync will do). `fleet`: the
+    heartbeating pods of the operator's other jobs (rtj.ladder.heartbeat_budget)."""
     if body.metadata.get("deletionTimestamp"):
         return None
     job = _parsed(memo, body, settings)
@@ -91,7 +94,7 @@ async def run_pass(
     uid = str(body.metadata.get("uid", ""))
     workload = _workload(indexes.workloads, namespace, name, uid)
     flavors = await _flavors(memo, workload)
-    observed = _observed(job, memo, (namespace, name), indexes, uid, workload, flavors, now)
+    observed = _observed(job, memo, (namespace, name), indexes, uid, workload, flavors, now, fleet)
     placement = kueue_admission.placement(job, workload, flavors, settings.kueue_enabled)
     decision = decide(job, observed, now, ladder_config(settings))
     if decision.status != job.status and not await _write_status(memo, namespace, name, decision, rv, mine):
@@ -113,6 +116,7 @@ def _observed(
     workload: WorkloadObs | None,
     flavors: dict[str, FlavorObs],
     now: datetime,
+    fleet: Fleet | None = None,
 ) -> Observed:
     """What the pass observed of the job (`key`: namespace, name), from kopf's indexes and its memo."""
     job_pods = {p.name: p for p in indexes.pods.get(key, [])}
@@ -134,6 +138,7 @@ def _observed(
         workload=workload,
         flavors=flavors,
         api_failed_at=memo.kube.failed_at,
+        fleet=fleet,
     )
 
 

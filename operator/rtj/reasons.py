@@ -83,6 +83,12 @@ NOT_WAITING = "NotWaiting"
 CREATE_REFUSED = "CreateRefused"
 CREATES_ACCEPTED = "CreatesAccepted"
 
+# --- The heartbeat budget (rtj.ladder.heartbeat_budget): condition type and Event reason -------------
+#: The operator's budget of heartbeat writes (RTJ_HEARTBEAT_WRITES_PER_SECOND) cannot be met within a
+#: third of the job's heartbeatTimeoutSeconds: its pods renew at that bound, above the budget.
+HEARTBEAT_BUDGET_EXCEEDED = "HeartbeatBudgetExceeded"
+HEARTBEAT_BUDGET_MET = "HeartbeatBudgetMet"
+
 # --- Progress watchdog (rtj.ladder.progress_watchdog): condition Stalled, then the job fails -------
 STALLED = "Stalled"
 PROGRESSING = "Progressing"

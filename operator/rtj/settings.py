@@ -75,6 +75,18 @@ class Settings(BaseModel):
         description="Pods' terminationGracePeriodSeconds (time for a last checkpoint) while the job's "
         "persist time is neither declared nor measured (rtj.builders.termination_grace_seconds).",
     )
+    heartbeat_writes_per_second: float = Field(
+        200.0,
+        ge=0,
+        description="The cluster's budget of heartbeat Lease writes per second for all jobs of this "
+        "operator; 0: no budget (every pod renews at its spec's heartbeatIntervalSeconds). Pods the "
+        "operator creates renew every max(heartbeatIntervalSeconds, worker pods of all its running "
+        "jobs / (this budget - 2 per standby hot spare)) seconds, never longer than a third of the "
+        "job's heartbeatTimeoutSeconds; where the budget cannot be met within that, the job shows "
+        "condition HeartbeatBudgetExceeded (rtj.ladder.heartbeat_budget). The default: ~0.7 of an "
+        "API-server core at the measured 3.4 ms per renewal, and the spec's 10 s default up to 2,000 "
+        "worker pods.",
+    )
     heartbeat_status_resolution_seconds: float = Field(
         60.0, ge=0, description="How stale status lastHeartbeatTime may get."
     )

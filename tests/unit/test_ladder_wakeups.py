@@ -11,7 +11,7 @@ from typing import Any
 
 import kopf
 import pytest
-from ladder_testkit import hb, make_job, running_status
+from ladder_testkit import SOFT, hb, make_job, running_status
 from prometheus_client import REGISTRY
 from rtj import contract, handlers
 from rtj.api.models import JobStatus
@@ -22,24 +22,47 @@ pytestmark = pytest.mark.unit
 FT = make_job().obj().spec.fault_tolerance  # heartbeatTimeoutSeconds 30
 
 
-def annotations(state: str = "Training", step: int = 5, **extra: str) -> dict[str, str]:
-    heartbeat = json.loads(hb(state, step=step).to_annotation())
+def annotations(state: str = "Training", step: int = 5, progress: Any = None, **extra: str) -> dict[str, str]:
+    heartbeat = json.loads((progress or hb(state, step=step)).to_annotation())
     return {contract.HEARTBEAT_ANNOTATION: json.dumps(heartbeat), **extra}
+
+
+def training(step: int, ckpt: int | None = None, fault: dict[str, Any] | None = None) -> contract.Heartbeat:
+    """What a training pod's agent renews with, the memory tier and peer replica on: every renewal
+    carries a newer step and memory snapshot, every commit a newer checkpoint."""
+    return hb(step=step, mem=step - 2, replica=step - 4, ckpt=ckpt, persist=3.5 + step / 1000, fault=fault)
 
 
 @pytest.mark.parametrize(
     ("after", "changed"),
     [
         (annotations(step=6), False),
+        (annotations(progress=training(60, ckpt=50)), False),
+        (annotations(progress=training(5, fault=SOFT)), True),
         (annotations(state="InJobRestarting"), True),
         (annotations(**{contract.ASSIGNED_SLOT_ANNOTATION: "1"}), True),
         ({contract.HEARTBEAT_ANNOTATION: "{not json"}, True),
         ({}, True),
     ],
-    ids=["step only", "state", "assigned slot", "malformed", "annotation gone"],
+    ids=[
+        "step only",
+        "progress: step, memory snapshot, replica, checkpoint, persist time",
+        "a fault",
+        "state",
+        "assigned slot",
+        "malformed",
+        "annotation gone",
+    ],
 )
 def test_heartbeat_digest_ignores_the_step_only(after: dict[str, Any], changed: bool) -> None:
     assert (wakeups.heartbeat_digest(annotations()) != wakeups.heartbeat_digest(after)) is changed
+
+
+def test_the_digest_keeps_every_heartbeat_field_but_progress() -> None:
+    """A canary: a new Heartbeat field must be placed on one side (acted on: wakes; progress: not)."""
+    fields = {f.alias or name for name, f in contract.Heartbeat.model_fields.items()}
+    assert fields >= wakeups.PROGRESS_FIELDS
+    assert fields - wakeups.PROGRESS_FIELDS == {"state", "inProcessRestarts", "inJobRestarts", "fault"}
 
 
 def test_watched_leases_are_the_silent_and_the_half_stale_slots() -> None:
@@ -108,6 +131,37 @@ def test_the_lease_index_wakes_the_pass_on_content_changes_not_on_renewals() -> 
 
     # first version seen, a renewal, a state change, a renewal of a slot found stale
     assert asyncio.run(scenario()) == [True, False, True, True]
+
+
+def test_renewals_of_a_512_slot_job_wake_no_pass() -> None:
+    """Issue 30: 512 pods training with the memory tier, peer replica and checkpoints renew three
+    times (1,536 Lease events, one of them rounds committing a checkpoint): not one wakes the job's
+    pass (which parses 512 Leases and decides over 512 slots); one pod's in-job restart does."""
+    slots = 512
+
+    async def scenario() -> tuple[int, int, bool]:
+        job_loop = handlers._JobLoop("uid", kopf.Body({}), kopf.Memo())
+        handlers._LOOPS[("ns", "train")] = job_loop
+        names = [contract.worker_pod_name("train", s, 0) for s in range(slots)]
+        try:
+            for name in names:  # first sightings (the operator's list)
+                lease_event(annotations(progress=training(100, ckpt=50)), name, "2026-01-01T00:00:00.000000Z")
+            woken = 0
+            for round_, step in enumerate((110, 120, 130), start=1):
+                renewed = f"2026-01-01T00:00:{10 * round_:02d}.000000Z"
+                for name in names:
+                    job_loop.wake.clear()
+                    lease_event(
+                        annotations(progress=training(step, ckpt=50 if round_ < 2 else 120)), name, renewed
+                    )
+                    woken += job_loop.wake.is_set()
+            job_loop.wake.clear()
+            lease_event(annotations("InJobRestarting", 131), names[7], "2026-01-01T00:00:31.000000Z")
+            return woken, len(job_loop.lease_digests), job_loop.wake.is_set()
+        finally:
+            handlers._LOOPS.clear()
+
+    assert asyncio.run(scenario()) == (0, slots, True)
 
 
 def node_event(ready: str) -> None:

@@ -37,6 +37,7 @@ from rtj.contract import (
     MAX_COUNTER,
     RANK_FILE_PREFIX,
     RANK_FILE_SUFFIX,
+    STANDBY_RENEW_SECONDS,
     CheckpointRef,
     ExitCode,
     Fault,
@@ -55,8 +56,6 @@ from .rank_exit import RankExit, read_exit
 
 log = logging.getLogger(__name__)
 
-#: Renewal period of a standby spare's Lease, which is also how fast it notices its promotion.
-STANDBY_RENEW_SECONDS = 0.5
 
 # Higher = more severe; the pod reports the most severe state any active rank is in.
 _STATE_SEVERITY = {

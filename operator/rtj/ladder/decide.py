@@ -31,6 +31,7 @@ from rtj.ladder import (
     endings,
     event_outbox,
     fencing,
+    heartbeat_budget,
     job_level,
     kueue_admission,
     outage_hold,
@@ -108,6 +109,7 @@ def active(ps: Pass) -> None:
         endings.fail(ps, reasons.INVALID_SPEC, ps.obs.refused)
         return
     causes = resume(ps) if is_true(ps.old.conditions, ConditionType.SUSPENDED) else {}
+    heartbeat_budget.apply(ps)  # the renew period of the pods this pass creates
     rendezvous.reconcile(ps)
     faults = observe_slots(ps)
     if ps.failed is None and training_finished.applies(ps):

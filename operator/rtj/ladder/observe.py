@@ -152,6 +152,22 @@ def progress_seen(
 
 
 @dataclass(frozen=True)
+class Fleet:
+    """Heartbeating pods (rtj.ladder.heartbeat_budget): workers renew once per period, standby spares
+    every contract.STANDBY_RENEW_SECONDS."""
+
+    workers: int = 0
+    spares: int = 0
+
+    def __add__(self, other: Fleet) -> Fleet:
+        return Fleet(self.workers + other.workers, self.spares + other.spares)
+
+    @property
+    def spare_writes_per_second(self) -> float:
+        return self.spares / contract.STANDBY_RENEW_SECONDS
+
+
+@dataclass(frozen=True)
 class Observed:
     pods: dict[str, PodObs] = field(default_factory=dict)
     leases: dict[str, LeaseObs] = field(default_factory=dict)
@@ -177,6 +193,9 @@ class Observed:
     workload: WorkloadObs | None = None
     #: ResourceFlavors named by the Workload's admission, read by the operator (by name).
     flavors: dict[str, FlavorObs] = field(default_factory=dict)
+    #: The heartbeating pods of the operator's other running jobs (None: none known); they share
+    #: the heartbeat budget with this job's (rtj.ladder.heartbeat_budget).
+    fleet: Fleet | None = None
 
 
 def pod_from_dict(obj: dict[str, Any]) -> PodObs:

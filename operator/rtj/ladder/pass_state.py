@@ -41,6 +41,8 @@ class LadderConfig:
     api_recovery_hold_seconds: float = 30.0
     #: A quarantined node is checked again this long after the latest evidence (rtj.ladder.quarantine).
     quarantine_seconds: float = 3600.0
+    #: Heartbeat Lease writes/s for all the operator's jobs; 0: none (rtj.ladder.heartbeat_budget).
+    heartbeat_writes_per_second: float = 0.0
 
 
 @dataclass

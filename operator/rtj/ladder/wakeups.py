@@ -4,9 +4,10 @@ A pass used to run every second for every job; at 300 jobs that alone was ~0.5 o
 0.75 cores, almost all of it recomputing jobs where nothing had changed. A job's pass now runs
 - when the job's spec or one of its pods changes, or the readiness or taints of a node holding
   one of its pods (watch events; the handlers wake it),
-- when a heartbeat Lease's content changes, not its renewal: the Heartbeat annotation without its
-  `step` (state, restart counters, a reported fault, a committed checkpoint) or the assigned slot
-  (`heartbeat_digest`),
+- when a heartbeat Lease's content changes, not its renewal: the Heartbeat annotation without what
+  advances while a pod trains (`PROGRESS_FIELDS`: the step, the newest memory snapshot and replica,
+  the committed checkpoint, the persist time, skipped saves), i.e. its state, restart counters or a
+  reported fault, or the assigned slot (`heartbeat_digest`),
 - when a renewal arrives for a slot the last pass found stale or silent (`watched_leases`): that
   renewal can end a stale state or the outage hold,
 - at the job's next deadline (`next_deadline`): the first live slot's heartbeat deadline, or the
@@ -15,7 +16,13 @@ A pass used to run every second for every job; at 300 jobs that alone was ~0.5 o
   end of a create refusal's backoff); after 1 s when the pass did not finish (a status-write
   conflict, a failed call),
 - and at the slow resync interval (RTJ_RECONCILE_INTERVAL_SECONDS), a safety net only.
-An ordinary renewal of a healthy slot only moves a deadline later, so it wakes nothing.
+An ordinary renewal of a healthy slot only moves a deadline later, so it wakes nothing: with the
+memory tier on, almost every renewal of a training pod carries a newer memory snapshot step, and every
+pod reports each committed checkpoint, so waking on those woke a full pass (all of a 512-slot job's
+Leases parsed, decide() over 512 slots) once per renewal (issue 30). Progress reaches status at the
+job's next pass (its next deadline, at most the resync): memory and replica steps were refreshed only
+with the heartbeat times anyway (RTJ_HEARTBEAT_STATUS_RESOLUTION_SECONDS), and a pass that acts on a
+fault reads every Lease's progress as it is then.
 """
 
 from __future__ import annotations
@@ -30,10 +37,15 @@ from rtj.api.models import FaultTolerance, JobStatus, SlotState
 
 #: A pass runs this long after a heartbeat deadline (the ladder's test is "older than", strictly).
 DEADLINE_SLACK_SECONDS = 0.02
+#: Heartbeat fields that advance while a pod trains: none of them makes the ladder act.
+PROGRESS_FIELDS = frozenset(
+    {"step", "memorySnapshotStep", "replicaStep", "checkpoint", "persistSeconds", "checkpointsSkipped"}
+)
 
 
 def heartbeat_digest(annotations: Mapping[str, Any] | None) -> str:
-    """What in a Lease the ladder acts on, without the step (which changes with every renewal)."""
+    """What in a Lease the ladder acts on, without its progress (`PROGRESS_FIELDS`, which change
+    with almost every renewal of a training pod)."""
     return read_heartbeat(annotations)[0]
 
 
@@ -52,7 +64,7 @@ def read_heartbeat(annotations: Mapping[str, Any] | None) -> tuple[str, int | No
         value = heartbeat.get("step")
         if type(value) is int and 0 <= value <= contract.MAX_COUNTER:
             step = value
-        heartbeat = {k: v for k, v in heartbeat.items() if k != "step"}
+        heartbeat = {k: v for k, v in heartbeat.items() if k not in PROGRESS_FIELDS}
     assigned = annotations.get(contract.ASSIGNED_SLOT_ANNOTATION)
     return json.dumps([heartbeat, assigned], sort_keys=True, default=str), step
 
