@@ -45,6 +45,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
+from rtj.api.status_slots import every_slot
 from rtj.builders import RDZV_PORT
 from rtj.contract import API_GROUP, API_VERSION, LABEL_JOB, LABEL_ROLE, PLURAL, ROLE_WORKER, parse_time
 from rtj_local.cluster import LocalCluster
@@ -172,7 +173,7 @@ def first_step_after(agent: NodeAgent, t_fault: float) -> float | None:
 
 
 def all_training(snap: Snapshot) -> bool:
-    slots = snap.status.get("nodeSlots") or []
+    slots = every_slot(snap.status)
     return len(slots) == 2 and all(
         snap.leases.get(s.get("pod", ""), {}).get("state") == "Training" for s in slots
     )
@@ -255,7 +256,7 @@ class Bench:
     # --- faults ----------------------------------------------------------------------------------
     def victim(self, snap: Snapshot) -> dict[str, Any]:
         """A slot whose node holds no other pod of the job (not the rendezvous, not the spare)."""
-        for slot in snap.status.get("nodeSlots") or []:
+        for slot in every_slot(snap.status):
             node = snap.pods.get(slot["pod"], {}).get("node")
             if node and sum(1 for p in snap.pods.values() if p["node"] == node and not p["deleting"]) == 1:
                 return {**slot, "node": node}
@@ -282,7 +283,7 @@ class Bench:
         operator then recreates them). Granted an oracle: the dead node is cordoned at once, so no
         recreated pod lands on it (for 20 s it still looks Ready)."""
         self.raw.request("PATCH", f"/api/v1/nodes/{dead_node}", {"spec": {"unschedulable": True}}, MERGE)
-        for slot in snap.status.get("nodeSlots") or []:
+        for slot in every_slot(snap.status):
             with contextlib.suppress(ApiException):
                 self.raw.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{slot['pod']}",
                                  {"gracePeriodSeconds": 0})  # fmt: skip

@@ -75,12 +75,12 @@ class FaultRecord:
 
 def min_step(snap: Snapshot) -> int:
     """The lowest step the job's current slot pods report (0 when unknown)."""
-    steps = [snap.leases.get(s.get("pod", ""), {}).get("step") for s in snap.status.get("nodeSlots") or []]
+    steps = [snap.leases.get(s.get("pod", ""), {}).get("step") for s in snap.slots]
     return min((s or 0) for s in steps) if steps else 0
 
 
 def all_training(snap: Snapshot) -> bool:
-    slots = snap.status.get("nodeSlots") or []
+    slots = snap.slots
     return bool(slots) and all(
         snap.leases.get(s.get("pod", ""), {}).get("state") == "Training" for s in slots
     )
@@ -164,7 +164,7 @@ class Demo:
         return out
 
     def _sigkill_rank(self, snap: Snapshot) -> str:
-        slot = (snap.status.get("nodeSlots") or [])[-1]
+        slot = snap.slots[-1]
         pids = self._rank_pids(slot["pod"])
         rank = max(pids)
         os.kill(pids[rank], signal.SIGKILL)  # from outside, as the OOM killer would
@@ -173,7 +173,7 @@ class Demo:
     def _kill_node(self, snap: Snapshot) -> str:
         assert self.agent is not None
         rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
-        slot = next(s for s in reversed(snap.status.get("nodeSlots") or []) if s.get("node") != rdzv_node)
+        slot = next(s for s in reversed(snap.slots) if s.get("node") != rdzv_node)
         self.agent.kill_node(slot["node"])
         return f"node {slot['node']} (pod {slot['pod']}) is dead: processes SIGKILLed, no more heartbeats"
 

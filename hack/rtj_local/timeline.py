@@ -15,7 +15,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rtj.contract import API_GROUP, API_VERSION, LABEL_JOB, PLURAL, parse_heartbeat, parse_time
+from rtj.contract import (
+    API_GROUP,
+    API_VERSION,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_ROLE,
+    LABEL_SLOT,
+    PLURAL,
+    ROLE_WORKER,
+    parse_heartbeat,
+    parse_time,
+)
 
 from rtj_local.rawapi import RawApi
 
@@ -27,11 +38,41 @@ class Snapshot:
     t: float  # seconds since the timeline started
     job: dict[str, Any] | None
     leases: dict[str, dict[str, Any]]  # pod name -> {state, step, checkpoint, age, ...}
-    pods: dict[str, dict[str, Any]]  # pod name -> {phase, node, exit_code}
+    pods: dict[str, dict[str, Any]]  # pod name -> {phase, node, exit_code, slot, attempt}
 
     @property
     def status(self) -> dict[str, Any]:
         return (self.job or {}).get("status") or {}
+
+    @property
+    def slots(self) -> list[dict[str, Any]]:
+        """Every node slot as status.nodeSlots entries: the operator's own entry where status shows
+        one (the slots that are not plainly healthy), else the slot's newest worker pod, its node and
+        its heartbeat's state, as `kubectl get pods -l` and the Leases show them (a big job's status
+        lists only a few slots whole)."""
+        shown = {s.get("slot"): s for s in self.status.get("nodeSlots") or []}
+        newest: dict[int, tuple[int, str]] = {}
+        for name, pod in self.pods.items():
+            slot, attempt = pod.get("slot"), pod.get("attempt")
+            if slot is not None and attempt is not None and attempt >= newest.get(slot, (-1, ""))[0]:
+                newest[slot] = (attempt, name)
+        nodes = int(((self.job or {}).get("spec") or {}).get("nodes") or 0)
+        out = []
+        for slot in range(max(nodes, len(shown))):
+            if slot in shown:
+                out.append(shown[slot])
+                continue
+            attempt, name = newest.get(slot, (0, ""))
+            out.append(
+                {
+                    "slot": slot,
+                    "pod": name,
+                    "node": self.pods.get(name, {}).get("node", ""),
+                    "attempt": attempt,
+                    "state": self.leases.get(name, {}).get("state", "") if name else "",
+                }
+            )
+        return out
 
     def condition(self, type_: str) -> dict[str, Any] | None:
         return next((c for c in self.status.get("conditions") or [] if c.get("type") == type_), None)
@@ -101,7 +142,11 @@ class Timeline:
         for pod in self.raw.request("GET", f"/api/v1/namespaces/{ns}/pods", labelSelector=selector)["items"]:
             statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
             terminated = (statuses[0].get("state") or {}).get("terminated") or {}
+            labels = pod["metadata"].get("labels") or {}
+            worker = labels.get(LABEL_ROLE) == ROLE_WORKER
             pods[pod["metadata"]["name"]] = {
+                "slot": _int(labels.get(LABEL_SLOT)) if worker else None,
+                "attempt": _int(labels.get(LABEL_ATTEMPT)) if worker else None,
                 "phase": (pod.get("status") or {}).get("phase", ""),
                 "node": (pod.get("spec") or {}).get("nodeName") or "",
                 "exit_code": terminated.get("exitCode"),
@@ -148,9 +193,7 @@ class Timeline:
         conditions = tuple(
             (c.get("type"), c.get("status"), c.get("reason")) for c in st.get("conditions") or []
         )
-        slots = tuple(
-            (s.get("slot"), s.get("pod"), s.get("node"), s.get("state")) for s in st.get("nodeSlots") or []
-        )
+        slots = tuple((s.get("slot"), s.get("pod"), s.get("node"), s.get("state")) for s in snap.slots)
         pods = tuple(sorted((n, p["phase"], p["node"], p["deleting"]) for n, p in snap.pods.items()))
         return (
             conditions,
@@ -180,7 +223,7 @@ class Timeline:
             f" | checkpoint {'step ' + str(ckpt) if ckpt is not None else '-'}"
         )
         lines = [head]
-        for s in st.get("nodeSlots") or []:
+        for s in snap.slots:
             pod = s.get("pod", "")
             hb = snap.leases.get(pod, {})
             age = hb.get("age")
@@ -192,7 +235,7 @@ class Timeline:
                 f" restarts ip/ij {hb.get('in_process', 0)}/{hb.get('in_job', 0)}"
                 + (f"  fault {hb['fault']}" if hb.get("fault") else "")
             )
-        in_slots = {s.get("pod") for s in st.get("nodeSlots") or []}
+        in_slots = {s.get("pod") for s in snap.slots}
         others = [
             f"{n} {p['phase']}@{p['node'] or '-'}"
             + (" (deleting)" if p["deleting"] else "")
@@ -205,3 +248,10 @@ class Timeline:
         if st.get("quarantinedNodes"):
             lines.append(f"{'':10}quarantined nodes: {', '.join(st['quarantinedNodes'])}")
         return lines
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

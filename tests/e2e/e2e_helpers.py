@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
+from rtj.api.status_slots import every_slot
 from rtj.contract import (
     API_GROUP,
     API_VERSION,
@@ -334,7 +335,7 @@ class JobRun:
         def per_slot(snap: Snapshot) -> dict[int, int]:
             return {
                 s.get("slot", -1): int(s.get("inProcessRestarts", 0)) + int(s.get("inJobRestarts", 0))
-                for s in snap.status.get("nodeSlots") or []
+                for s in every_slot(snap.status)
             }
 
         before, after = per_slot(self.history[start]), per_slot(self.history[end])
@@ -423,7 +424,7 @@ def failed(snap: Snapshot) -> bool:
 
 
 def all_training(snap: Snapshot) -> bool:
-    slots = snap.status.get("nodeSlots") or []
+    slots = every_slot(snap.status)
     return bool(slots) and all(
         snap.leases.get(s.get("pod", ""), {}).get("state") == "Training" for s in slots
     )

@@ -20,6 +20,7 @@ import time
 
 import pytest
 from e2e_helpers import NAMESPACE, all_training, failed, node_record, succeeded
+from rtj.api.status_slots import every_slot
 from rtj.reasons import (
     CONTAINER_OOM_KILLED,
     IMAGE_PULL_FAILED,
@@ -129,13 +130,13 @@ def test_gpu_unhealthy_node_condition_replaces_the_pod_and_quarantines_only_that
     snap = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
     # A worker's node, not the rendezvous pod's (whose loss is another row: a job-level recovery).
     rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
-    victim = next(s for s in snap.status["nodeSlots"] if s["node"] != rdzv_node)
+    victim = next(s for s in every_slot(snap.status) if s["node"] != rdzv_node)
     marked_at = time.time()
     set_node_condition(job.raw, victim["node"], GPU_UNHEALTHY)
     try:
 
         def replaced_elsewhere(s) -> bool:
-            slot = next(x for x in s.status.get("nodeSlots") or [] if x.get("slot") == victim["slot"])
+            slot = next(x for x in every_slot(s.status) if x.get("slot") == victim["slot"])
             return slot["pod"] != victim["pod"] and slot.get("node") not in ("", victim["node"])
 
         job.wait(replaced_elsewhere, 120, "the unhealthy node's pod replaced on another node")

@@ -55,6 +55,7 @@ from e2e_helpers import (
     node_record,
     succeeded,
 )
+from rtj.api.status_slots import every_slot
 from rtj_local import node_kinds
 from rtj_local.rawapi import MERGE
 from rtj_local.train_log import fault_times, job_train_logs, train_log_env
@@ -115,7 +116,7 @@ class ByoRun:
     #: worker pod name -> uid, once both trained, and right before the node died
     pods: dict[str, str]
     pods_before_node_death: dict[str, str]
-    #: the node slot (status.nodeSlots entry) whose node was killed, and when (wall time)
+    #: the node slot (an every_slot(status) entry) whose node was killed, and when (wall time)
     victim: dict[str, Any]
     killed_at: float
     #: other nodes of the stack whose Node was quarantined at the end (none expected)
@@ -148,7 +149,7 @@ class ByoRun:
 
 
 def slot_pod(snap: Any, slot: int) -> dict[str, Any]:
-    return next(s for s in snap.status.get("nodeSlots") or [] if s.get("slot") == slot)
+    return next(s for s in every_slot(snap.status) if s.get("slot") == slot)
 
 
 @contextlib.contextmanager
@@ -233,7 +234,7 @@ def run_through_faults(
         )
         pods_before = job.worker_pods(snap)
         rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
-        victim = next(s for s in snap.status["nodeSlots"] if s["node"] != rdzv_node)
+        victim = next(s for s in every_slot(snap.status) if s["node"] != rdzv_node)
         killed_at = time.time()
         killed = stack.agent.kill_node(victim["node"])
         assert f"{NAMESPACE}/{victim['pod']}" in killed, killed

@@ -15,6 +15,7 @@ import time
 import pytest
 from e2e_helpers import NAMESPACE, BlameRow, JobRun, all_training, failed, node_record, succeeded
 from kubernetes.client.rest import ApiException
+from rtj.api.status_slots import every_slot
 from rtj.contract import LABEL_JOB
 from rtj_local.rawapi import MERGE
 from rtj_local.train_log import TRAIN_LOG_SUBDIR
@@ -116,13 +117,13 @@ def assert_blamed(row: BlameRow) -> None:
 
 
 def slot_pod(snap, slot: int) -> dict:
-    return next(s for s in snap.status.get("nodeSlots") or [] if s.get("slot") == slot)
+    return next(s for s in every_slot(snap.status) if s.get("slot") == slot)
 
 
 def slot_of_rank(job: JobRun, snap, rank: int) -> int:
     """The node slot whose pod runs global rank `rank` (rendezvous decides: read the ranks' env)."""
     agent = job.stack.agent
-    for slot in snap.status.get("nodeSlots") or []:
+    for slot in every_slot(snap.status):
         procs = agent.pod_processes(NAMESPACE, slot["pod"])
         if any(p.env.get("RANK") == str(rank) for p in procs):
             return slot["slot"]
@@ -198,7 +199,7 @@ def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(ru
     )
     snap = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 10, START, "a checkpoint")
     rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
-    victim = next(s for s in snap.status["nodeSlots"] if s["node"] != rdzv_node)
+    victim = next(s for s in every_slot(snap.status) if s["node"] != rdzv_node)
     checkpoint_before = snap.checkpoint_step
     killed_at = time.time()
     killed = e2e_stack.agent.kill_node(victim["node"])
@@ -256,13 +257,13 @@ def test_node_death_with_the_volume_unreadable_resumes_from_the_peer_replica(run
     snap = job.wait(
         lambda s: (
             all_training(s)
-            and all((lease(s, slot["pod"]).get("replica") or 0) >= 10 for slot in s.status["nodeSlots"])
+            and all((lease(s, slot["pod"]).get("replica") or 0) >= 10 for slot in every_slot(s.status))
         ),
         START,
         "a replica in every pod",
     )
     rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
-    victim = next(s for s in snap.status["nodeSlots"] if s["node"] != rdzv_node)
+    victim = next(s for s in every_slot(snap.status) if s["node"] != rdzv_node)
     before = lease(snap, victim["pod"]).get("step") or 0
     # Every checkpoint on the volume unreadable (mode 000: the pods run as the trainer's user, not
     # root); the volume itself stays writable, as the ranks' step logs (this test's instrument) and

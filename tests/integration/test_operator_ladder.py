@@ -28,6 +28,7 @@ from operator_harness import (
     until,
 )
 from rtj import contract, reasons
+from rtj.api.status_slots import every_slot
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -147,7 +148,7 @@ def test_silence_replaces_one_pod_and_records_its_node_without_quarantine(
     assert new[0].metadata.uid == survivor.metadata.uid, "the other pod keeps running"
     st = e.status("train")
     assert st["restarts"]["podReschedules"] == 1 and not st.get("quarantinedNodes"), st
-    slot1 = next(s for s in st["nodeSlots"] if s["slot"] == 1)
+    slot1 = next(s for s in every_slot(st) if s["slot"] == 1)
     assert slot1["attempt"] == 1 and slot1["lastFaultReason"] == reasons.HEARTBEAT_TIMEOUT
     # The node's record names the job and the fault (the write follows the pass that replaced it).
     job_key = f"{e.namespace}/train"
@@ -222,7 +223,7 @@ def test_unhealthy_node_condition_replaces_its_pod_and_quarantines_the_node(
     assert record.until > record.since, record
     st = e.status("train")
     assert st["restarts"]["podReschedules"] == 1 and st["quarantinedNodes"] == [bad], st
-    slot1 = next(s for s in st["nodeSlots"] if s["slot"] == 1)
+    slot1 = next(s for s in every_slot(st) if s["slot"] == 1)
     assert slot1["lastFaultReason"] == reasons.NODE_UNHEALTHY, slot1
     until(running(e, "train", 2), t, 60, e.explain("train"))
     evs = events(e.core, e.namespace, "train")
@@ -313,7 +314,7 @@ def test_exit_70_is_replaced_and_exit_93_fails_the_job(env: Callable[..., Operat
         60,
         e.explain("train"),
     )
-    assert e.status("train")["nodeSlots"][0]["lastFaultReason"] == reasons.LAUNCHER_BUDGET_EXHAUSTED
+    assert every_slot(e.status("train"))[0]["lastFaultReason"] == reasons.LAUNCHER_BUDGET_EXHAUSTED
     until(running(e, "train", 2), t, 60, e.explain("train"))
 
     end_pod(e.core, e.namespace, "train-n1-a0", contract.ExitCode.DO_NOT_RESTART)
@@ -506,7 +507,7 @@ def test_hot_spare_takes_over_a_failed_slot(env: Callable[..., OperatorEnv]) -> 
 
 
 def slot_status(e: OperatorEnv, job: str, slot: int) -> dict[str, Any]:
-    return next((s for s in e.status(job).get("nodeSlots") or [] if s["slot"] == slot), {})
+    return next((s for s in every_slot(e.status(job)) if s["slot"] == slot), {})
 
 
 def test_deleted_heartbeat_lease_is_not_silence_from_pod_start(env: Callable[..., OperatorEnv]) -> None:

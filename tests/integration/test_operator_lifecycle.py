@@ -25,6 +25,7 @@ from operator_harness import (
     until,
 )
 from rtj import contract, reasons
+from rtj.api.status_slots import every_slot
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -251,7 +252,7 @@ def test_operator_restart_changes_nothing_and_counts_nothing_twice(
 
     # lastHeartbeatTime is refreshed coarsely (every 60 s) by design; everything else must be equal.
     def slots(st: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{k: v for k, v in s.items() if k != "lastHeartbeatTime"} for s in st["nodeSlots"]]
+        return [{k: v for k, v in s.items() if k != "lastHeartbeatTime"} for s in every_slot(st)]
 
     assert slots(after) == slots(before)
     assert {s: p.metadata.uid for s, p in e.workers("train").items()} == uids
@@ -320,7 +321,7 @@ def test_job_is_deletable_when_its_operator_is_gone(env: Callable[..., OperatorE
     e.create_job("plain", 1, checkpoint={"pvc": {"claimName": "ckpt"}})
     e.create_job("fsx", 1)
     finalizer = f"{contract.API_GROUP}/cleanup"
-    until(lambda: e.status("plain").get("nodeSlots") and e.status("fsx").get("nodeSlots"), None, 60,
+    until(lambda: every_slot(e.status("plain")) and every_slot(e.status("fsx")), None, 60,
           e.explain("plain"))  # fmt: skip
     until(lambda: finalizer in (e.job("fsx")["metadata"].get("finalizers") or []), None, 30, e.explain("fsx"))
     assert finalizer not in (e.job("plain")["metadata"].get("finalizers") or [])

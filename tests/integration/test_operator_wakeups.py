@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 from operator_harness import OperatorEnv, end_pod, running, until
 from rtj import contract, reasons
+from rtj.api.status_slots import every_slot
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -101,4 +102,4 @@ def deleted(e: OperatorEnv, job: str) -> bool:
 
 
 def slot_state(e: OperatorEnv, job: str, slot: int) -> dict[str, object]:
-    return next((s for s in e.status(job).get("nodeSlots") or [] if s["slot"] == slot), {})
+    return next((s for s in every_slot(e.status(job)) if s["slot"] == slot), {})

@@ -40,6 +40,7 @@ from integration.operator_harness import (
 from kubernetes import client
 from reliability.harness import Fleet, Script, SlotWatch, leaks, quarantine_taints
 from rtj import contract, reasons
+from rtj.api.status_slots import every_slot
 from rtj.contract import micro_time
 from rtj_local.cluster import LocalCluster
 from rtj_local.stack import OperatorProcess
@@ -274,7 +275,7 @@ def test_operator_sigkilled_during_churn_loses_and_doubles_nothing(
                 for p in pods
                 if p.metadata.labels.get(contract.LABEL_JOB) == s.name
             ]
-            slots = [(x.get("slot"), x.get("state"), x.get("attempt")) for x in st.get("nodeSlots") or []]
+            slots = [(x.get("slot"), x.get("state"), x.get("attempt")) for x in every_slot(st)]
             summary = (
                 f"{st.get('state')}/{st.get('reason')} ready={st.get('nodesReady')} {st.get('restarts')}"
             )

@@ -33,6 +33,7 @@ from rtj.api.spec_pods import (
 )
 from rtj.api.spec_recovery import Checkpoint, FaultTolerance, FsxSource, InProcessRestart, PvcSource
 from rtj.api.status import (
+    IN_MEMORY,
     INCIDENT_MESSAGE_MAX,
     INCIDENTS_KEPT,
     SLOT_STATES_WITHOUT_POD,
@@ -46,7 +47,9 @@ from rtj.api.status import (
     JobStatus,
     NodeSlotStatus,
     RestartCounts,
+    SlotCount,
     SlotState,
+    SlotTable,
     SpareStatus,
 )
 from rtj.contract import PodState
@@ -55,6 +58,7 @@ __all__ = [
     "CHECKPOINT_VOLUME",
     "INCIDENTS_KEPT",
     "INCIDENT_MESSAGE_MAX",
+    "IN_MEMORY",
     "RESERVED_VOLUMES",
     "SHM_MOUNT_PATH",
     "SHM_VOLUME",
@@ -84,7 +88,9 @@ __all__ = [
     "Resources",
     "RestartCounts",
     "SeccompProfile",
+    "SlotCount",
     "SlotState",
+    "SlotTable",
     "SpareStatus",
     "Toleration",
     "qualified_name_error",

@@ -1,16 +1,56 @@
 """status: what the operator observed and did: conditions and the one-word state, restart counts
-per ladder level, per-slot and per-spare details, the newest fault, the last incidents, checkpoint
-and progress figures, and the Events not yet known to be posted.
+per ladder level, per-slot details (compact on the wire: rtj.api.status_slots) and per-spare
+details, the newest fault, the last incidents, checkpoint and progress figures, and the Events not
+yet known to be posted.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
+from rtj.api import status_slots
 from rtj.api.schema import ApiModel
+from rtj.api.status_slots import (
+    NODE_SLOTS_SHOWN,
+    SLOT_STATES_WITHOUT_POD,
+    NodeSlotStatus,
+    SlotCount,
+    SlotState,
+    SlotTable,
+)
+
+__all__ = [
+    "INCIDENTS_KEPT",
+    "INCIDENT_MESSAGE_MAX",
+    "IN_MEMORY",
+    "NODE_SLOTS_SHOWN",
+    "SLOT_STATES_WITHOUT_POD",
+    "CheckpointStatus",
+    "Condition",
+    "ConditionType",
+    "EventRecord",
+    "FaultStatus",
+    "IncidentStatus",
+    "JobState",
+    "JobStatus",
+    "NodeSlotStatus",
+    "RestartCounts",
+    "SlotCount",
+    "SlotState",
+    "SlotTable",
+    "SpareStatus",
+]
 
 
 class ConditionType(StrEnum):
@@ -46,7 +86,7 @@ class RestartCounts(ApiModel):
     in_process: int = Field(
         0,
         description="Level 1: in-process restart incidents. Counts incidents, not pods: one exception is 1 "
-        "however many pods restart with it (their per-pod counts are in nodeSlots).",
+        "however many pods restart with it (their per-pod counts are in slotTable, per slot).",
     )
     in_job: int = Field(
         0,
@@ -97,75 +137,6 @@ class JobState(StrEnum):
     QUEUED = "Queued"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
-
-
-class SlotState(StrEnum):
-    """The operator's own states of a node slot; otherwise a slot shows its pod's heartbeat state
-    (rtj.contract.PodState)."""
-
-    PENDING = "Pending"
-    #: Its pod waits for something no restart fixes (condition Waiting names it).
-    WAITING = "Waiting"
-    STARTING = "Starting"
-    REPLACING = "Replacing"
-    SILENT = "Silent"
-    #: The pod heartbeated before and its Lease is gone (rtj.ladder.missing_lease): not known to train.
-    LEASE_MISSING = "LeaseMissing"
-    SUCCEEDED = "Succeeded"
-    #: Stopped after its pod's ranks finished training (rtj.ladder.training_finished): only the exit
-    #: failed. Not "Finished": that is a live pod's heartbeat state (its ranks done, the pod exiting).
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-    SUSPENDED = "Suspended"
-
-
-#: Slot states without a running pod ("": not observed yet).
-SLOT_STATES_WITHOUT_POD = frozenset(
-    {
-        SlotState.PENDING,
-        SlotState.WAITING,
-        SlotState.REPLACING,
-        SlotState.COMPLETED,
-        SlotState.FAILED,
-        SlotState.SUSPENDED,
-        "",
-    }
-)
-
-
-class NodeSlotStatus(ApiModel):
-    model_config = ConfigDict(extra="ignore")
-
-    slot: int = Field(description="Node slot (0 .. nodes-1).")
-    pod: str = Field("", description="Pod currently in the slot.")
-    node: str = Field("", description="Node the pod runs on.")
-    attempt: int = Field(0, description="Attempt number of the pod in this slot.")
-    state: str = Field(
-        "",
-        description="Pod state from its heartbeat, or the operator's: Pending, Starting, Replacing, Silent, "
-        "LeaseMissing, Succeeded, Failed, Suspended.",
-    )
-    last_heartbeat_time: datetime | None = Field(None, description="Last heartbeat renewal seen.")
-    lease_missing_since: datetime | None = Field(
-        None,
-        description="When the operator first saw the heartbeat Lease of a pod that had heartbeated "
-        "missing (the trainer recreates it; silence still counts from lastHeartbeatTime).",
-    )
-    in_process_restarts: int = Field(
-        0,
-        description="In-process restarts the slot's current pod reported (last seen; the operator's "
-        "bookkeeping for counting deltas exactly once).",
-    )
-    in_job_restarts: int = Field(
-        0, description="In-job restarts the slot's current pod reported (last seen)."
-    )
-    last_fault_reason: str = Field("", description="Reason of the last fault seen in this slot.")
-    recovering_since: datetime | None = Field(
-        None, description="When the slot's ongoing recovery was detected; cleared once back to Training."
-    )
-    recovering_level: str = Field(
-        "", description="Ladder level of the ongoing recovery (InProcess, InJob, Pod)."
-    )
 
 
 class SpareStatus(ApiModel):
@@ -294,7 +265,22 @@ class JobStatus(ApiModel):
         "committed on the next slot's pod (checkpoint.peerReplica): a replacement pod resumes from at "
         "least this step without the volume. Refreshed like memorySnapshotStep.",
     )
-    node_slots: list[NodeSlotStatus] = Field(default_factory=list, description="Per-node details.")
+    node_slots: list[NodeSlotStatus] = Field(
+        default_factory=list,
+        description=f"Per-slot details of at most {NODE_SLOTS_SHOWN} slots that are not plainly healthy "
+        "(recovering, not Training, or their heartbeat Lease missing): recovering ones first, listed "
+        "by slot. Every slot's bookkeeping is in slotTable; every pod's own detail in `kubectl get pods "
+        "-l training.resilient.dev/job-name=<job>` and its heartbeat Lease (named like the pod).",
+    )
+    node_slots_not_shown: int = Field(
+        0, description="Slots that are not plainly healthy and nodeSlots leaves out (slotCounts counts all)."
+    )
+    slot_counts: list[SlotCount] = Field(default_factory=list, description="Slots per state.")
+    slot_table: SlotTable | None = Field(
+        None,
+        description="Every slot's bookkeeping as columns (index = slot): what the operator reads back "
+        "after a restart. Written by the operator, read by it; for people, nodeSlots and slotCounts.",
+    )
     quarantined_nodes: list[str] = Field(default_factory=list, description="Nodes this job quarantined.")
     spares: list[SpareStatus] = Field(default_factory=list, description="Hot spares standing by.")
     lost_seconds: float = Field(
@@ -364,3 +350,61 @@ class JobStatus(ApiModel):
         "(a restarted operator posts them, exactly once).",
         max_length=64,
     )
+
+    # --- the slots on the wire (rtj.api.status_slots) ----------------------------------------------
+    @model_validator(mode="before")
+    @classmethod
+    def _slots_from_table(cls, data: Any) -> Any:
+        """nodeSlots in memory: every slot, from slotTable when the status has one (else as written)."""
+        if not isinstance(data, dict):
+            return data
+        table = data.get("slotTable", data.get("slot_table"))
+        if table is None:
+            return data
+        slots = status_slots.decode(SlotTable.model_validate(table))
+        rest = {k: v for k, v in data.items() if k not in _WIRE_ONLY}
+        return {**rest, "nodeSlots": slots}
+
+    @model_validator(mode="after")
+    def _derived_counts(self) -> JobStatus:
+        self.set_slots(self.node_slots)
+        self.slot_table = None
+        return self
+
+    def set_slots(self, slots: list[NodeSlotStatus]) -> None:
+        """nodeSlots (every slot, in memory) and what is derived from them: slotCounts, nodeSlotsNotShown."""
+        self.node_slots = slots
+        self.node_slots_not_shown = status_slots.shown(slots)[1]
+        self.slot_counts = status_slots.counts(slots)
+
+    @model_serializer(mode="wrap")
+    def _slots_to_table(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """On the wire: slotTable holds every slot, nodeSlots only those shown (plus counts)."""
+        if isinstance(info.context, dict) and info.context.get(IN_MEMORY):
+            return handler(self)
+        picked, not_shown = status_slots.shown(self.node_slots)
+        data = handler(self.model_copy(update={"node_slots": [self.node_slots[i] for i in picked]}))
+        if not isinstance(data, dict):
+            return data
+
+        def key(name: str) -> str:
+            alias = JobStatus.model_fields[name].alias
+            return alias if info.by_alias and alias else name
+
+        data[key("node_slots_not_shown")] = not_shown
+        data[key("slot_counts")] = [
+            c.model_dump(mode=info.mode, by_alias=info.by_alias) for c in status_slots.counts(self.node_slots)
+        ]
+        data[key("slot_table")] = status_slots.encode(self.node_slots).model_dump(
+            mode=info.mode, by_alias=info.by_alias
+        )
+        return data
+
+
+#: model_dump(context={IN_MEMORY: True}): every slot in nodeSlots, no slotTable (a copy in memory).
+IN_MEMORY = "rtj.inMemory"
+#: Keys of the status that the validator derives from slotTable (their written values are not read).
+_WIRE_ONLY = frozenset(
+    {"nodeSlots", "node_slots", "slotTable", "slot_table", "slotCounts", "slot_counts"}
+    | {"nodeSlotsNotShown", "node_slots_not_shown"}
+)

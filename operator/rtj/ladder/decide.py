@@ -69,7 +69,7 @@ def run(ps: Pass) -> Decision:
         create_refusal(ps)  # a queued job's Workload create too (Kueue's CRDs missing: 404)
     if ps.st.state in (JobState.FAILED, JobState.SUCCEEDED, JobState.SUSPENDED, JobState.QUEUED):
         ps.st.steps_per_second = None  # no pod trains: a last rate would read as training
-    ps.st.node_slots = ps.slots
+    ps.st.set_slots(ps.slots)
     event_outbox.record(ps.st, ps.d.events, ps.obs.events_posted, ps.now)
     ps.d.status = ps.st
     return ps.d

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from rtj import contract, reasons
 from rtj.api.models import (
+    IN_MEMORY,
     FaultStatus,
     IncidentStatus,
     JobStatus,
@@ -64,9 +65,10 @@ def copy_status(status: JobStatus) -> JobStatus:
     """A deep copy of the status. A dump/validate round trip costs about a seventh of
     model_copy(deep=True) (copy.deepcopy), which was most of decide()'s time: decide() of an
     8-slot job went from ~0.45 to ~0.28 ms CPU (see docs/benchmarks.md, Operator at scale). The deep
-    copy stays as the fallback for a status that no longer validates."""
+    copy stays as the fallback for a status that no longer validates. In memory: every slot as it
+    is, not the wire's slotTable (rtj.api.status_slots)."""
     try:
-        return JobStatus.model_validate(status.model_dump(by_alias=True))
+        return JobStatus.model_validate(status.model_dump(by_alias=True, context={IN_MEMORY: True}))
     except ValidationError:
         return status.model_copy(deep=True)
 

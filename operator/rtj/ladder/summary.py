@@ -22,6 +22,9 @@ from rtj.ladder import predicates as p
 from rtj.ladder.conditions import get_condition
 from rtj.ladder.pass_state import WARNING, Pass
 
+#: The Recovering condition names at most this many slots (status.slotCounts counts them all).
+RECOVERING_LISTED = 32
+
 
 def collect_checkpoint(ps: Pass) -> None:
     best = ps.st.last_checkpoint
@@ -127,12 +130,9 @@ def recovering_condition(ps: Pass, recovering: list[NodeSlotStatus]) -> None:
         reasons.LEVEL_IN_PROCESS: reasons.IN_PROCESS_RESTART,
         reasons.LEVEL_IN_JOB: reasons.IN_JOB_RESTART,
     }.get(latest.recovering_level, latest.last_fault_reason or reasons.POD_RESCHEDULED)
-    ps.cond(
-        ConditionType.RECOVERING,
-        True,
-        reason,
-        "slots recovering: " + ", ".join(str(s.slot) for s in recovering),
-    )
+    listed = ", ".join(str(s.slot) for s in recovering[:RECOVERING_LISTED])
+    more = f" and {len(recovering) - RECOVERING_LISTED} more" if len(recovering) > RECOVERING_LISTED else ""
+    ps.cond(ConditionType.RECOVERING, True, reason, f"slots recovering: {listed}{more}")
 
 
 def degraded_condition(ps: Pass, c: Counts) -> None:
