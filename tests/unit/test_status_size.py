@@ -142,13 +142,25 @@ def record(name: str, n: int, status: JobStatus) -> int:
     return got
 
 
-@pytest.mark.parametrize("n", [8, 64, 512])
-def test_a_healthy_job_writes_no_slot_entry_and_stays_under_64_kib(n: int) -> None:
+@pytest.mark.parametrize("n", [64, 512])
+def test_a_healthy_big_job_writes_no_slot_entry_and_stays_under_64_kib(n: int) -> None:
     _job, status = steady(n)
     sent = wire(status)
     assert sent["nodeSlots"] == [] and sent["nodeSlotsNotShown"] == 0
     assert sent["slotCounts"] == [{"state": "Training", "slots": n}]
+    assert sent["slotTable"]["size"] == n
     assert record("healthy", n, status) < GOAL_BYTES
+
+
+@pytest.mark.parametrize("n", [8, status_slots.NODE_SLOTS_SHOWN])
+def test_a_small_job_is_written_whole(n: int) -> None:
+    """At most NODE_SLOTS_SHOWN slots: every slot in nodeSlots, as before the slot table, none in it."""
+    _job, status = steady(n)
+    sent = wire(status)
+    assert [s["slot"] for s in sent["nodeSlots"]] == list(range(n)) and sent["slotTable"] is None
+    assert {s["state"] for s in sent["nodeSlots"]} == {"Training"} and sent["nodeSlotsNotShown"] == 0
+    assert JobStatus.model_validate(sent) == status
+    record("healthy", n, status)
 
 
 @pytest.mark.parametrize("n", [64, 512])
@@ -241,13 +253,19 @@ def test_a_status_written_before_the_slot_table_is_read_from_its_node_slots() ->
 
 def test_node_slots_shows_recovering_slots_first_then_by_slot_at_most_the_cap() -> None:
     cap = status_slots.NODE_SLOTS_SHOWN
-    slots = [NodeSlotStatus(slot=i, state="Pending") for i in range(cap + 10)]
+    slots = [NodeSlotStatus(slot=i, state="Pending") for i in range(cap + 10)] + [
+        NodeSlotStatus(slot=cap + 10 + i, state="Training") for i in range(5)
+    ]
     slots[cap + 5] = NodeSlotStatus(slot=cap + 5, state="Replacing", recovering_since=NOW)
     status = JobStatus(node_slots=slots)
     sent = wire(status)
     listed = [s["slot"] for s in sent["nodeSlots"]]
     assert listed == [*range(cap - 1), cap + 5] and sent["nodeSlotsNotShown"] == 10
-    assert sent["slotCounts"] == [{"state": "Pending", "slots": cap + 9}, {"state": "Replacing", "slots": 1}]
+    assert sent["slotCounts"] == [
+        {"state": "Pending", "slots": cap + 9},
+        {"state": "Replacing", "slots": 1},
+        {"state": "Training", "slots": 5},
+    ]
 
 
 _times = st.none() | st.datetimes(
@@ -271,7 +289,7 @@ _slot = st.builds(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_slot, max_size=12))
+@given(st.lists(_slot, max_size=3 * status_slots.NODE_SLOTS_SHOWN))
 def test_the_slot_table_is_lossless(slots: list[NodeSlotStatus]) -> None:
     """Whatever the slots hold (numbers out of order, pods named after their slot or not, any times),
     the wire's slotTable gives them back exactly."""

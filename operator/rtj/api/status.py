@@ -267,9 +267,10 @@ class JobStatus(ApiModel):
     )
     node_slots: list[NodeSlotStatus] = Field(
         default_factory=list,
-        description=f"Per-slot details of at most {NODE_SLOTS_SHOWN} slots that are not plainly healthy "
-        "(recovering, not Training, or their heartbeat Lease missing): recovering ones first, listed "
-        "by slot. Every slot's bookkeeping is in slotTable; every pod's own detail in `kubectl get pods "
+        description=f"Per-slot details: every slot of a job of at most {NODE_SLOTS_SHOWN} nodes; of a "
+        f"bigger one, at most {NODE_SLOTS_SHOWN} slots that are not plainly healthy (recovering, not "
+        "Training, or their heartbeat Lease missing): recovering ones first, listed by slot, and "
+        "every slot's bookkeeping in slotTable. Every pod's own detail is in `kubectl get pods "
         "-l training.resilient.dev/job-name=<job>` and its heartbeat Lease (named like the pod).",
     )
     node_slots_not_shown: int = Field(
@@ -278,8 +279,9 @@ class JobStatus(ApiModel):
     slot_counts: list[SlotCount] = Field(default_factory=list, description="Slots per state.")
     slot_table: SlotTable | None = Field(
         None,
-        description="Every slot's bookkeeping as columns (index = slot): what the operator reads back "
-        "after a restart. Written by the operator, read by it; for people, nodeSlots and slotCounts.",
+        description=f"Every slot's bookkeeping as columns (index = slot), for a job of more than "
+        f"{NODE_SLOTS_SHOWN} nodes: what the operator reads back after a restart. Written by the "
+        "operator, read by it; for people, nodeSlots and slotCounts.",
     )
     quarantined_nodes: list[str] = Field(default_factory=list, description="Nodes this job quarantined.")
     spares: list[SpareStatus] = Field(default_factory=list, description="Hot spares standing by.")
@@ -379,11 +381,16 @@ class JobStatus(ApiModel):
 
     @model_serializer(mode="wrap")
     def _slots_to_table(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
-        """On the wire: slotTable holds every slot, nodeSlots only those shown (plus counts)."""
+        """On the wire: slotTable holds every slot, nodeSlots only those shown (plus counts); a small
+        job is written whole (every slot in nodeSlots, no slotTable)."""
         if isinstance(info.context, dict) and info.context.get(IN_MEMORY):
             return handler(self)
         picked, not_shown = status_slots.shown(self.node_slots)
-        data = handler(self.model_copy(update={"node_slots": [self.node_slots[i] for i in picked]}))
+        whole = status_slots.whole(self.node_slots)
+        if whole:
+            data = handler(self)
+        else:
+            data = handler(self.model_copy(update={"node_slots": [self.node_slots[i] for i in picked]}))
         if not isinstance(data, dict):
             return data
 
@@ -395,9 +402,8 @@ class JobStatus(ApiModel):
         data[key("slot_counts")] = [
             c.model_dump(mode=info.mode, by_alias=info.by_alias) for c in status_slots.counts(self.node_slots)
         ]
-        data[key("slot_table")] = status_slots.encode(self.node_slots).model_dump(
-            mode=info.mode, by_alias=info.by_alias
-        )
+        table = None if whole else status_slots.encode(self.node_slots)
+        data[key("slot_table")] = table and table.model_dump(mode=info.mode, by_alias=info.by_alias)
         return data
 
 

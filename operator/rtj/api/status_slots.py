@@ -13,6 +13,9 @@ written in two parts (`JobStatus`'s serializer and validator, rtj.api.status):
   (recovering, not Training, Lease missing), recovering ones first, then by slot, plus
   `nodeSlotsNotShown` (how many such slots are left out) and `slotCounts` (slots per state).
 
+A job of at most `NODE_SLOTS_SHOWN` slots is written whole, as before: every slot in `nodeSlots`,
+no `slotTable` (its status is small anyway, and a person sees every slot).
+
 A status without `slotTable` (written before it existed, or a test's) is read from `nodeSlots` as
 before: every entry it lists.
 """
@@ -242,9 +245,17 @@ def plainly_healthy(slot: NodeSlotStatus) -> bool:
     return slot.state == TRAINING and slot.recovering_since is None and slot.lease_missing_since is None
 
 
+def whole(slots: list[NodeSlotStatus]) -> bool:
+    """A job of at most NODE_SLOTS_SHOWN slots is written whole: every slot in nodeSlots, no slotTable."""
+    return len(slots) <= NODE_SLOTS_SHOWN
+
+
 def shown(slots: list[NodeSlotStatus]) -> tuple[list[int], int]:
-    """Indexes of the slots nodeSlots shows (at most NODE_SLOTS_SHOWN that are not plainly healthy:
-    recovering first, then by slot; listed by slot), and how many such slots are left out."""
+    """Indexes of the slots nodeSlots shows (every slot of a small job, else at most NODE_SLOTS_SHOWN
+    that are not plainly healthy: recovering first, then by slot; listed by slot), and how many slots
+    that are not plainly healthy it leaves out."""
+    if whole(slots):
+        return list(range(len(slots))), 0
     unhealthy = [i for i, s in enumerate(slots) if not plainly_healthy(s)]
     first = sorted(unhealthy, key=lambda i: (slots[i].recovering_since is None, slots[i].slot))
     picked = first[:NODE_SLOTS_SHOWN]
