@@ -39,8 +39,16 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings.from_env()
     elected = None if "--help" in args else election(settings)
     if elected is not None:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(levelname)s] %(name)s: %(message)s")
-        elected.wait_until_leading(leader_election.liveness_url(args), settings.metrics_port)
+        # Until kopf configures logging (it would not remove this handler: removed first).
+        standby_log = logging.StreamHandler()
+        standby_log.setFormatter(logging.Formatter("%(asctime)s [%(levelname)-8s] %(name)s: %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(standby_log)
+        root.setLevel(logging.INFO)
+        try:
+            elected.wait_until_leading(leader_election.liveness_url(args), settings.metrics_port)
+        finally:
+            root.removeHandler(standby_log)
         leader_election.set_current(elected)
     try:
         cli.main(args=["run", "-m", "rtj.handlers", *args], prog_name="python -m rtj")
