@@ -20,7 +20,9 @@ the one they name, i.e. between two of torchtitan's steps; each is noted in the 
 (it picks "cuda" when no accelerator is found): the device type is forced to "cpu" before it is
 imported, its memory monitor gets what it asks of `torch.cpu`, and the process groups keep their
 timeouts (torchtitan's barrier for that takes a CUDA device). The debug model's attention is SDPA,
-which runs on the CPU as it is.
+which runs on the CPU as it is. More than one rank on `--cpu` replicate the model (DDP, torchtitan's
+`data_parallel_replicate_degree`) instead of sharding it: FSDP2's reduce-scatter takes PREMUL_SUM,
+which gloo lacks.
 """
 
 from __future__ import annotations
@@ -57,6 +59,11 @@ def torchtitan_args(args: argparse.Namespace) -> list[str]:
         tt += ["--training.seq_len", str(args.seq_len)]
     if args.local_batch_size:
         tt += ["--training.local_batch_size", str(args.local_batch_size)]
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if args.cpu and world > 1:
+        # FSDP2's reduce-scatter takes PREMUL_SUM, which gloo lacks: on CPU the ranks replicate (DDP).
+        tt += ["--parallelism.data_parallel_replicate_degree", str(world),
+               "--parallelism.data_parallel_shard_degree", "1"]  # fmt: skip
     return tt
 
 

@@ -9,6 +9,10 @@ the fault matrix, and recovers at the level the docs promise it.
 - The Hugging Face Transformers `Trainer` (rtj_trainer.examples.hf_causal_lm, with our
   ResilienceCallback): the same faults; the soft ones resume from the pod's memory tier, the node
   death from the persisted checkpoint.
+- torchtitan 0.2.2's own Trainer, loop and config (its Llama 3 debug model, seq 256 x batch 2 on CPU)
+  as RtjTrainer (rtj_trainer.integrations.titan), run by bench/titan_rank.py, the GPU smoke's
+  torchtitan rank: the same faults and levels as the HF Trainer. On CPU the two ranks replicate
+  (DDP) instead of sharding (FSDP2's reduce-scatter takes PREMUL_SUM, which gloo lacks).
 
 Each trainer runs as one job that takes its three faults in turn (exception, SIGKILL, then the death
 of a node not running the rendezvous pod, once both restarts are on the status); each row examines
@@ -24,19 +28,21 @@ paces the HF Trainer's steps and sets the test tools' RTJ_* variables in the ran
 not). Steps lost are read from the trainers' own step logs on the checkpoint volume (the plain
 script's `--log-file`, the callback's RTJ_TRAIN_LOG_DIR) and printed in the session's summary.
 
-Both jobs take about 4.5 min on the 2-core machine (2026-12-03), so the rows run in `make test`. The
-HF rows need `transformers` in the pods: on kubelet nodes (`make test-e2e-nodes`) the CPU trainer
-image has only the `trainer` extra, so they run on the node agent's nodes alone.
+The plain and HF jobs take about 4.5 min on the 2-core machine (2026-12-03), so the rows run in
+`make test`. The HF and torchtitan rows need `transformers` / `torchtitan` in the pods: on kubelet
+nodes (`make test-e2e-nodes`) the CPU trainer image has only the `trainer` extra, so they run on the
+node agent's nodes alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,13 +95,20 @@ HF_STEPS = 100
 HF_MEMORY_EVERY = 5
 HF_CHECKPOINT_EVERY = 10
 HF_FAULTS = {"exception": 12, "sigkill": 40}
+#: torchtitan: 0.5 s steps (paced by the wrapper), memory snapshots every 5 steps, persisted every 10;
+#: the faults fire from the smoke checkpointer's own hook (bench/titan_rank.py).
+TITAN_STEPS = 100
+TITAN_MEMORY_EVERY = 5
+TITAN_CHECKPOINT_EVERY = 10
+TITAN_FAULTS = {"exception": 12, "sigkill": 40}
+TITAN_RANK = Path(__file__).resolve().parents[2] / "bench" / "titan_rank.py"
 #: The node dies once every pod's step is this far past the SIGKILL (its restart is then on the
 #: status, and the job has steps left to run after the replacement).
 PAST_SIGKILL = 10
 
-only_with_hf = pytest.mark.skipif(
+only_on_the_node_agent = pytest.mark.skipif(
     node_kinds.e2e_nodes(os.environ) == node_kinds.KUBELET,
-    reason="the CPU trainer image has no `hf` extra (transformers): HF rows run on the node agent",
+    reason="the CPU trainer image has no `hf` or `titan` extra: these rows run on the node agent",
 )
 
 
@@ -184,15 +197,19 @@ def run_through_faults(
     faults: dict[str, int],
     memory: str,
     rank_env: dict[str, str] | None = None,
+    prepare: Callable[[Path], None] | None = None,
     **job_kwargs: Any,
 ) -> ByoRun:
     """Starts job `name`, lets its two injected faults (an exception, then a SIGKILL of rank 1) fire
     and recover, kills the node of a worker that is not the rendezvous pod's, waits until the job
     finished, reads what the quarantine tests need, and removes the job (the agent's pods share the
-    host network: one job at a time)."""
+    host network: one job at a time). `prepare` puts what the job's command needs beside the
+    wrapper, on the checkpoint volume."""
     ckpt_dir = stack.run_dir / "checkpoints" / name
     (ckpt_dir / WRAPPER_DIR).mkdir(parents=True, exist_ok=True)
     shutil.copy(Path(__file__).with_name("byo_wrapper.py"), ckpt_dir / WRAPPER_DIR / "byo_wrapper.py")
+    if prepare is not None:
+        prepare(ckpt_dir / WRAPPER_DIR)
     jobs = Jobs(stack)
     try:
         with running(args, memory, rank_env or {}):
@@ -298,6 +315,35 @@ def hf_run(e2e_stack: E2EStack) -> ByoRun:
     )  # fmt: skip
 
 
+def titan_files(byo_dir: Path) -> None:
+    """The torchtitan rank and its debug model's assets (made as the smoke makes them), beside the wrapper."""
+    shutil.copy(TITAN_RANK, byo_dir / TITAN_RANK.name)
+    spec = importlib.util.spec_from_file_location("titan_smoke", TITAN_RANK.with_name("titan_smoke.py"))
+    assert spec is not None and spec.loader is not None
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    smoke.make_assets(byo_dir / "titan-assets")
+
+
+@pytest.fixture(scope="module")
+def titan_run(e2e_stack: E2EStack) -> ByoRun:
+    byo = f"/checkpoints/{WRAPPER_DIR}"
+    return run_through_faults(
+        e2e_stack,
+        "titan",
+        args=["--min-step-seconds", "0.5", "--", f"{byo}/{TITAN_RANK.name}", "--cpu",
+              "--assets", f"{byo}/titan-assets", "--steps", str(TITAN_STEPS),
+              "--dump-folder", f"{byo}/outputs-{{pod}}", "--seq-len", "256", "--local-batch-size", "2"],
+        faults=TITAN_FAULTS,
+        memory="4Gi",
+        rank_env={"RTJ_FAULT_INJECT": fault_spec(TITAN_FAULTS)},  # the smoke checkpointer's hook
+        prepare=titan_files,
+        steps=TITAN_STEPS,
+        interval=TITAN_CHECKPOINT_EVERY,
+        checkpoint={"memorySnapshotIntervalSteps": TITAN_MEMORY_EVERY},
+    )  # fmt: skip
+
+
 # --- what every row checks ---------------------------------------------------------------------------
 def assert_finished_through_all_faults(run: ByoRun) -> None:
     last = run.job.history[-1]
@@ -385,11 +431,11 @@ def test_plain_script_node_death_replaces_its_pod_and_reports_steps_and_saves(pl
 
 
 # --- the Hugging Face Trainer ---------------------------------------------------------------------------
-def assert_hf_resumed_from_memory(run: ByoRun, key: str) -> None:
+def assert_resumed_from_memory(run: ByoRun, key: str, memory_every: int) -> None:
     cost = run.job.steps_lost(key, "InJob")
     assert cost is not None, f"no resume seen after {key}"
     # The newest memory snapshot, or the one before it (in flight when the fault struck).
-    assert cost.resumed_at % HF_MEMORY_EVERY == 0 and cost.lost < 2 * HF_MEMORY_EVERY, cost
+    assert cost.resumed_at % memory_every == 0 and cost.lost < 2 * memory_every, cost
     # Every pod of the time resumed there from its own memory ("local"). A pod's logs are one file
     # per global rank it held, and a later re-rendezvous (the node death's) may hand it another rank,
     # so a pod's first resume after the fault is the earliest over all its files; the replacement
@@ -406,31 +452,59 @@ def assert_hf_resumed_from_memory(run: ByoRun, key: str) -> None:
     assert all((r["source"], r["step"]) == ("local", cost.resumed_at) for r in firsts.values()), firsts
 
 
-@only_with_hf
+@only_on_the_node_agent
 def test_hf_trainer_exception_in_a_rank_is_an_in_job_restart_from_memory(hf_run: ByoRun) -> None:
     key = fault_key(HF_FAULTS, "exception")
     assert_in_job_restart(hf_run, key)
     assert_finished_through_all_faults(hf_run)
-    assert_hf_resumed_from_memory(hf_run, key)
+    assert_resumed_from_memory(hf_run, key, HF_MEMORY_EVERY)
 
 
-@only_with_hf
+@only_on_the_node_agent
 def test_hf_trainer_sigkill_of_a_rank_is_an_in_job_restart_from_memory(hf_run: ByoRun) -> None:
     key = fault_key(HF_FAULTS, "sigkill")
     assert_in_job_restart(hf_run, key)
     restarts = hf_run.job.events_about("InJobRestart")
     assert any("killed by SIGKILL" in t for t in restarts), restarts
     assert_finished_through_all_faults(hf_run)
-    assert_hf_resumed_from_memory(hf_run, key)
+    assert_resumed_from_memory(hf_run, key, HF_MEMORY_EVERY)
 
 
-@only_with_hf
-def test_hf_trainer_node_death_replaces_its_pod_resumed_from_the_persisted_tier(hf_run: ByoRun) -> None:
-    assert_node_death_replaced_the_pod(hf_run)
-    assert_finished_through_all_faults(hf_run)
-    cost = hf_run.job.steps_lost(NODE_DEATH, "Pod", at=hf_run.killed_at)
+def assert_node_death_resumed_from_the_persisted_tier(run: ByoRun, checkpoint_every: int) -> None:
+    assert_node_death_replaced_the_pod(run)
+    assert_finished_through_all_faults(run)
+    cost = run.job.steps_lost(NODE_DEATH, "Pod", at=run.killed_at)
     assert cost is not None, "no resume seen after the node death"
     # The replacement has no memory of its own: every rank resumes at the newest step all can load,
     # a persisted checkpoint (one may be skipped while the writer drains: under two intervals lost).
-    assert cost.resumed_at % HF_CHECKPOINT_EVERY == 0 and cost.lost < 2 * HF_CHECKPOINT_EVERY, cost
-    hf_run.job.assert_checkpoints_never_lost_or_backwards()
+    assert cost.resumed_at % checkpoint_every == 0 and cost.lost < 2 * checkpoint_every, cost
+    run.job.assert_checkpoints_never_lost_or_backwards()
+
+
+@only_on_the_node_agent
+def test_hf_trainer_node_death_replaces_its_pod_resumed_from_the_persisted_tier(hf_run: ByoRun) -> None:
+    assert_node_death_resumed_from_the_persisted_tier(hf_run, HF_CHECKPOINT_EVERY)
+
+
+# --- torchtitan ----------------------------------------------------------------------------------------
+@only_on_the_node_agent
+def test_torchtitan_exception_in_a_rank_is_an_in_job_restart_from_memory(titan_run: ByoRun) -> None:
+    key = fault_key(TITAN_FAULTS, "exception")
+    assert_in_job_restart(titan_run, key)
+    assert_finished_through_all_faults(titan_run)
+    assert_resumed_from_memory(titan_run, key, TITAN_MEMORY_EVERY)
+
+
+@only_on_the_node_agent
+def test_torchtitan_sigkill_of_a_rank_is_an_in_job_restart_from_memory(titan_run: ByoRun) -> None:
+    key = fault_key(TITAN_FAULTS, "sigkill")
+    assert_in_job_restart(titan_run, key)
+    restarts = titan_run.job.events_about("InJobRestart")
+    assert any("killed by SIGKILL" in t for t in restarts), restarts
+    assert_finished_through_all_faults(titan_run)
+    assert_resumed_from_memory(titan_run, key, TITAN_MEMORY_EVERY)
+
+
+@only_on_the_node_agent
+def test_torchtitan_node_death_replaces_its_pod_resumed_from_the_persisted_tier(titan_run: ByoRun) -> None:
+    assert_node_death_resumed_from_the_persisted_tier(titan_run, TITAN_CHECKPOINT_EVERY)

@@ -4,7 +4,7 @@ rank on CPU): bench/titan_smoke.py --cpu, the GPU smoke's second case as a self-
 and a SIGKILL in the rank each restart the workers in-job; both resume from the pod's memory tier
 with fewer steps lost than one memory interval, and the launcher exits 0 at the last step.
 
-One rank only: on CPU, FSDP2's reduce-scatter over gloo takes no PREMUL_SUM (docs/bring-your-own-trainer.md)."""
+One rank, the smoke's default on CPU; tests/e2e/test_byo_trainers.py runs two, in two pods."""
 
 from __future__ import annotations
 
