@@ -114,12 +114,29 @@ def operator_sa(namespace: str, release: str) -> str:
     return f"system:serviceaccount:{namespace}:{release}-resilient-training-operator"
 
 
+#: The leader election's Lease (rtj.leader_election), in the release namespace only: create (the API
+#: cannot restrict it by name), get/update of the one Lease by name.
+LEADER_LEASE_NO = [("create", "leases.coordination.k8s.io", ()), ("update", "leases.coordination.k8s.io", ())]
+
+
+def leader_lease_yes(release: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    lease = f"leases.coordination.k8s.io/{release}-resilient-training-operator"
+    return [("create", "leases.coordination.k8s.io", ()), ("get", lease, ()), ("update", lease, ())]
+
+
 def test_operator_all_namespaces(kubectl, install_chart, namespace: str, kueue_api) -> None:
     release = install_chart("rbac-all", namespace, "fsx.enabled=true")
     sa = operator_sa(namespace, release.name)
     check(kubectl, sa, OPERATOR_NAMESPACED_YES, namespace, expected=True)
     check(kubectl, sa, OPERATOR_NAMESPACED_YES, "default", expected=True)  # ClusterRoleBinding: everywhere
-    check(kubectl, sa, OPERATOR_NO, namespace, expected=False)
+    # The release namespace (here the test's) holds the leader Lease: creating Leases and updating that
+    # one are allowed there, and nowhere else; updating any other Lease is not.
+    check(kubectl, sa, leader_lease_yes(release.name), namespace, expected=True)
+    other = ("update", "leases.coordination.k8s.io/some-pods-heartbeat", ())
+    check(kubectl, sa, [other], namespace, expected=False)
+    # (get is the heartbeat watch's, everywhere: OPERATOR_NAMESPACED_YES)
+    check(kubectl, sa, [*LEADER_LEASE_NO, leader_lease_yes(release.name)[2]], "default", expected=False)
+    check(kubectl, sa, [r for r in OPERATOR_NO if r not in LEADER_LEASE_NO], namespace, expected=False)
     check(
         kubectl,
         sa,
