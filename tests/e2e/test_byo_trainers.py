@@ -452,22 +452,27 @@ def assert_resumed_from_memory(run: ByoRun, key: str, memory_every: int) -> None
     assert all((r["source"], r["step"]) == ("local", cost.resumed_at) for r in firsts.values()), firsts
 
 
+def assert_soft_fault_resumed_from_memory(
+    run: ByoRun, faults: dict[str, int], kind: str, memory_every: int
+) -> None:
+    """A rank's exception or SIGKILL: an in-job restart, the pods untouched, resumed from memory."""
+    key = fault_key(faults, kind)
+    assert_in_job_restart(run, key)
+    if kind == "sigkill":
+        restarts = run.job.events_about("InJobRestart")
+        assert any("killed by SIGKILL" in t for t in restarts), restarts
+    assert_finished_through_all_faults(run)
+    assert_resumed_from_memory(run, key, memory_every)
+
+
 @only_on_the_node_agent
 def test_hf_trainer_exception_in_a_rank_is_an_in_job_restart_from_memory(hf_run: ByoRun) -> None:
-    key = fault_key(HF_FAULTS, "exception")
-    assert_in_job_restart(hf_run, key)
-    assert_finished_through_all_faults(hf_run)
-    assert_resumed_from_memory(hf_run, key, HF_MEMORY_EVERY)
+    assert_soft_fault_resumed_from_memory(hf_run, HF_FAULTS, "exception", HF_MEMORY_EVERY)
 
 
 @only_on_the_node_agent
 def test_hf_trainer_sigkill_of_a_rank_is_an_in_job_restart_from_memory(hf_run: ByoRun) -> None:
-    key = fault_key(HF_FAULTS, "sigkill")
-    assert_in_job_restart(hf_run, key)
-    restarts = hf_run.job.events_about("InJobRestart")
-    assert any("killed by SIGKILL" in t for t in restarts), restarts
-    assert_finished_through_all_faults(hf_run)
-    assert_resumed_from_memory(hf_run, key, HF_MEMORY_EVERY)
+    assert_soft_fault_resumed_from_memory(hf_run, HF_FAULTS, "sigkill", HF_MEMORY_EVERY)
 
 
 def assert_node_death_resumed_from_the_persisted_tier(run: ByoRun, checkpoint_every: int) -> None:
@@ -489,20 +494,12 @@ def test_hf_trainer_node_death_replaces_its_pod_resumed_from_the_persisted_tier(
 # --- torchtitan ----------------------------------------------------------------------------------------
 @only_on_the_node_agent
 def test_torchtitan_exception_in_a_rank_is_an_in_job_restart_from_memory(titan_run: ByoRun) -> None:
-    key = fault_key(TITAN_FAULTS, "exception")
-    assert_in_job_restart(titan_run, key)
-    assert_finished_through_all_faults(titan_run)
-    assert_resumed_from_memory(titan_run, key, TITAN_MEMORY_EVERY)
+    assert_soft_fault_resumed_from_memory(titan_run, TITAN_FAULTS, "exception", TITAN_MEMORY_EVERY)
 
 
 @only_on_the_node_agent
 def test_torchtitan_sigkill_of_a_rank_is_an_in_job_restart_from_memory(titan_run: ByoRun) -> None:
-    key = fault_key(TITAN_FAULTS, "sigkill")
-    assert_in_job_restart(titan_run, key)
-    restarts = titan_run.job.events_about("InJobRestart")
-    assert any("killed by SIGKILL" in t for t in restarts), restarts
-    assert_finished_through_all_faults(titan_run)
-    assert_resumed_from_memory(titan_run, key, TITAN_MEMORY_EVERY)
+    assert_soft_fault_resumed_from_memory(titan_run, TITAN_FAULTS, "sigkill", TITAN_MEMORY_EVERY)
 
 
 @only_on_the_node_agent
