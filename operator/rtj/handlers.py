@@ -221,14 +221,18 @@ def _on_lease_event(
     if seen is not None and renew_time != seen:
         _LATE_LEASES.observe(key[0], name, contract.parse_time(renew_time), arrived)
     job_loop.lease_renew_times[name] = renew_time
-    digest, step = wakeups.read_heartbeat(annotations)
+    reading = wakeups.read_heartbeat(annotations)
     # Every renewal, not only those that wake a pass: when the step last rose (the progress watchdog).
     renewed = contract.parse_time(renew_time)
     state = job_loop.state
-    state.progress_seen = progress_seen(state.progress_seen, step, min(renewed, arrived) if renewed else None)
-    if job_loop.lease_digests.get(name) != digest or name in state.watched_leases:
-        job_loop.lease_digests[name] = digest
+    when = min(renewed, arrived) if renewed else None
+    state.progress_seen = progress_seen(state.progress_seen, reading.step, when)
+    if job_loop.lease_digests.get(name) != reading.digest or name in state.watched_leases:
+        job_loop.lease_digests[name] = reading.digest
         job_loop.wake.set()
+    elif job_loop.lease_progress.get(name) != reading.progress:
+        job_loop.refresh_progress()
+    job_loop.lease_progress[name] = reading.progress
 
 
 @kopf.index(
@@ -368,7 +372,37 @@ class _JobLoop:
     lease_digests: dict[str, str] = field(default_factory=dict)
     #: Lease name -> its renewTime last seen (rtj.heartbeat_delivery measures the next one).
     lease_renew_times: dict[str, Any] = field(default_factory=dict)
+    #: Lease name -> rtj.ladder.wakeups.HeartbeatReading.progress of its last version seen.
+    lease_progress: dict[str, str] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
+    #: The event loop the passes run in (the Lease index's sync handler runs in kopf's threads).
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    #: loop.time() when the last pass started; the progress refresh counts from it.
+    last_pass_at: float = float("-inf")
+    #: The timer of a pending progress refresh (None: no newer progress since the last pass).
+    refresh_timer: asyncio.TimerHandle | None = None
+    #: Newer progress was seen since the last pass (set from any thread; the timer is the loop's).
+    progress_pending: bool = False
+
+    def refresh_progress(self) -> None:
+        """A renewal carried newer progress: run a pass RTJ_PROGRESS_REFRESH_SECONDS after the last
+        one (at once if that is past), one pass for any number of such renewals meanwhile."""
+        if not self.progress_pending:
+            self.progress_pending = True
+            self.loop.call_soon_threadsafe(self._arm_refresh)
+
+    def _arm_refresh(self) -> None:
+        if self.progress_pending and self.refresh_timer is None:
+            due = self.last_pass_at + SETTINGS.progress_refresh_seconds - self.loop.time()
+            self.refresh_timer = self.loop.call_later(max(0.0, due), self.wake.set)
+
+    def pass_started(self) -> None:
+        """A pass reads every Lease as it is now: the pending refresh is served."""
+        self.last_pass_at = self.loop.time()
+        self.progress_pending = False
+        if self.refresh_timer is not None:
+            self.refresh_timer.cancel()
+            self.refresh_timer = None
 
     @property
     def state(self) -> JobMemo:
@@ -436,6 +470,8 @@ def _stop_loop(key: tuple[str, str]) -> None:
     job_loop = _LOOPS.pop(key, None)
     if job_loop is not None and job_loop.task is not None:
         job_loop.task.cancel()
+    if job_loop is not None and job_loop.refresh_timer is not None:
+        job_loop.refresh_timer.cancel()
 
 
 async def job_passes(
@@ -453,6 +489,7 @@ async def job_passes(
     loop = asyncio.get_running_loop()
     while True:
         wake.clear()
+        job_loop.pass_started()
         started = time.perf_counter()
         delay = SETTINGS.reconcile_interval_seconds
         try:

@@ -90,6 +90,14 @@ class Settings(BaseModel):
     heartbeat_status_resolution_seconds: float = Field(
         60.0, ge=0, description="How stale status lastHeartbeatTime may get."
     )
+    progress_refresh_seconds: float = Field(
+        5.0,
+        ge=0,
+        description="How stale a job's progress in status (lastCheckpoint, memory snapshot and replica "
+        "steps) may get: a heartbeat renewal carrying only newer progress runs the job's pass at most once "
+        "per this many seconds, whatever the number of pods (a changed state, a fault or a stale slot runs "
+        "it at once). 0: at every renewal with new progress.",
+    )
     request_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of each API request.")
     watch_server_timeout_seconds: float = Field(
         300.0, gt=0, description="Server-side watch timeout (client side: +30 s)."

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
 from kubernetes import client
@@ -32,19 +33,34 @@ def test_passes_wake_on_changes_and_deadlines_not_on_renewals(env: Callable[...,
     # Pods created, then Running, then heartbeating: each step is a pod or Lease change.
     until(running(e, "train", 2), t, 90, e.explain("train"))
 
-    # Renewals whose content changes only by the step: no pass (a 1 s timer would run ~10).
+    # Renewals whose content changes only by progress (the step, a committed checkpoint): at most
+    # one pass per progress refresh (RTJ_PROGRESS_REFRESH_SECONDS, 5 s by default), not one per
+    # renewal (a 1 s timer would run ~10, a pass per renewal ~20).
     pods = ["train-n0-a0", "train-n1-a0"]
     before, step, t0 = passes(e), 0, time.monotonic()
+
+    def progress(step: int) -> contract.Heartbeat:
+        committed = contract.CheckpointRef(step=step - step % 5, time=datetime.now(UTC))
+        return contract.Heartbeat(state=contract.PodState.TRAINING, step=step, checkpoint=committed)
 
     def renewed_for_ten_seconds() -> bool:
         nonlocal step
         step += 1
-        t.heartbeats = {p: contract.Heartbeat(state=contract.PodState.TRAINING, step=step) for p in pods}
+        t.heartbeats = {p: progress(step) for p in pods}
         return time.monotonic() - t0 >= 10
 
     until(renewed_for_ten_seconds, t, 30, e.explain("train"))
     ran = passes(e) - before
-    assert ran <= 3, f"{ran} passes during 10 s of plain renewals"
+    assert ran <= 3, f"{ran} passes during 10 s of progress-only renewals"
+    # And the progress reaches status (the STEP column is lastCheckpoint.step) without any other
+    # change: no pod, state or deadline moves while the renewals stop here.
+    committed = step - step % 5
+    until(
+        lambda: (e.status("train").get("lastCheckpoint") or {}).get("step") == committed,
+        t,
+        15,
+        e.explain("train"),
+    )
 
     # A Lease's content changes (an in-process restart reported): the pass runs at once.
     t.heartbeats["train-n1-a0"] = contract.Heartbeat(

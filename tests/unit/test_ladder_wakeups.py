@@ -1,6 +1,7 @@
 """rtj.ladder.wakeups (what wakes a job's pass) and its use by the handlers' Lease index: a renewal
-that changes nothing but renewTime and the step wakes nothing; a changed state, fault or assigned
-slot does, and so does the renewal of a slot the last pass found stale (issue 18)."""
+that changes nothing but renewTime and the step wakes nothing at once (newer progress: one pass at the
+next progress refresh); a changed state, fault or assigned slot does, and so does the renewal of a
+slot the last pass found stale (issue 18)."""
 
 from __future__ import annotations
 
@@ -162,6 +163,58 @@ def test_renewals_of_a_512_slot_job_wake_no_pass() -> None:
             handlers._LOOPS.clear()
 
     assert asyncio.run(scenario()) == (0, slots, True)
+
+
+def test_progress_only_renewals_run_one_pass_a_refresh_after_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Renewals carrying newer progress (steps, a committed checkpoint) wake the pass once, at
+    RTJ_PROGRESS_REFRESH_SECONDS after the previous pass, however many arrive; a pass meanwhile
+    serves them (no second pass); a renewal with the same progress arms nothing."""
+    refresh = 0.2
+    monkeypatch.setattr(
+        handlers, "SETTINGS", handlers.SETTINGS.model_copy(update={"progress_refresh_seconds": refresh})
+    )
+
+    async def scenario() -> tuple[bool, float, bool, bool]:
+        job_loop = handlers._JobLoop("uid", kopf.Body({}), kopf.Memo())
+        handlers._LOOPS[("ns", "train")] = job_loop
+        names = [contract.worker_pod_name("train", s, 0) for s in range(64)]
+        try:
+            for name in names:  # first sightings: woken at once
+                lease_event(annotations(progress=training(100, ckpt=50)), name)
+            job_loop.wake.clear()
+            job_loop.pass_started()
+            started = job_loop.loop.time()
+            for step in range(101, 111):
+                for name in names:
+                    lease_event(annotations(progress=training(step, ckpt=110 if step == 110 else 50)), name)
+            await asyncio.sleep(0)  # the timer is armed in the loop
+            early = job_loop.wake.is_set()
+            await asyncio.wait_for(job_loop.wake.wait(), 5)
+            waited = job_loop.loop.time() - started
+
+            # Newer progress, then a pass before the refresh is due: that pass served it.
+            job_loop.wake.clear()
+            job_loop.pass_started()
+            lease_event(annotations(progress=training(111, ckpt=110)), names[0])
+            await asyncio.sleep(0)
+            job_loop.pass_started()
+            await asyncio.sleep(refresh * 1.5)
+            served = not job_loop.wake.is_set()
+
+            # The same progress again (a plain renewal): nothing armed.
+            lease_event(annotations(progress=training(111, ckpt=110)), names[0])
+            await asyncio.sleep(refresh * 1.5)
+            return early, waited, served, job_loop.wake.is_set()
+        finally:
+            handlers._LOOPS.clear()
+
+    early, waited, served, woken_by_same = asyncio.run(scenario())
+    assert not early, "progress woke the pass before the refresh was due"
+    assert waited >= refresh, waited
+    assert served, "a pass after the progress left a second pass armed"
+    assert not woken_by_same, "a renewal with unchanged progress armed a refresh"
 
 
 def node_event(ready: str) -> None:

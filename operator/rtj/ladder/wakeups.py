@@ -15,14 +15,17 @@ A pass used to run every second for every job; at 300 jobs that alone was ~0.5 o
   startup or missing-Lease deadline, an overdue pod deletion, the progress watchdog, the TTL, the
   end of a create refusal's backoff); after 1 s when the pass did not finish (a status-write
   conflict, a failed call),
+- when a renewal carries newer progress (`PROGRESS_FIELDS`), at most once per
+  RTJ_PROGRESS_REFRESH_SECONDS (5 s by default) after the job's previous pass (the handlers' timer):
+  status (the STEP column, lastCheckpoint) is that fresh, whatever the number of pods.
 - and at the slow resync interval (RTJ_RECONCILE_INTERVAL_SECONDS), a safety net only.
-An ordinary renewal of a healthy slot only moves a deadline later, so it wakes nothing: with the
-memory tier on, almost every renewal of a training pod carries a newer memory snapshot step, and every
-pod reports each committed checkpoint, so waking on those woke a full pass (all of a 512-slot job's
-Leases parsed, decide() over 512 slots) once per renewal (issue 30). Progress reaches status at the
-job's next pass (its next deadline, at most the resync): memory and replica steps were refreshed only
-with the heartbeat times anyway (RTJ_HEARTBEAT_STATUS_RESOLUTION_SECONDS), and a pass that acts on a
-fault reads every Lease's progress as it is then.
+An ordinary renewal of a healthy slot only moves a deadline later: with the memory tier on, almost
+every renewal of a training pod carries a newer memory snapshot step, and every pod reports each
+committed checkpoint, so waking on each of those woke a full pass (all of a 512-slot job's Leases
+parsed, decide() over 512 slots) once per renewal (issue 30); without any refresh, progress reached
+status only at the next deadline (up to a heartbeat timeout late), and a user watching
+`kubectl get rtj` or waiting for a checkpoint saw it that late. A pass that acts on a fault reads
+every Lease's progress as it is then.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from rtj import contract
 from rtj.api.models import FaultTolerance, JobStatus, SlotState
@@ -43,30 +46,41 @@ PROGRESS_FIELDS = frozenset(
 )
 
 
+class HeartbeatReading(NamedTuple):
+    """What the Lease watch reads of one Lease version (`read_heartbeat`)."""
+
+    #: What the ladder acts on (`heartbeat_digest`): a change wakes the pass at once.
+    digest: str
+    #: The step the heartbeat reports (None: none, or malformed): feeds rtj.ladder.observe.progress_seen.
+    step: int | None
+    #: Its `PROGRESS_FIELDS`: a change wakes the pass at the next progress refresh.
+    progress: str
+
+
 def heartbeat_digest(annotations: Mapping[str, Any] | None) -> str:
     """What in a Lease the ladder acts on, without its progress (`PROGRESS_FIELDS`, which change
     with almost every renewal of a training pod)."""
-    return read_heartbeat(annotations)[0]
+    return read_heartbeat(annotations).digest
 
 
-def read_heartbeat(annotations: Mapping[str, Any] | None) -> tuple[str, int | None]:
-    """The Lease's `heartbeat_digest` and the step its heartbeat reports (None: none, or malformed),
-    from one parse: the Lease watch calls it on every renewal (the step feeds
-    rtj.ladder.observe.progress_seen)."""
+def read_heartbeat(annotations: Mapping[str, Any] | None) -> HeartbeatReading:
+    """The Lease's digest, step and progress from one parse: the Lease watch calls it on every renewal."""
     annotations = annotations or {}
     raw = annotations.get(contract.HEARTBEAT_ANNOTATION)
     try:
         heartbeat = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
         heartbeat = raw  # malformed: its text is the digest (the ladder ignores it)
-    step = None
+    step, progress = None, {}
     if isinstance(heartbeat, dict):
         value = heartbeat.get("step")
         if type(value) is int and 0 <= value <= contract.MAX_COUNTER:
             step = value
+        progress = {k: v for k, v in heartbeat.items() if k in PROGRESS_FIELDS}
         heartbeat = {k: v for k, v in heartbeat.items() if k not in PROGRESS_FIELDS}
     assigned = annotations.get(contract.ASSIGNED_SLOT_ANNOTATION)
-    return json.dumps([heartbeat, assigned], sort_keys=True, default=str), step
+    digest = json.dumps([heartbeat, assigned], sort_keys=True, default=str)
+    return HeartbeatReading(digest, step, json.dumps(progress, sort_keys=True, default=str))
 
 
 def watched_leases(
