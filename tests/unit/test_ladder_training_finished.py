@@ -24,8 +24,12 @@ from ladder_testkit import (
 from rtj import reasons
 from rtj.api.models import ResilientTrainingJob
 from rtj.ladder import DeletePod, decide
+from rtj.ladder.pass_state import LadderConfig
 
 pytestmark = pytest.mark.unit
+
+#: The grace a finished pod's release is deleted with (the operator's fault grace).
+FAULT_GRACE = LadderConfig().fault_grace_seconds
 
 
 def with_slot_0(**fields: object) -> ResilientTrainingJob:
@@ -105,6 +109,65 @@ CASES = [
         finished_slot_1().worker(0, attempt=1, cause="HeartbeatTimeout", started=ago(10)).obj(),
         [],
         slots={0: {"state": "Starting"}, 1: {"state": "Succeeded"}},
+    ),
+    # e2e, 2026-12-04: a pod deleted as the job finished was replaced, the replacement waited alone
+    # and the peer lingered in ft_launcher's exit barrier for 300 s.
+    Case(
+        "slot 1's ranks Finished (its pod lingers), slot 0's pod deleted after its ranks finished: not "
+        "replaced, slot 1's pod released; Succeeded TrainingFinished",
+        running_job().obj(),
+        observe()
+        .rdzv()
+        .worker(1)
+        .lease("train-n1-a0", 1, hb("Finished"))
+        .worker(0, deleting=True)
+        .lease("train-n0-a0", 1, hb("Finished"))
+        .obj(),
+        [DeletePod("train-n1-a0", "uid-train-n1-a0", FAULT_GRACE), DeletePod("train-rdzv", "rdzv-1", None)],
+        state="Succeeded",
+        reason=reasons.TRAINING_FINISHED,
+        events=[reasons.POD_DELETED, reasons.TRAINING_FINISHED, reasons.TRAINING_FINISHED],
+        slots={0: {"state": "Completed"}, 1: {"state": "Completed"}},
+    ),
+    Case(
+        "slot 1's ranks Finished, slot 0's pod (last seen Finished) vanished: not replaced, Completed",
+        with_slot_0(state="Finished"),
+        observe().rdzv().node("node-0").worker(1).lease("train-n1-a0", 1, hb("Finished")).obj(),
+        [DeletePod("train-n1-a0", "uid-train-n1-a0", FAULT_GRACE), DeletePod("train-rdzv", "rdzv-1", None)],
+        state="Succeeded",
+        reason=reasons.TRAINING_FINISHED,
+        events=[reasons.POD_DELETED, reasons.TRAINING_FINISHED, reasons.TRAINING_FINISHED],
+        slots={0: {"state": "Completed"}, 1: {"state": "Completed"}},
+    ),
+    Case(
+        "slot 1's ranks Finished, slot 0's pod deleted while its ranks trained: not replaced; Failed "
+        "TrainingIncomplete",
+        running_job().obj(),
+        observe()
+        .rdzv()
+        .worker(1)
+        .lease("train-n1-a0", 1, hb("Finished"))
+        .worker(0, deleting=True)
+        .lease("train-n0-a0", 1, hb())
+        .obj(),
+        [DeletePod("train-n1-a0", "uid-train-n1-a0", FAULT_GRACE), DeletePod("train-rdzv", "rdzv-1", None)],
+        state="Failed",
+        reason=reasons.TRAINING_INCOMPLETE,
+        events=[reasons.POD_DELETED, reasons.TRAINING_FINISHED, reasons.TRAINING_INCOMPLETE],
+        slots={0: {"state": "Failed"}, 1: {"state": "Completed"}},
+    ),
+    Case(
+        "slot 1's ranks Finished, slot 0 still training, no fault: waited for, nothing deleted",
+        running_job().obj(),
+        observe()
+        .rdzv()
+        .worker(1)
+        .lease("train-n1-a0", 1, hb("Finished"))
+        .worker(0)
+        .lease("train-n0-a0", 1, hb())
+        .obj(),
+        [],
+        slots={0: {"state": "Training"}, 1: {"state": "Finished"}},
     ),
     Case(
         "every worker exited 0: AllPodsSucceeded",

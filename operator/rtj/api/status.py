@@ -320,8 +320,9 @@ class JobStatus(ApiModel):
     )
     training_finished_time: datetime | None = Field(
         None,
-        description="When a worker pod was first seen Succeeded: from then on no pod is created; a slot "
-        "whose pod faults, or that has no pod, is stopped instead (rtj.ladder.training_finished).",
+        description="When a worker pod was first seen Succeeded, or a live one's ranks Finished: from then "
+        "on no pod is created; a slot whose pod faults, or that has no pod, is stopped instead "
+        "(rtj.ladder.training_finished).",
     )
     progress_step: int | None = Field(
         None, description="Highest training step seen (progress watchdog; refreshed coarsely)."
