@@ -132,6 +132,12 @@ class E2EStack:
     trainer_image: str
 
 
+#: Steps of a job whose fault must strike mid-run, after a checkpoint status shows: status shows
+#: progress up to RTJ_PROGRESS_REFRESH_SECONDS (5 s, ~25 steps at 0.2 s) late, so the job keeps
+#: well over that many steps after it.
+FAULT_MID_RUN_STEPS = 100
+
+
 def set_unschedulable(raw: RawApi, names: list[str], value: bool) -> None:
     for name in names:
         with contextlib.suppress(ApiException):

@@ -19,7 +19,7 @@ import os
 import time
 
 import pytest
-from e2e_helpers import NAMESPACE, all_training, failed, node_record, succeeded
+from e2e_helpers import FAULT_MID_RUN_STEPS, NAMESPACE, all_training, failed, node_record, succeeded
 from rtj.api.status_slots import every_slot
 from rtj.reasons import (
     CONTAINER_OOM_KILLED,
@@ -85,7 +85,9 @@ def test_job_asking_for_more_nodes_than_the_cluster_has_waits_unschedulable(run_
 
 def test_pod_deleted_by_someone_else_is_a_disruption_and_spends_no_budget(run_job) -> None:
     # No pod budget at all: the deletion (`kubectl delete pod`, a drain) must not need one.
-    job = run_job("disrupted", steps=60, interval=5, fault_tolerance={"maxPodReschedules": 0})
+    job = run_job(
+        "disrupted", steps=FAULT_MID_RUN_STEPS, interval=5, fault_tolerance={"maxPodReschedules": 0}
+    )
     first = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
     pods = job.worker_pods(first)
     victim = sorted(pods)[0]

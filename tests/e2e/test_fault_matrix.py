@@ -13,7 +13,16 @@ import signal
 import time
 
 import pytest
-from e2e_helpers import NAMESPACE, BlameRow, JobRun, all_training, failed, node_record, succeeded
+from e2e_helpers import (
+    FAULT_MID_RUN_STEPS,
+    NAMESPACE,
+    BlameRow,
+    JobRun,
+    all_training,
+    failed,
+    node_record,
+    succeeded,
+)
 from kubernetes.client.rest import ApiException
 from rtj.api.status_slots import every_slot
 from rtj.contract import LABEL_JOB
@@ -193,7 +202,7 @@ NODE_DEATH_HEARTBEAT_TIMEOUT = 60
 def test_node_death_replaces_the_pod_on_another_node_and_quarantines_the_node(run_job, e2e_stack) -> None:
     job = run_job(
         "nodedeath",
-        steps=60,
+        steps=FAULT_MID_RUN_STEPS,
         interval=10,
         fault_tolerance={"heartbeatTimeoutSeconds": NODE_DEATH_HEARTBEAT_TIMEOUT},
     )
@@ -306,7 +315,7 @@ def test_rendezvous_pod_killed_is_recovered_at_job_level(run_job, e2e_stack) -> 
     (here maxPodReschedules 2: the rendezvous pod and two workers would be 3). Now the rendezvous
     pod is recreated as one job restart and each worker pod starts its launcher again inside
     itself: the worker pods are untouched."""
-    job = run_job("rdzvkill", steps=60, interval=10)
+    job = run_job("rdzvkill", steps=FAULT_MID_RUN_STEPS, interval=10)
     snap = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 10, START, "a checkpoint")
     checkpoint_before = snap.checkpoint_step
     pods = job.worker_pods(snap)
