@@ -8,7 +8,7 @@
 # that the device image lacks, all pure Python: the closure of torchtitan 0.2.2's requirements as pip
 # resolved it on 2026-12-03 (`pip install --dry-run --report`, torch 2.11.0 and the image's
 # huggingface-hub 1.33.0, tokenizers 0.23.2 and numpy 2.5.2 as constraints), less the packages the
-# device image lists (the titan extra is not in .venv). Left out: tomli (Python 3.12 has tomllib) and
+# device image lists. Left out: tomli (Python 3.12 has tomllib) and
 # wandb (imported only when enabled).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -31,8 +31,8 @@ for name in "${NEEDED[@]}"; do
   pins+=("$name==$($PY -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")")
 done
 if [[ $titan == 1 ]]; then
-  # The one pin of torchtitan, from pyproject.toml's `titan` extra.
-  pins+=("$(grep -o '"torchtitan==[^"]*"' pyproject.toml | tr -d '"')" "${TITAN_DEPS[@]}")
+  # torchtitan at the venv's version (the pin of the `titan` and `dev` extras).
+  pins+=("torchtitan==$($PY -c "import importlib.metadata as m; print(m.version('torchtitan'))")" "${TITAN_DEPS[@]}")
 fi
 platforms=()
 for n in 39 35 34 31 28 27 24 17; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
