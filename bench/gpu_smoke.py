@@ -3,15 +3,19 @@
     python bench/gpu_smoke.py --out smoke.json           # 2xH200: FSDP2 at ~1.1 B parameters, NCCL
     python bench/gpu_smoke.py --cpu --out smoke.json     # anywhere: a tiny model on gloo (self-test)
     python bench/gpu_smoke.py --nproc 1 --out smoke.json # 1 GPU: one rank, the faults in rank 0
+    python bench/gpu_smoke.py --hang-step 75 ...         # also a stalled step (learned hang budget)
 
 `rtj-trainer rendezvous` (nvrx-control) and `rtj-trainer launch` (heartbeat agent -> ft_launcher ->
 `rtj_trainer.examples.fsdp_train`) run exactly as in the pods, with the fault injection of
 fsdp_train: an exception in rank 1 (NVRx in-process restart) and a SIGKILL of rank 1 (ft_launcher's
-in-job restart). Prints one JSON document: per fault, seconds from the fault to the first completed
-step and the steps redone; checkpoints committed; final step and loss; pod-log lines per minute
-(all, and c10d store-poll timeouts before and after the log filter). Exits non-zero if the run did
-not train to the last step through both faults. Run it after every change to trainer-image/ and
-record date, commit and figures in docs/benchmarks.md.
+in-job restart), and with `--hang-step` a rank that stops making progress (`stall`: caught by the
+learned hang budget, hangDetection, instead of the 60 s soft timeout, and restarted in-process).
+Prints one JSON document: per fault, seconds from the fault to the first completed step and the
+steps redone (`hang`: the stall's detection + recovery seconds and steps lost); checkpoints
+committed; final step and loss; pod-log lines per minute (all, and c10d store-poll timeouts before
+and after the log filter). Exits non-zero if the run did not train to the last step through both
+faults (and, with `--hang-step`, recover the stall in-process before the soft timeout). Run it
+after every change to trainer-image/ and record date, commit and figures in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ def trainer_config(args: argparse.Namespace, work: Path, port: int) -> dict[str,
         "rankHangTimeoutSeconds": 120,
         "rankInitialTimeoutSeconds": 300,
         "inProcess": {"enabled": True, "softTimeoutSeconds": 60, "hardTimeoutSeconds": 90, "maxRestarts": 3},
+        "hangDetection": {"enabled": True, "floorSeconds": 5, "medianMultiple": 20},
         "checkpointDir": str(work / "ckpt"),
         "checkpointIntervalSteps": args.checkpoint_interval,
         "checkpointsToKeep": 2,
@@ -71,7 +76,10 @@ def pod_env(cfg: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[s
         "RTJ_NAMESPACE": "default",
         "RTJ_POD_IP": "127.0.0.1",
         "RTJ_STATUS_DIR": str(work / "status"),
-        "RTJ_FAULT_INJECT": f"exception:{rank}:{args.exception_step};sigkill:{rank}:{args.sigkill_step}",
+        "RTJ_FAULT_INJECT": ";".join(
+            [f"exception:{rank}:{args.exception_step}", f"sigkill:{rank}:{args.sigkill_step}"]
+            + ([f"stall:{rank}:{args.hang_step}"] if args.hang_step else [])
+        ),
         "PYTHONUNBUFFERED": "1",
     }
     if args.cpu:
@@ -180,10 +188,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "work_dir": str(work),
     }
     kinds = [f["kind"] for f in faults]
+    result["hang"] = hang_figures(faults, cfg, args.hang_step) if args.hang_step else None
     result["passed"] = bool(
-        rc == 0 and result["final_step"] == args.steps and "in-process" in kinds and "in-job" in kinds
+        rc == 0
+        and result["final_step"] == args.steps
+        and "in-process" in kinds
+        and "in-job" in kinds
+        and (not args.hang_step or (result["hang"] or {}).get("caught_before_soft_timeout"))
     )
     return result
+
+
+def hang_figures(faults: list[dict[str, Any]], cfg: dict[str, Any], hang_step: int) -> dict[str, Any] | None:
+    """The stall's recovery (the one after step `hang_step - 1`, the last the stalled rank completed):
+    seconds from that step to the first step after it (the learned budget's detection, the abort,
+    re-entry and the step), the steps lost, and whether it came in-process before the soft timeout
+    (which alone would have taken at least that long)."""
+    stall = next((f for f in faults if f["fault_after_step"] == hang_step - 1), None)
+    if stall is None:
+        return None
+    soft = cfg["inProcess"]["softTimeoutSeconds"]
+    return {
+        "recovery": stall["kind"],
+        "seconds_detect_and_recover": stall["seconds_fault_to_first_step"],
+        "steps_lost": stall["steps_redone"],
+        "soft_timeout_seconds": soft,
+        "caught_before_soft_timeout": stall["kind"] == "in-process"
+        and stall["seconds_fault_to_first_step"] < soft,
+    }
 
 
 def _version(dist: str) -> str:
@@ -202,6 +234,12 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--exception-step", type=int, default=50)
     p.add_argument("--sigkill-step", type=int, default=100)
+    p.add_argument(
+        "--hang-step",
+        type=int,
+        default=0,
+        help="a `stall` (no progress, interruptible) at this step (0: none)",
+    )
     p.add_argument("--checkpoint-interval", type=int, default=40)
     p.add_argument("--memory-interval", type=int, default=10, help="memory snapshots every N steps (0: off)")
     p.add_argument("--memory-dir", default=None, help="the memory tier's tmpfs (default: <run dir>/shm)")

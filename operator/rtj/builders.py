@@ -106,6 +106,11 @@ def trainer_config(job: ResilientTrainingJob, standby: bool = False) -> contract
             hard_timeout_seconds=ip.hard_timeout_seconds,
             max_restarts=ip.max_restarts,
         ),
+        hang_detection=contract.HangDetectionConfig(
+            enabled=ft.hang_detection.enabled,
+            floor_seconds=ft.hang_detection.floor_seconds,
+            median_multiple=ft.hang_detection.median_multiple,
+        ),
         checkpoint_dir=spec.checkpoint.mount_path,
         checkpoint_interval_steps=spec.checkpoint.interval_steps,
         checkpoints_to_keep=spec.checkpoint.keep,

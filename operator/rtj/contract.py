@@ -152,6 +152,9 @@ DEFAULT_CHECKPOINTS_TO_KEEP = 2
 DEFAULT_INPROCESS_SOFT_TIMEOUT_SECONDS = 60
 DEFAULT_INPROCESS_HARD_TIMEOUT_SECONDS = 90
 DEFAULT_INPROCESS_MAX_RESTARTS = 10
+#: Learned hang budgets (rtj_trainer.hang_timeouts): max(floor, multiple x a section's median).
+DEFAULT_HANG_DETECTION_FLOOR_SECONDS = 5
+DEFAULT_HANG_DETECTION_MEDIAN_MULTIPLE = 20
 
 
 # --- Exit codes (writer: trainer entrypoint; reader: operator ladder) ------------------------------
@@ -210,6 +213,8 @@ class FaultReason(StrEnum):
     RANK_EXCEPTION = "RankException"
     #: In-process restart: a rank whose collectives broke because another rank failed (collateral).
     PEER_FAILURE = "PeerFailure"
+    #: In-process restart: the rank made no progress within its hang budget (rtj_trainer.hang_timeouts).
+    RANK_HANG = "RankHang"
     #: The launcher lost the job's rendezvous and is started again in the same pod (Soft).
     RENDEZVOUS_LOST = "RendezvousLost"
     #: The launcher's in-job restart budget is spent (Hard; exit code 70).
@@ -401,6 +406,14 @@ class InProcessConfig(_Model):
         return self
 
 
+class HangDetectionConfig(_Model):
+    """Per-section hang budgets learned from the job's own times (reader: RankEnv.hang_detection)."""
+
+    enabled: bool
+    floor_seconds: Seconds = Field(alias="floorSeconds")
+    median_multiple: float = Field(alias="medianMultiple", ge=1, le=10000, allow_inf_nan=False)
+
+
 class TrainerConfig(_Model):
     """What the trainer entrypoint needs, as the operator computed it from the job spec."""
 
@@ -420,6 +433,9 @@ class TrainerConfig(_Model):
     rank_hang_timeout_seconds: Seconds = Field(alias="rankHangTimeoutSeconds")
     rank_initial_timeout_seconds: Seconds = Field(alias="rankInitialTimeoutSeconds")
     in_process: InProcessConfig = Field(alias="inProcess")
+    #: Learned hang budgets under in-process restart; absent (an older operator): off, the fixed
+    #: soft timeout alone.
+    hang_detection: HangDetectionConfig | None = Field(None, alias="hangDetection")
     checkpoint_dir: str = Field(alias="checkpointDir", min_length=1)
     checkpoint_interval_steps: PositiveCount = Field(alias="checkpointIntervalSteps")
     checkpoints_to_keep: PositiveCount = Field(alias="checkpointsToKeep")

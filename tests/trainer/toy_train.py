@@ -13,7 +13,8 @@ Test hooks (environment):
 - RTJ_FAULT_INJECT="<kind>:<rank>:<step>[:always]" (rank `*`: every rank that sees the variable,
   e.g. all ranks of one pod) with kind one of
   exception (raise: in-process restart), sigkill (SIGKILL itself: in-job restart),
-  hang (block in a C call: NVRx heartbeat timeout), exit (os._exit(1)),
+  hang (block in a C call: NVRx heartbeat timeout), stall (stop making progress in Python, still
+  interruptible: the learned hang budget aborts it in-process), exit (os._exit(1)),
   permanent (raise rtj_trainer.permanent.PermanentError: no restart can fix it).
   Without ":always" the fault fires once per job (a marker file in the checkpoint dir);
   with it, every time the rank reaches that step after a (re)start, relative to the resumed step
@@ -31,6 +32,7 @@ import time
 import torch
 import torch.distributed as dist
 from rtj.contract import PodState
+from rtj_trainer.hang_timeouts import Section
 from rtj_trainer.inprocess import run_with_inprocess_restart
 from rtj_trainer.permanent import PermanentError
 from rtj_trainer.rank_forkserver import ENV_LAUNCHER_PID
@@ -84,6 +86,9 @@ class FaultInjector:
             os.kill(os.getpid(), signal.SIGKILL)
         if self.kind == "exit":
             os._exit(1)
+        if self.kind == "stall":
+            while True:  # no step, no report: only the in-process hang deadline ends it
+                time.sleep(0.05)
         if self.kind == "hang":
             # Block inside a C call (like a stuck collective kernel): no Python-level abort
             # reaches it, only NVRx's heartbeat timeout (or the in-process hard timeout).
@@ -140,11 +145,12 @@ def main() -> None:
                 )
             if step % env.checkpoint_interval_steps == 0:
                 reporter.state(PodState.CHECKPOINTING)
-                if rank == 0:
-                    tmp = os.path.join(env.checkpoint_dir, f".step-{step}.pt.tmp")
-                    torch.save({"model": model.state_dict(), "step": step}, tmp)
-                    os.replace(tmp, os.path.join(env.checkpoint_dir, f"step-{step}.pt"))
-                dist.barrier()
+                with reporter.section(Section.CHECKPOINT):  # its own hang budget, not the step's
+                    if rank == 0:
+                        tmp = os.path.join(env.checkpoint_dir, f".step-{step}.pt.tmp")
+                        torch.save({"model": model.state_dict(), "step": step}, tmp)
+                        os.replace(tmp, os.path.join(env.checkpoint_dir, f"step-{step}.pt"))
+                    dist.barrier()
                 reporter.checkpoint_committed(step)
                 reporter.state(PodState.TRAINING)
         reporter.step(step)

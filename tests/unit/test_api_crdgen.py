@@ -134,6 +134,9 @@ def test_defaults_and_bounds_survive() -> None:
     props = SPEC["properties"]
     assert props["gpusPerNode"]["default"] == 8 and props["gpusPerNode"]["maximum"] == 8
     assert props["nodes"]["minimum"] == 1
+    hang = props["faultTolerance"]["properties"]["hangDetection"]["properties"]
+    assert hang["floorSeconds"]["minimum"] == 1 and hang["floorSeconds"]["default"] == 5
+    assert hang["medianMultiple"]["minimum"] == 2 and hang["medianMultiple"]["default"] == 20
     assert props["resources"]["properties"]["efaPerNode"]["maximum"] == 32
     assert props["placement"]["properties"]["tolerations"]["items"]["properties"]["effect"]["enum"] == [
         "",

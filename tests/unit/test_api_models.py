@@ -83,6 +83,8 @@ def with_(path: str, value: Any) -> dict[str, Any]:
         (with_("resources.cpu", -1), "cpu"),
         (with_("podTemplate.volumes", [{"emptyDir": {}}]), "volumes"),
         (with_("podTemplate.volumes", [{"name": "", "emptyDir": {}}]), "volumes"),
+        (with_("faultTolerance.hangDetection", {"floorSeconds": 0}), "floorSeconds"),
+        (with_("faultTolerance.hangDetection", {"medianMultiple": 1}), "medianMultiple"),
     ],
 )
 def test_pydantic_rejects_invalid_specs_naming_the_field(spec: dict[str, Any], field: str) -> None:

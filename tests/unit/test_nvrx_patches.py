@@ -260,6 +260,45 @@ def test_rank_assignment_composes_right_to_left_and_a_lost_rank_discards_every_s
     ra.ShiftRanks()
 
 
+def test_the_monitor_times_out_on_the_manual_timestamp_against_the_soft_timeout() -> None:
+    """What `set_progress_deadline` relies on: the monitor process compares the Timestamp the watchdog
+    sends (`manual` included) with its fixed soft timeout, and `CallWrapper.ping` sets `manual`."""
+    from nvidia_resiliency_ext.inprocess import monitor_process, progress_watchdog
+
+    stamp = progress_watchdog.Timestamp(auto=time.monotonic(), manual=time.monotonic() - 8.0)
+    assert stamp.is_timed_out(datetime.timedelta(seconds=5))
+    assert not stamp.is_timed_out(datetime.timedelta(seconds=10))
+    assert "timestamp.is_timed_out(soft_timeout)" in _source(monitor_process.MonitorProcess.run)
+    assert "timestamp.is_timed_out(hard_timeout)" in _source(monitor_process.MonitorProcess.run)
+    assert "self.progress_watchdog.ping()" in _source(inprocess.CallWrapper.ping)
+    ping, send = (
+        _source(progress_watchdog.ProgressWatchdog.ping),
+        _source(progress_watchdog.ProgressWatchdog.send),
+    )
+    assert "self.timestamp.manual = time.monotonic()" in ping
+    assert "send_timestamp(self.timestamp)" in send  # the object itself: a shifted manual stays
+
+
+def test_set_progress_deadline_times_out_after_the_budget_not_the_soft_timeout() -> None:
+    from nvidia_resiliency_ext.inprocess import progress_watchdog
+
+    sent: list[Any] = []
+    watchdog = progress_watchdog.ProgressWatchdog(
+        rank=0,
+        monitor_process=types.SimpleNamespace(send_timestamp=sent.append),
+        interval=datetime.timedelta(seconds=1),
+    )
+    call_wrapper = types.SimpleNamespace(progress_watchdog=watchdog)
+    nvrx_patches.set_progress_deadline(call_wrapper, 0.2, soft_timeout_s=60.0)
+    assert sent == [watchdog.timestamp]
+    soft = datetime.timedelta(seconds=60)
+    assert not watchdog.timestamp.is_timed_out(soft)
+    time.sleep(0.3)
+    assert watchdog.timestamp.is_timed_out(soft)
+    nvrx_patches.set_progress_deadline(call_wrapper, 600.0, soft_timeout_s=60.0)  # capped at soft
+    assert watchdog.timestamp.manual == pytest.approx(time.monotonic(), abs=0.05)
+
+
 # --- log and error text --------------------------------------------------------------------------------
 def test_a_store_poll_that_times_out_logs_lines_the_filter_drops(capfd: pytest.CaptureFixture[str]) -> None:
     """torch's c10d socket code logs each store poll timeout twice (as NVRx's 50 ms polls cause)."""

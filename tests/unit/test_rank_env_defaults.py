@@ -19,3 +19,10 @@ def test_a_rank_outside_a_pod_gets_the_spec_defaults() -> None:
     assert alone.checkpoint_interval_steps == passed.checkpoint_interval_steps
     assert alone.checkpoints_to_keep == passed.checkpoints_to_keep
     assert alone.in_process == passed.in_process
+    assert alone.hang_detection == passed.hang_detection
+
+
+def test_a_config_without_hang_detection_turns_it_off() -> None:
+    config = builders.trainer_config(make_job().obj()).model_copy(update={"hang_detection": None})
+    env = RankEnv.from_env(rank_env_vars(config, status_dir="/s", progress_file="/p"))
+    assert not env.hang_detection.enabled

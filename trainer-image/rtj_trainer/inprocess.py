@@ -18,9 +18,11 @@ API (for training scripts)::
 
 On an exception in any rank, every rank's `train` returns through an abort (the process group is
 torn down), and all ranks call `train` again with `restart_count + 1`, in the same processes.
-A rank stuck longer than the soft timeout is aborted the same way; past the hard timeout it is
-killed and ft_launcher restarts the workers (in-job restart). After `maxRestarts` in-process
-restarts the wrapper gives up, the rank exits non-zero, and ft_launcher takes over too.
+A rank stuck longer than its hang budget (learned from its own step, checkpoint and start-up times
+by RankReporter, at most the soft timeout: rtj_trainer.hang_timeouts) is aborted the same way; still
+stuck `hard - soft` seconds later it is killed and ft_launcher restarts the workers (in-job restart).
+After `maxRestarts` in-process restarts the wrapper gives up, the rank exits non-zero, and
+ft_launcher takes over too.
 
 With in-process restart disabled (RankEnv.in_process.enabled false) `train` is called once, with
 `call_wrapper=None`, around the same process-group setup.
@@ -38,6 +40,7 @@ import torch.distributed as dist
 from rtj.contract import FaultReason, FaultSeverity, PodState
 
 from . import nvrx_patches
+from .hang_timeouts import HangBudgets
 from .permanent import permanent_cause, report_permanent
 from .report import RankReporter
 from .runtime_env import RankEnv
@@ -195,13 +198,28 @@ def _run_restartable(train_fn: TrainFn, env: RankEnv, store: dist.Store, reporte
             raise nvrx_patches.StopRestarting(f"permanent error: {exc}")
         if exc is not None:
             reporter.fault(FaultSeverity.SOFT, classify_exception(exc), f"{type(exc).__name__}: {exc}")
+        elif (hang := reporter.overdue()) is not None:  # aborted by its own deadline: no exception
+            section, budget = hang
+            reporter.fault(
+                FaultSeverity.SOFT, FaultReason.RANK_HANG, f"no progress in its {section} for {budget:.1f} s"
+            )
         reporter.in_process_restart(next_iteration)
+
+    budgets = _hang_budgets(env)
 
     def _wrapped(call_wrapper: Any) -> Any:
         iteration = call_wrapper.iteration
-        _init_process_group(env, store, f"pg{iteration}")
-        reporter.state(PodState.TRAINING)
-        return train_fn(call_wrapper=call_wrapper, restart_count=iteration)
+        if budgets is not None:
+            soft = env.in_process.soft_timeout_seconds
+            reporter.attach_deadline(
+                lambda budget: nvrx_patches.set_progress_deadline(call_wrapper, budget, soft), budgets
+            )
+        try:
+            _init_process_group(env, store, f"pg{iteration}")
+            reporter.state(PodState.TRAINING)
+            return train_fn(call_wrapper=call_wrapper, restart_count=iteration)
+        finally:
+            reporter.detach_deadline()
 
     wrapped = nvrx_patches.inprocess_wrapper(
         _wrapped,
@@ -219,6 +237,19 @@ def _run_restartable(train_fn: TrainFn, env: RankEnv, store: dist.Store, reporte
         return wrapped()
     finally:
         _destroy_process_group()
+
+
+def _hang_budgets(env: RankEnv) -> HangBudgets | None:
+    """The learned hang budgets, capped by the soft timeout (None: hang detection off, the fixed soft
+    timeout alone). They live as long as the process: the medians carry over in-process restarts."""
+    hd = env.hang_detection
+    if not hd.enabled:
+        return None
+    return HangBudgets(
+        env.in_process.soft_timeout_seconds,
+        floor_seconds=hd.floor_seconds,
+        median_multiple=hd.median_multiple,
+    )
 
 
 def _wrapper_timing(env: RankEnv) -> dict[str, datetime.timedelta]:

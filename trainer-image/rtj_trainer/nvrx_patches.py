@@ -15,7 +15,8 @@ What, and who applies it:
 - nvrx-control, in the rendezvous pod (`rendezvous_host`): `apply_store_host_poll`
   (`ft_rendezvous_barrier.time`).
 - in-process restart, in every rank (`inprocess`, bench/inprocess_recovery.py): `inprocess_wrapper`, the
-  only user of `nvidia_resiliency_ext.inprocess` (see below).
+  only user of `nvidia_resiliency_ext.inprocess` (see below), and `set_progress_deadline` (its
+  progress watchdog's timestamp; `report.RankReporter` calls it with the learned hang budgets).
 - log text of torch and NVRx we match: `STORE_POLL_TIMEOUT` (`log_filter`), `LOST_STORE`
   (`rendezvous_loss`), `PEER_FAILURE_MARKERS` (`inprocess.classify_exception`).
 - CPython's private exit steps, in a rank forked by `rank_forkserver`: `run_interpreter_exit`.
@@ -265,6 +266,25 @@ def _annotated_entry[T](entry: Callable[[Any], T]) -> Callable[..., T]:
 
     _entry.__annotations__ = {"call_wrapper": inprocess.CallWrapper}
     return _entry
+
+
+def set_progress_deadline(call_wrapper: Any, budget_s: float, soft_timeout_s: float) -> None:
+    """Make the Wrapper's soft timeout fire `budget_s` from now instead of its fixed `soft_timeout_s`
+    (rtj_trainer.hang_timeouts learns the budget; a budget above the soft timeout is cut to it).
+
+    NVRx's monitor process compares its rank's `progress_watchdog.Timestamp` with the soft timeout it
+    was built with: `now - timestamp.manual > soft_timeout` (`Timestamp.is_timed_out`), `manual` being
+    what `CallWrapper.ping` sets. A ping stamped `soft_timeout_s - budget_s` earlier than now therefore
+    times out `budget_s` from now. The watchdog thread sends the same Timestamp object with every
+    automatic update, so the shifted `manual` stays until the next call. The hard timeout, checked on
+    the same timestamp, moves by as much: the kill still comes `hard - soft` after the soft abort.
+    An in-process restart resets the Timestamp (`ProgressWatchdog.reset`): no deadline until the next
+    call.
+    """
+    watchdog = call_wrapper.progress_watchdog
+    budget_s = min(budget_s, soft_timeout_s)
+    watchdog.timestamp.manual = time.monotonic() - (soft_timeout_s - budget_s)
+    watchdog.send()
 
 
 # --- log and error text of torch and NVRx that we match ---------------------------------------------

@@ -8,11 +8,17 @@ written at once.
 
 Under ft_launcher, the same throttled tick also sends the NVRx rank heartbeat (hang detection:
 a rank that stops calling `step()` for `rankHangTimeoutSeconds` is killed and restarted).
+Under in-process restart, `step()` and `section()` also time the rank's sections and move its hang
+deadline to the budget learned for the next one (rtj_trainer.hang_timeouts): a stalled step is
+aborted after seconds, not after the soft timeout.
 
     reporter = RankReporter.from_env()
     reporter.state(PodState.TRAINING)
     for step in ...:
         ...
+        with reporter.section(Section.CHECKPOINT) as save:  # a save gets the checkpoint budget
+            if not manager.maybe_save(step, model, optimizer):
+                save.discard()  # nothing was due: not a sample of a save's duration
         reporter.step(step)
     reporter.checkpoint_committed(step, datetime.now(UTC))
 
@@ -25,6 +31,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,6 +45,7 @@ from rtj.contract import (
     rank_file_name,
 )
 
+from .hang_timeouts import HangBudgets, NestedSection, Section, SectionClock
 from .runtime_env import ENV_PROGRESS_FILE
 
 log = logging.getLogger(__name__)
@@ -106,6 +114,9 @@ class RankReporter:
         self._last_beat = 0.0
         #: The hot path's step, a plain attribute (cheaper to set than a model's); written with the report.
         self._step: int | None = None
+        #: Times sections against the learned hang budgets while a deadline is attached.
+        self._sections: SectionClock | None = None
+        self._overdue: tuple[Section, float] | None = None
         self._report = RankReport(
             rank=rank, local_rank=local_rank, pid=os.getpid(), in_job_restarts=in_job_restarts
         )
@@ -134,6 +145,8 @@ class RankReporter:
     def step(self, n: int) -> None:
         """Record the current training step; writes at most every `write_interval` seconds."""
         self._step = n
+        if self._sections is not None:
+            self._sections.step()
         if self._path is None and self._ft is None:
             return
         now = time.monotonic()
@@ -157,8 +170,43 @@ class RankReporter:
         except Exception:  # the launcher is going away; its rank monitor handles the rest
             self._ft = None
 
+    # --- hang budgets (in-process restart) ----------------------------------------------------
+    def attach_deadline(self, set_deadline: Callable[[float], None], budgets: HangBudgets) -> None:
+        """From now (the training function entered: start-up) time the sections against `budgets`
+        and call `set_deadline(budget_s)` as they change (rtj_trainer.inprocess, per iteration)."""
+        self._sections = SectionClock(budgets, set_deadline, time.monotonic)
+        self._overdue = None
+
+    def detach_deadline(self) -> None:
+        """The training function returned or was aborted; `overdue` keeps what it was then."""
+        self._overdue = self.overdue()
+        self._sections = None
+
+    def overdue(self) -> tuple[Section, float] | None:
+        """(section, budget) when this rank's hang deadline had passed (at the detach, once
+        detached): the abort was for its own hang, not a peer's fault."""
+        return self._sections.overdue() if self._sections is not None else self._overdue
+
+    @contextlib.contextmanager
+    def section(self, kind: Section) -> Iterator[NestedSection]:
+        """A section inside a step with its own budget: `Section.CHECKPOINT` around a save (learned
+        from the saves), `Section.OTHER` around work of unknown length (the ceiling). Call
+        `.discard()` on what it yields when the section turned out to be no sample (nothing saved)."""
+        clock = self._sections
+        if clock is None:
+            yield NestedSection(None)
+            return
+        clock.begin(kind)
+        try:
+            yield NestedSection(clock)
+        finally:
+            if self._sections is clock:
+                clock.end()
+
     # --- events (written at once) -----------------------------------------------------------
     def state(self, state: PodState) -> None:
+        if state == PodState.CHECKPOINTING and self._sections is not None:
+            self._sections.relax()  # a save of unknown length (an emergency save): the ceiling
         if self._report.state != state:
             self._report.state = state
             self._write()

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from rtj.contract import (
     DEFAULT_CHECKPOINT_INTERVAL_STEPS,
     DEFAULT_CHECKPOINTS_TO_KEEP,
+    DEFAULT_HANG_DETECTION_FLOOR_SECONDS,
+    DEFAULT_HANG_DETECTION_MEDIAN_MULTIPLE,
     DEFAULT_INPROCESS_HARD_TIMEOUT_SECONDS,
     DEFAULT_INPROCESS_MAX_RESTARTS,
     DEFAULT_INPROCESS_SOFT_TIMEOUT_SECONDS,
@@ -45,6 +47,10 @@ ENV_INPROCESS_ENABLED = "RTJ_INPROCESS_ENABLED"
 ENV_INPROCESS_SOFT_TIMEOUT = "RTJ_INPROCESS_SOFT_TIMEOUT_SECONDS"
 ENV_INPROCESS_HARD_TIMEOUT = "RTJ_INPROCESS_HARD_TIMEOUT_SECONDS"
 ENV_INPROCESS_MAX_RESTARTS = "RTJ_INPROCESS_MAX_RESTARTS"
+#: Learned hang budgets (TrainerConfig.hangDetection; rtj_trainer.hang_timeouts).
+ENV_HANG_DETECTION_ENABLED = "RTJ_HANG_DETECTION_ENABLED"
+ENV_HANG_DETECTION_FLOOR_SECONDS = "RTJ_HANG_DETECTION_FLOOR_SECONDS"
+ENV_HANG_DETECTION_MEDIAN_MULTIPLE = "RTJ_HANG_DETECTION_MEDIAN_MULTIPLE"
 #: Written by the entrypoint into the pod's status dir when the pod is asked to stop (SIGTERM),
 #: before it forwards the signal to ft_launcher: a rank that gets SIGTERM while it exists saves
 #: and persists its state (rtj_trainer.graceful); one that gets SIGTERM without it is being stopped
@@ -62,6 +68,13 @@ class InProcessSettings:
     soft_timeout_seconds: float
     hard_timeout_seconds: float
     max_restarts: int
+
+
+@dataclass(frozen=True)
+class HangDetectionSettings:
+    enabled: bool
+    floor_seconds: float
+    median_multiple: float
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,7 @@ class RankEnv:
     memory_snapshot_interval_steps: int
     progress_file: str | None
     in_process: InProcessSettings
+    hang_detection: HangDetectionSettings
     dist_backend: str
     collective_timeout_seconds: float
 
@@ -120,6 +134,9 @@ class RankEnv:
             raw = env.get(name, "")
             return float(raw) if raw.strip() else default
 
+        def _flag(name: str) -> bool:
+            return env.get(name, "1").lower() in ("1", "true", "yes")
+
         soft_timeout = _float(ENV_INPROCESS_SOFT_TIMEOUT, DEFAULT_INPROCESS_SOFT_TIMEOUT_SECONDS)
         hard_timeout = _float(ENV_INPROCESS_HARD_TIMEOUT, DEFAULT_INPROCESS_HARD_TIMEOUT_SECONDS)
         mem_interval = _int(ENV_MEMORY_SNAPSHOT_INTERVAL_STEPS, 0)
@@ -141,10 +158,17 @@ class RankEnv:
             memory_snapshot_interval_steps=mem_interval if mem_dir else 0,
             progress_file=env.get(ENV_PROGRESS_FILE) or None,
             in_process=InProcessSettings(
-                enabled=env.get(ENV_INPROCESS_ENABLED, "1").lower() in ("1", "true", "yes"),
+                enabled=_flag(ENV_INPROCESS_ENABLED),
                 soft_timeout_seconds=soft_timeout,
                 hard_timeout_seconds=hard_timeout,
                 max_restarts=_int(ENV_INPROCESS_MAX_RESTARTS, DEFAULT_INPROCESS_MAX_RESTARTS),
+            ),
+            hang_detection=HangDetectionSettings(
+                enabled=_flag(ENV_HANG_DETECTION_ENABLED),
+                floor_seconds=_float(ENV_HANG_DETECTION_FLOOR_SECONDS, DEFAULT_HANG_DETECTION_FLOOR_SECONDS),
+                median_multiple=_float(
+                    ENV_HANG_DETECTION_MEDIAN_MULTIPLE, DEFAULT_HANG_DETECTION_MEDIAN_MULTIPLE
+                ),
             ),
             dist_backend=_resolve_backend(env.get(ENV_DIST_BACKEND, "auto")),
             # Default: a third of the hard timeout, so a broken collective fails (and the wrapper
@@ -202,4 +226,16 @@ def rank_env_vars(cfg: TrainerConfig, *, status_dir: str, progress_file: str) ->
         ENV_INPROCESS_SOFT_TIMEOUT: repr(float(ip.soft_timeout_seconds)),
         ENV_INPROCESS_HARD_TIMEOUT: repr(float(ip.hard_timeout_seconds)),
         ENV_INPROCESS_MAX_RESTARTS: str(ip.max_restarts),
+        **_hang_detection_vars(cfg),
+    }
+
+
+def _hang_detection_vars(cfg: TrainerConfig) -> dict[str, str]:
+    hd = cfg.hang_detection
+    if hd is None:  # an operator that does not send it: off, as before it existed
+        return {ENV_HANG_DETECTION_ENABLED: "0"}
+    return {
+        ENV_HANG_DETECTION_ENABLED: "1" if hd.enabled else "0",
+        ENV_HANG_DETECTION_FLOOR_SECONDS: repr(float(hd.floor_seconds)),
+        ENV_HANG_DETECTION_MEDIAN_MULTIPLE: repr(float(hd.median_multiple)),
     }

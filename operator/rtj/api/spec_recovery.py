@@ -23,6 +23,8 @@ from rtj.contract import (
     DEFAULT_CHECKPOINT_INTERVAL_STEPS,
     DEFAULT_CHECKPOINTS_TO_KEEP,
     DEFAULT_DO_NOT_RESTART_EXIT_CODES,
+    DEFAULT_HANG_DETECTION_FLOOR_SECONDS,
+    DEFAULT_HANG_DETECTION_MEDIAN_MULTIPLE,
     DEFAULT_INPROCESS_HARD_TIMEOUT_SECONDS,
     DEFAULT_INPROCESS_MAX_RESTARTS,
     DEFAULT_INPROCESS_SOFT_TIMEOUT_SECONDS,
@@ -173,6 +175,31 @@ class InProcessRestart(ApiModel):
     )
 
 
+class HangDetection(ApiModel):
+    """Hang budgets each rank learns from its own section times, under in-process restart."""
+
+    enabled: bool = Field(
+        True,
+        description="Learn a budget per section (start-up, step, checkpoint) from the rank's own times: a "
+        "rank silent longer than max(floorSeconds, medianMultiple x that section's running median) is "
+        "aborted and restarted in-process; at most inProcessRestart.softTimeoutSeconds, which applies "
+        "alone when off or until 5 durations of a section were seen.",
+    )
+    floor_seconds: int = Field(
+        DEFAULT_HANG_DETECTION_FLOOR_SECONDS,
+        description="The shortest learned budget, in seconds.",
+        ge=1,
+        le=86400,
+    )
+    median_multiple: int = Field(
+        DEFAULT_HANG_DETECTION_MEDIAN_MULTIPLE,
+        description="A section's budget is this many times its running median duration (at least "
+        "floorSeconds).",
+        ge=2,
+        le=10000,
+    )
+
+
 class FaultTolerance(ApiModel):
     """The escalation ladder: each level has a budget."""
 
@@ -211,6 +238,11 @@ class FaultTolerance(ApiModel):
     )
     in_process_restart: InProcessRestart = Field(
         default_factory=InProcessRestart, description="Level 1: in-process restart."
+    )
+    hang_detection: HangDetection = Field(
+        default_factory=HangDetection,
+        description="Learned per-section hang budgets: a stalled step is caught in seconds and "
+        "recovered in-process.",
     )
     max_in_job_restarts: int = Field(
         3, description="Level 2: ft_launcher in-job restarts per pod before the pod fails.", ge=0, le=1000

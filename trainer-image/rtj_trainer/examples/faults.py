@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 ENV_FAULT_INJECT = "RTJ_FAULT_INJECT"
-FAULT_KINDS = ("exception", "sigkill", "hang", "exit", "finish", "kill-during-save", "corrupt")
+FAULT_KINDS = ("exception", "sigkill", "hang", "stall", "exit", "finish", "kill-during-save", "corrupt")
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,11 @@ class FaultInjector:
                 os._exit(1)
             if f.kind == "finish":
                 os._exit(0)
+            if f.kind == "stall":
+                # No progress, but interruptible (a Python loop, like a rank waiting on a peer that
+                # never comes): the learned hang budget aborts it and restarts in-process.
+                while True:
+                    time.sleep(0.05)
             if f.kind == "hang":
                 # Block inside a C call (like a stuck collective): only NVRx's heartbeat timeout
                 # or the in-process hard timeout gets the job out of it.

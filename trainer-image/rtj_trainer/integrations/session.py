@@ -47,6 +47,7 @@ from rtj.contract import ENV_POD_NAME, ExitCode, PodState
 
 from rtj_trainer.checkpoint import DEFAULT_LOCAL_WRITE_THREADS, CheckpointManager
 from rtj_trainer.graceful import GracefulStop
+from rtj_trainer.hang_timeouts import Section
 from rtj_trainer.inprocess import run_with_inprocess_restart
 from rtj_trainer.kept_state import KeptState, agreed_step
 from rtj_trainer.report import RankReporter
@@ -249,7 +250,10 @@ class Attempt:
             ckpt.prepare(model, optimizer)  # pinned buffers now, not inside the first save
             self._prepared = True
         t0 = time.perf_counter()
-        outcome = ckpt.maybe_save(step, model, optimizer, extra=extra or {})
+        with self.res.reporter.section(Section.CHECKPOINT) as section:  # the saves' hang budget
+            outcome = ckpt.maybe_save(step, model, optimizer, extra=extra or {})
+            if not outcome:
+                section.discard()  # nothing was due: no sample of a save's duration
         seconds = time.perf_counter() - t0 if outcome else 0.0
         self._copy_pending = outcome == "saved" and self.res.use_cuda
         return SaveOutcome(outcome, seconds, copy_s)
@@ -314,7 +318,8 @@ class Attempt:
         """Training returned: the last save drains, then every rank meets (called by `run`)."""
         ckpt = self.res.ckpt
         if ckpt is not None:
-            ckpt.close(timeout=ckpt.commit_timeout_s)
+            with self.res.reporter.section(Section.OTHER):  # draining the last save: the ceiling
+                ckpt.close(timeout=ckpt.commit_timeout_s)
         if self.res.use_cuda:
             torch.cuda.synchronize()
         with contextlib.suppress(Exception):
