@@ -48,6 +48,17 @@ def test_sections_learn_separately_and_other_is_never_learned() -> None:
     assert b.budget(Section.STARTUP) == b.budget(Section.OTHER) == 60.0
 
 
+def test_a_checkpoint_budget_follows_the_longest_recent_save() -> None:
+    """Saves are bimodal (snapshots, persisting saves): one slow save among fast ones sets the budget."""
+    b = _budgets()
+    for d in (0.04, 0.04, 0.04, 0.04, 1.5):
+        b.observe(Section.CHECKPOINT, d)
+    assert b.budget(Section.CHECKPOINT) == pytest.approx(30.0)
+    for d in (0.04, 0.04, 0.04, 0.04, 0.04):
+        b.observe(Section.STEP, d)
+    assert b.budget(Section.STEP) == 5.0  # steps: the median (and the floor)
+
+
 def test_the_median_follows_the_recent_window() -> None:
     b = _budgets()
     for _ in range(WINDOW):

@@ -7,6 +7,10 @@ marks as one). Each section kind has its own budget:
     budget = min(ceiling, max(floor, multiple x median of that kind's recent durations))
 
 and the ceiling (the in-process soft timeout) until `MIN_SAMPLES` durations of that kind were seen.
+A checkpoint's budget is a multiple of the longest recent save, not of the median: saves are few and
+bimodal (a memory snapshot in 0.04 s, a save that also hands a persist to the writer, one that waits
+for a pinned buffer), and a save slower than usual is not a hang (1xH200, 2026-12-04: with the
+median of saves, a 0.04 s median set a 5 s budget and a first real snapshot was aborted as hung).
 With 0.18 s steps, a floor of 5 s and a multiple of 20 a stalled step is caught after 5 s instead of
 the soft timeout; a step that slows down gradually moves the median with it. `other` is work of
 unknown length (an evaluation, a final drain): always the ceiling, never learned.
@@ -50,6 +54,9 @@ class _Window:
         self.recent.append(seconds)
         bisect.insort(self.ordered, seconds)
 
+    def longest(self) -> float:
+        return self.ordered[-1]
+
     def median(self) -> float:
         n = len(self.ordered)
         mid = n // 2
@@ -91,7 +98,8 @@ class HangBudgets:
         window = self._windows.get(section)
         if not self.enabled or window is None or len(window.recent) < MIN_SAMPLES:
             return self.ceiling
-        return min(self.ceiling, max(self.floor, self.multiple * window.median()))
+        typical = window.longest() if section is Section.CHECKPOINT else window.median()
+        return min(self.ceiling, max(self.floor, self.multiple * typical))
 
 
 #: Seconds between two deadline updates within one section (each is a message to NVRx's monitor

@@ -252,8 +252,8 @@ class Attempt:
         t0 = time.perf_counter()
         with self.res.reporter.section(Section.CHECKPOINT) as section:  # the saves' hang budget
             outcome = ckpt.maybe_save(step, model, optimizer, extra=extra or {})
-            if not outcome:
-                section.discard()  # nothing was due: no sample of a save's duration
+            if outcome not in ("saved", "snapshot"):
+                section.discard()  # nothing due, or skipped (busy): no sample of a save's duration
         seconds = time.perf_counter() - t0 if outcome else 0.0
         self._copy_pending = outcome == "saved" and self.res.use_cuda
         return SaveOutcome(outcome, seconds, copy_s)
