@@ -171,3 +171,29 @@ def test_overdue_names_the_section_past_its_deadline_and_survives_the_detach(
     assert reporter.overdue() == (Section.STEP, pytest.approx(5.0))
     reporter.attach_deadline(lambda _: None, _budgets())
     assert reporter.overdue() is None
+
+
+def test_while_unsettled_every_budget_is_the_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory tier allocating its buffers in the background slows steps for seconds: no hang."""
+    from rtj_trainer import report
+
+    clock = FakeClock()
+    monkeypatch.setattr(report.time, "monotonic", clock)
+    reporter, deadlines = report.RankReporter(None), []
+    reporter.attach_deadline(deadlines.append, _budgets())
+    preparing = [True]
+    reporter.ceiling_while(lambda: preparing[0])
+    for n in range(1, MIN_SAMPLES + 3):
+        clock.now += 0.2
+        reporter.step(n)
+    assert deadlines[-1] == 60.0  # learned (5 s), but the buffers are still being allocated
+    clock.now += 5.5
+    assert reporter.overdue() is None
+    preparing[0] = False
+    clock.now += 0.2
+    reporter.step(99)
+    assert deadlines[-1] == pytest.approx(5.0)
+    preparing[0] = True  # once settled, the predicate is no longer asked
+    clock.now += 0.2
+    reporter.step(100)
+    assert deadlines[-1] == pytest.approx(5.0)

@@ -120,7 +120,8 @@ class SectionClock:
     It starts in `startup`. `step()` ends the current step (or start-up) and begins the next step;
     `begin(kind)` / `end()` nest a section inside the current one (a checkpoint inside a step): the
     nested time is not counted to the outer section, whose deadline is renewed when it ends.
-    `relax()` sets the ceiling until the next step (an emergency save of unknown length).
+    `relax()` sets the ceiling until the next step (an emergency save of unknown length);
+    `unsettled()` True sets the ceiling for every section until it turns False.
     """
 
     def __init__(
@@ -128,10 +129,14 @@ class SectionClock:
         budgets: HangBudgets,
         set_deadline: Callable[[float], None],
         clock: Callable[[], float],
+        unsettled: Callable[[], bool] | None = None,
     ) -> None:
         self.budgets = budgets
         self._set_deadline = set_deadline
         self._clock = clock
+        #: True while one-off background work slows the steps (see RankReporter.ceiling_while):
+        #: every budget is then the ceiling.
+        self._unsettled = unsettled
         #: The open sections, the outermost (start-up or a step) first; the last is the current one.
         self._stack = [_Open(Section.STARTUP, clock())]
         self._last_set = -float("inf")
@@ -145,7 +150,8 @@ class SectionClock:
 
     def _set(self, kind: Section, now: float, force: bool = False) -> None:
         if force or now - self._last_set >= DEADLINE_UPDATE_INTERVAL:
-            self._send(kind, self.budgets.budget(kind), now)
+            unsettled = self._unsettled is not None and self._unsettled()
+            self._send(kind, self.budgets.ceiling if unsettled else self.budgets.budget(kind), now)
 
     def _send(self, kind: Section, budget: float, now: float) -> None:
         self._last_set = now

@@ -117,6 +117,7 @@ class RankReporter:
         #: Times sections against the learned hang budgets while a deadline is attached.
         self._sections: SectionClock | None = None
         self._overdue: tuple[Section, float] | None = None
+        self._unsettled: Callable[[], bool] | None = None
         self._report = RankReport(
             rank=rank, local_rank=local_rank, pid=os.getpid(), in_job_restarts=in_job_restarts
         )
@@ -174,8 +175,23 @@ class RankReporter:
     def attach_deadline(self, set_deadline: Callable[[float], None], budgets: HangBudgets) -> None:
         """From now (the training function entered: start-up) time the sections against `budgets`
         and call `set_deadline(budget_s)` as they change (rtj_trainer.inprocess, per iteration)."""
-        self._sections = SectionClock(budgets, set_deadline, time.monotonic)
+        self._sections = SectionClock(budgets, set_deadline, time.monotonic, self._is_unsettled)
         self._overdue = None
+
+    def ceiling_while(self, unsettled: Callable[[], bool]) -> None:
+        """Until `unsettled()` returns False, every section's hang budget is the ceiling (the soft
+        timeout): one-off background work that slows the steps is not a hang. The memory tier's
+        buffers being allocated is one: pinning 13.7 GB stalled a 0.16 s step for over 5 s on 1xH200
+        (2026-12-04), which a 5 s learned budget aborted as a hang."""
+        self._unsettled = unsettled
+
+    def _is_unsettled(self) -> bool:
+        if self._unsettled is None:
+            return False
+        if self._unsettled():
+            return True
+        self._unsettled = None
+        return False
 
     def detach_deadline(self) -> None:
         """The training function returned or was aborted; `overdue` keeps what it was then."""

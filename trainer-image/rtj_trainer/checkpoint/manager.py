@@ -104,6 +104,11 @@ class CheckpointManager:
         return self._p.writer.busy or self._p.staging.preparing
 
     @property
+    def preparing(self) -> bool:
+        """The host buffers are still being allocated (`prepare`, in the background)."""
+        return self._p.staging.preparing
+
+    @property
     def persisting(self) -> bool:
         """A persist to `root` is in flight."""
         return self.busy if self._p.memory is None else self._p.persistent.persisting

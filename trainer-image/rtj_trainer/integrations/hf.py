@@ -82,6 +82,7 @@ class ResilienceCallback(TrainerCallback):
             event="resume", step=start, source=source, restart=self.env.restart_count, t=time.time()
         )
         self.ckpt.prepare(model, optim)
+        self.reporter.ceiling_while(lambda: self.ckpt.preparing)
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any

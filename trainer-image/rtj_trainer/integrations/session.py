@@ -248,6 +248,7 @@ class Attempt:
             self._copy_pending = False
         if not self._prepared:
             ckpt.prepare(model, optimizer)  # pinned buffers now, not inside the first save
+            self.res.reporter.ceiling_while(lambda: ckpt.preparing)
             self._prepared = True
         t0 = time.perf_counter()
         with self.res.reporter.section(Section.CHECKPOINT) as section:  # the saves' hang budget

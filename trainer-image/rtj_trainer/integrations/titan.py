@@ -174,6 +174,7 @@ class RtjCheckpointer:
     def save(self, curr_step: int, last_step: bool = False) -> None:
         if not self._prepared:
             self.ckpt.prepare(self.model, self.optimizer)
+            self.reporter.ceiling_while(lambda: self.ckpt.preparing)
             self._prepared = True
         outcome = self.ckpt.maybe_save(curr_step, self.model, self.optimizer, extra=self._extra())
         self.reporter.step(curr_step)
