@@ -1,5 +1,6 @@
 """The local node agent (kubelet stand-in) against the real control plane: pods become processes with
-their exit codes reported, deletion stops them like kubelet, a dead node goes NotReady for real."""
+their exit codes reported, deletion stops them like kubelet, a dead node goes NotReady for real
+and a repaired one Ready again."""
 
 from __future__ import annotations
 
@@ -115,6 +116,27 @@ def test_a_dead_node_goes_not_ready_and_is_tainted_by_the_node_lifecycle_control
 
     wait_for(not_ready_and_tainted, timeout=90, interval=1.0, message=f"node {NODE} NotReady and tainted")
     assert phase(raw, namespace, "victim") == "Running"  # nobody is left to report otherwise
+
+    # Repaired (as an admin does): its old pod deleted, the node back Ready and untainted, running pods.
+    raw.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/victim", {"gracePeriodSeconds": 0})
+    agent.revive_node(NODE)
+
+    def ready_and_untainted() -> bool:
+        node = raw.request("GET", f"/api/v1/nodes/{NODE}")
+        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+        taints = {t["key"] for t in node["spec"].get("taints") or []}
+        return ready["status"] == "True" and not taints & {
+            "node.kubernetes.io/unreachable",
+            "node.kubernetes.io/not-ready",
+        }
+
+    wait_for(ready_and_untainted, timeout=90, interval=1.0, message=f"node {NODE} Ready and untainted again")
+    raw.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod("after-repair", "exit 0"))
+    wait_for(
+        lambda: phase(raw, namespace, "after-repair") == "Succeeded",
+        timeout=60,
+        message="a pod on the repaired node Succeeded",
+    )
 
 
 def _alive(pid: int) -> bool:

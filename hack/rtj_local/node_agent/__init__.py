@@ -17,7 +17,8 @@ runs every pod bound to one of them as a local process group:
   phase Succeeded/Failed for restartPolicy Never); on deletion SIGTERM to the container's main
   process, SIGKILL to everything in the pod after the grace period, then delete with grace 0.
 - `kill_node(name)` simulates a node's death: SIGKILL everything on it and stop renewing its Lease
-  and status, so the real node-lifecycle controller marks it NotReady/Unknown and taints it.
+  and status, so the real node-lifecycle controller marks it NotReady/Unknown and taints it;
+  `revive_node(name)` brings it back empty (a repaired node).
 
 All processes of a pod share its mount namespace; that, not the process group, is how "everything in
 the pod" is found (torch elastic starts its workers in new sessions).

@@ -149,6 +149,21 @@ class NodeAgent:
     def is_dead(self, name: str) -> bool:
         return name in self._dead
 
+    def revive_node(self, name: str) -> None:
+        """A dead node repaired (rebooted empty, as after an admin's repair): its heartbeats resume and
+        the node lifecycle controller lifts its unreachable taints. The pods it ran are not restarted:
+        delete them first (as Jobs.cleanup does); any left are forgotten."""
+        if name not in self.node_names:
+            raise ValueError(f"{name!r} is not a node of this agent ({self.node_names})")
+        with self._lock:
+            stale = [r for r in self._runs.values() if r.node == name]
+            for run in stale:
+                self._runs.pop(run.uid, None)
+            self._dead.discard(name)
+        self.nodes.renew_lease(name)
+        self.nodes.post_status(name)
+        log.warning("node %s revived", name)
+
     # --- introspection (for tests and the demo) -------------------------------------------------------
     def pod_dir(self, namespace: str, name: str) -> Path | None:
         with self._lock:
