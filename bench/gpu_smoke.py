@@ -145,6 +145,9 @@ def log_lines(launch_log: str, minutes: float) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.memory_dir and Path(args.memory_dir).exists() and any(Path(args.memory_dir).iterdir()):
+        # A previous run's snapshots there would be resumed from (a run that starts past its end).
+        sys.exit(f"--memory-dir {args.memory_dir} is not empty: give each run a fresh one")
     if args.work_dir:
         Path(args.work_dir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rtj-smoke-", dir=args.work_dir))
