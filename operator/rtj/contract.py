@@ -113,6 +113,14 @@ ENV_STATUS_DIR = "RTJ_STATUS_DIR"
 #: checkpoint). Written by the operator's pod builder (a margin under the pod's
 #: terminationGracePeriodSeconds, so the kubelet never kills first); read by the entrypoint.
 ENV_GRACEFUL_STOP_SECONDS = "RTJ_GRACEFUL_STOP_SECONDS"
+#: In-place restarts this pod may take (ExitCode.RESTART_IN_PLACE), written by the pod builder only
+#: on a pod that carries the restart rule; absent or 0: the pod cannot restart in place (its in-job
+#: budget spent is ExitCode.LAUNCHER_BUDGET_EXHAUSTED, a replacement). The entrypoint counts the
+#: pod's container starts in its memory volume (it survives an in-place restart).
+ENV_MAX_IN_PLACE_RESTARTS = "RTJ_MAX_IN_PLACE_RESTARTS"
+#: The Node feature (status.declaredFeatures, NodeDeclaredFeatures) a kubelet declares when it restarts all of a
+#: pod's containers on a RestartAllContainers rule; the scheduler only places such pods there.
+RESTART_ALL_CONTAINERS_FEATURE = "RestartAllContainersOnContainerExits"
 
 # --- Heartbeat Lease (writer: trainer heartbeat agent; reader: operator) ---------------------------
 HEARTBEAT_ANNOTATION = f"{API_GROUP}/heartbeat"
@@ -170,6 +178,13 @@ class ExitCode:
     TERMINATED = 143
     #: Fenced: the operator replaced this pod (FENCED_ANNOTATION on its Lease); it stopped itself.
     FENCED = 75
+    #: Restart this pod in place: the launcher's in-job budget is spent (or the launcher itself
+    #: failed) on a pod whose node shows no evidence against it and which has in-place restarts left
+    #: (ENV_MAX_IN_PLACE_RESTARTS). The pod's restart rule (`restartPolicyRules`, action
+    #: RestartAllContainers, KEP-5532) makes the kubelet restart every container of the pod on the
+    #: same node with its volumes, the memory tier's /dev/shm included; the memory snapshot was
+    #: committed before (the restart skips grace periods).
+    RESTART_IN_PLACE = 76
 
 
 DEFAULT_DO_NOT_RESTART_EXIT_CODES = (ExitCode.DO_NOT_RESTART, ExitCode.CONFIG_ERROR)
@@ -219,6 +234,8 @@ class FaultReason(StrEnum):
     RENDEZVOUS_LOST = "RendezvousLost"
     #: The launcher's in-job restart budget is spent (Hard; exit code 70).
     LAUNCHER_BUDGET_EXHAUSTED = "LauncherBudgetExhausted"
+    #: The same, on a pod that restarts in place instead (Soft; exit code 76).
+    RESTARTING_IN_PLACE = "RestartingInPlace"
     #: NVRx saw no progress across restart cycles, or a doNotRestartExitCode (Soft; exit code 93).
     NO_PROGRESS = "NoProgress"
     #: A checkpoint shard could not be written: the volume is full (ENOSPC, EDQUOT), or another error.
