@@ -118,8 +118,8 @@ ENV_GRACEFUL_STOP_SECONDS = "RTJ_GRACEFUL_STOP_SECONDS"
 #: budget spent is ExitCode.LAUNCHER_BUDGET_EXHAUSTED, a replacement). The entrypoint counts the
 #: pod's container starts in its memory volume (it survives an in-place restart).
 ENV_MAX_IN_PLACE_RESTARTS = "RTJ_MAX_IN_PLACE_RESTARTS"
-#: The Node feature (status.declaredFeatures, NodeDeclaredFeatures) a kubelet declares when it restarts all of a
-#: pod's containers on a RestartAllContainers rule; the scheduler only places such pods there.
+#: The Node feature (status.declaredFeatures) a kubelet declares when it restarts all of a pod's
+#: containers on a RestartAllContainers rule; the scheduler only places such pods there.
 RESTART_ALL_CONTAINERS_FEATURE = "RestartAllContainersOnContainerExits"
 
 # --- Heartbeat Lease (writer: trainer heartbeat agent; reader: operator) ---------------------------
