@@ -67,8 +67,8 @@ class ResilienceCallback(TrainerCallback):
         distributed = dist.is_available() and dist.is_initialized()
         if distributed and dist.get_backend() != "gloo":
             self.group = dist.new_group(backend="gloo")  # the runtime's agreements are CPU all-reduces
-        self.ckpt = self._manager()
-        self.ckpt.set_group(self.group)
+        self.ckpt = ckpt = self._manager()
+        ckpt.set_group(self.group)
         self.stop = GracefulStop.install(status_dir=self.env.status_dir)
         self.reporter.state(PodState.TRAINING)
         resumed = self.ckpt.load_latest(model, optim)
@@ -82,7 +82,7 @@ class ResilienceCallback(TrainerCallback):
             event="resume", step=start, source=source, restart=self.env.restart_count, t=time.time()
         )
         self.ckpt.prepare(model, optim)
-        self.reporter.ceiling_while(lambda: self.ckpt.preparing)
+        self.reporter.ceiling_while(lambda: ckpt.preparing)
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
