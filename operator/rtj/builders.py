@@ -24,7 +24,6 @@ REPLICA_PORT = 29600
 RDZV_PORT_NAME = "rdzv"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 FSX_DRIVER = "fsx.csi.aws.com"
 _DOWNWARD_ENV = (
@@ -238,11 +237,15 @@ def graceful_stop_seconds(termination_grace_seconds: int) -> int:
 
 
 def _env(
-    job: ResilientTrainingJob, config: contract.TrainerConfig, graceful_stop_seconds: int
+    job: ResilientTrainingJob,
+    config: contract.TrainerConfig,
+    graceful_stop_seconds: int,
+    in_place_restarts: int = 0,
 ) -> list[dict[str, Any]]:
     ours = {
         contract.ENV_TRAINER_CONFIG,
         contract.ENV_GRACEFUL_STOP_SECONDS,
+        contract.ENV_MAX_IN_PLACE_RESTARTS,
         *(name for name, _ in _DOWNWARD_ENV),
     }
     env: list[dict[str, Any]] = [
@@ -250,6 +253,8 @@ def _env(
     ]
     env.append({"name": contract.ENV_TRAINER_CONFIG, "value": config.to_env()})
     env.append({"name": contract.ENV_GRACEFUL_STOP_SECONDS, "value": str(graceful_stop_seconds)})
+    if in_place_restarts:
+        env.append({"name": contract.ENV_MAX_IN_PLACE_RESTARTS, "value": str(in_place_restarts)})
     env.extend({"name": n, "valueFrom": {"fieldRef": {"fieldPath": f}}} for n, f in _DOWNWARD_ENV)
     return env
 
@@ -262,18 +267,19 @@ def _training_pod(
     avoid_nodes: tuple[str, ...],
     standby: bool,
     settings: BuildSettings,
+    in_place_restarts: int = 0,
 ) -> dict[str, Any]:
-    spec, tpl = job.spec, job.spec.pod_template
+    tpl = job.spec.pod_template
     grace = termination_grace_seconds(job, settings.termination_grace_seconds)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "serviceAccountName": tpl.service_account_name or settings.trainer_service_account,
         "terminationGracePeriodSeconds": grace,
-        "nodeSelector": {INSTANCE_TYPE_LABEL: spec.placement.instance_type, **spec.placement.node_selector},
+        "nodeSelector": job.spec.placement.node_labels(),
         "tolerations": _tolerations(job),
         "affinity": _affinity(job, avoid_nodes),
         "securityContext": pod_security_context(job),
-        "containers": [_trainer_container(job, standby, graceful_stop_seconds(grace))],
+        "containers": [_trainer_container(job, standby, graceful_stop_seconds(grace), in_place_restarts)],
         "volumes": _volumes(job),
     }
     if tpl.priority_class_name:
@@ -292,14 +298,30 @@ def _training_pod(
     }
 
 
-def _trainer_container(job: ResilientTrainingJob, standby: bool, stop_seconds: int) -> dict[str, Any]:
-    """The pod's one container: `rtj-trainer launch` with the job's TrainerConfig."""
+#: The container rule that restarts the whole pod in place (rtj.ladder.in_place, KEP-5532): on the
+#: trainer's RESTART_IN_PLACE exit the kubelet restarts every container of the pod on its node.
+IN_PLACE_RESTART_RULE = {
+    "action": "RestartAllContainers",
+    "exitCodes": {"operator": "In", "values": [contract.ExitCode.RESTART_IN_PLACE]},
+}
+
+
+def _trainer_container(
+    job: ResilientTrainingJob, standby: bool, stop_seconds: int, in_place_restarts: int = 0
+) -> dict[str, Any]:
+    """The pod's one container: `rtj-trainer launch` with the job's TrainerConfig; with
+    `in_place_restarts`, the rule that restarts the pod in place on the trainer's exit code 76
+    (every other exit ends the container, as the pod's restartPolicy Never does)."""
     spec = job.spec
+    rules: dict[str, Any] = {}
+    if in_place_restarts:
+        rules = {"restartPolicy": "Never", "restartPolicyRules": [IN_PLACE_RESTART_RULE]}
     return {
         "name": TRAINER_CONTAINER,
         "image": spec.image,
         "command": ["rtj-trainer", "launch"],
-        "env": _env(job, trainer_config(job, standby=standby), stop_seconds),
+        **rules,
+        "env": _env(job, trainer_config(job, standby=standby), stop_seconds, in_place_restarts),
         "resources": _resources(job),
         "securityContext": container_security_context(),
         "volumeMounts": [
@@ -327,6 +349,8 @@ def worker_pod(
     cause: str,
     avoid_nodes: tuple[str, ...] = (),
     settings: BuildSettings | None = None,
+    *,
+    in_place_restarts: int = 0,
 ) -> dict[str, Any]:
     labels = {
         contract.LABEL_JOB: _name(job),
@@ -342,6 +366,7 @@ def worker_pod(
         avoid_nodes,
         False,
         settings or BuildSettings(),
+        in_place_restarts,
     )
 
 
@@ -351,6 +376,8 @@ def spare_pod(
     attempt: int,
     avoid_nodes: tuple[str, ...] = (),
     settings: BuildSettings | None = None,
+    *,
+    in_place_restarts: int = 0,
 ) -> dict[str, Any]:
     labels = {
         contract.LABEL_JOB: _name(job),
@@ -366,6 +393,7 @@ def spare_pod(
         avoid_nodes,
         True,
         settings or BuildSettings(),
+        in_place_restarts,
     )
 
 

@@ -130,6 +130,7 @@ def _observed(
             lease["metadata"]["name"]: lease_from_dict(lease, now) for lease in indexes.leases.get(key, [])
         },
         nodes={node: n for node in node_names if node for n in indexes.nodes.get(node, [])},
+        all_nodes=tuple(n for nodes in indexes.nodes.values() for n in nodes),
         service_exists=bool(list(indexes.services.get(key, []))),
         refused=memo.refused.get(uid, ""),
         create_refusal=memo.create_refusal,

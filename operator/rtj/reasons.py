@@ -11,6 +11,7 @@ from rtj.contract import FaultReason
 # --- Level 1 / 2: soft faults, recovered inside the pod (pods untouched) -----------------------
 IN_PROCESS_RESTART = "InProcessRestart"
 IN_JOB_RESTART = "InJobRestart"
+IN_PLACE_RESTART = "InPlaceRestart"
 
 # --- Level 3: hard faults, the operator replaces one pod ----------------------------------------
 HEARTBEAT_TIMEOUT = "HeartbeatTimeout"
@@ -133,6 +134,8 @@ NON_FAULT_CAUSES = frozenset({CAUSE_INITIAL, CAUSE_RESUME})
 # --- Ladder levels (metric label `level`, status recoveringLevel) -----------------------------------
 LEVEL_IN_PROCESS = "InProcess"
 LEVEL_IN_JOB = "InJob"
+#: Level 2b: the pod restarted in place on its node (rtj.ladder.in_place).
+LEVEL_IN_PLACE = "InPlace"
 LEVEL_POD = "Pod"
 LEVEL_JOB = "Job"
 #: Not a level: pods replaced after a disruption (metric label `level`; no budget).

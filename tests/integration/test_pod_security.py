@@ -86,6 +86,7 @@ def test_restricted_admits_every_pod_the_operator_builds(kube, rtj_api, namespac
     pods = [
         builders.worker_pod(job, 0, 0, "Initial"),
         builders.worker_pod(job, 1, 3, "HeartbeatTimeout", ("bad-node",)),
+        builders.worker_pod(job, 1, 4, "Initial", in_place_restarts=2),  # with the in-place rule
         builders.rendezvous_pod(job),
         *(builders.spare_pod(job, i, 0) for i in range(job.spec.hot_spares)),
     ]
@@ -94,3 +95,19 @@ def test_restricted_admits_every_pod_the_operator_builds(kube, rtj_api, namespac
             dry_run_create(core, pod)
         except ApiException as exc:
             pytest.fail(f"{pod['metadata']['name']} refused: {exc.body}")
+
+
+def test_the_api_server_keeps_the_in_place_restart_rule(kube, rtj_api, namespace: str) -> None:
+    """The rule a pod restarts in place with (rtj.ladder.in_place) is stored as built: an API server
+    whose ContainerRestartRules or RestartAllContainersOnContainerExits gate is off drops it
+    silently (this one, v1.37, has both on by default)."""
+    core = client.CoreV1Api(kube)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "rtj-trainer"}})
+    job = stored_job(rtj_api, namespace, "inplace", SPECS["defaults-pvc"])
+    pod = builders.worker_pod(job, 0, 0, "Initial", in_place_restarts=2)
+    stored = core.api_client.sanitize_for_serialization(
+        core.create_namespaced_pod(namespace, pod, dry_run="All")
+    )
+    container = stored["spec"]["containers"][0]
+    assert container["restartPolicy"] == "Never"
+    assert container["restartPolicyRules"] == [builders.IN_PLACE_RESTART_RULE]

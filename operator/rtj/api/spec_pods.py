@@ -80,6 +80,10 @@ class Toleration(ApiModel):
     )
 
 
+#: The well-known label an EKS node group's nodes carry with their EC2 instance type.
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
 class Placement(ApiModel):
     """Where the pods run: one pod per node of an H100 node group."""
 
@@ -107,6 +111,10 @@ class Placement(ApiModel):
         "always adds anti-affinity so that no two pods of the job share a node.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
+
+    def node_labels(self) -> dict[str, str]:
+        """The labels a node needs for the job's pods: its instance type and nodeSelector."""
+        return {INSTANCE_TYPE_LABEL: self.instance_type, **self.node_selector}
 
 
 class Resources(ApiModel):

@@ -247,6 +247,15 @@ class FaultTolerance(ApiModel):
     max_in_job_restarts: int = Field(
         3, description="Level 2: ft_launcher in-job restarts per pod before the pod fails.", ge=0, le=1000
     )
+    max_in_place_restarts: int = Field(
+        2,
+        description="Level 2b: in-place restarts per pod (the kubelet restarts every container of the pod "
+        "on its node, its memory snapshots kept) when its in-job budget is spent on a node with no "
+        "evidence against it; then the pod is replaced. Used where the nodes declare "
+        "RestartAllContainersOnContainerExits (Kubernetes 1.35+; status.inPlaceRestart says); 0: never.",
+        ge=0,
+        le=100,
+    )
     max_pod_reschedules: int = Field(
         4, description="Level 3: pod replacements allowed for the whole job before it fails.", ge=0, le=1000
     )

@@ -80,6 +80,17 @@ class Condition(ApiModel):
     observed_generation: int | None = Field(None, description="The spec generation this was computed from.")
 
 
+class InPlaceRestartStatus(ApiModel):
+    model_config = ConfigDict(extra="ignore")
+
+    available: bool = Field(
+        False,
+        description="New pods carry the restart rule (RestartAllContainers on exit code 76): every "
+        "node the job's placement selects declares RestartAllContainersOnContainerExits.",
+    )
+    message: str = Field("", description="Why it is or is not available.")
+
+
 class RestartCounts(ApiModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -92,6 +103,11 @@ class RestartCounts(ApiModel):
         0,
         description="Level 2: ft_launcher in-job restart incidents, counted like inProcess; the in-job "
         "restarts a pod replacement causes on its peers are part of that replacement.",
+    )
+    in_place: int = Field(
+        0,
+        description="Level 2b: pods restarted in place on their node (faultTolerance.maxInPlaceRestarts); "
+        "the in-job restarts it causes on the peers are part of it.",
     )
     pod_reschedules: int = Field(
         0, description="Level 3: pods replaced for a fault (derived from pod attempts); not disruptions."
@@ -244,6 +260,11 @@ class JobStatus(ApiModel):
     nodes_desired: int = Field(0, description="Nodes the job wants.")
     nodes_ready: int = Field(0, description="Pods running and heartbeating.")
     restarts: RestartCounts = Field(default_factory=RestartCounts, description="Restarts per ladder level.")
+    in_place_restart: InPlaceRestartStatus | None = Field(
+        None,
+        description="Whether the job's new pods can restart in place (level 2b), and why; pods created "
+        "while it is unavailable are replaced instead.",
+    )
     last_checkpoint: CheckpointStatus | None = Field(
         None, description="Last committed checkpoint of the job."
     )

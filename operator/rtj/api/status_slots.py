@@ -97,6 +97,9 @@ class NodeSlotStatus(ApiModel):
     in_job_restarts: int = Field(
         0, description="In-job restarts the slot's current pod reported (last seen)."
     )
+    in_place_restarts: int = Field(
+        0, description="In-place restarts of the slot's current pod (its trainer container's restartCount)."
+    )
     last_fault_reason: str = Field("", description="Reason of the last fault seen in this slot.")
     recovering_since: datetime | None = Field(
         None, description="When the slot's ongoing recovery was detected; cleared once back to Training."
@@ -152,6 +155,7 @@ class SlotTable(ApiModel):
     lease_missing_since: list[int] = _col("Lease seen missing since, microseconds after epoch (-1: not).")
     in_process_restarts: list[int] = _col("In-process restarts the slot's pod reported (last seen).")
     in_job_restarts: list[int] = _col("In-job restarts the slot's pod reported (last seen).")
+    in_place_restarts: list[int] = _col("In-place restarts of each slot's pod (last seen).")
     last_fault_reason: list[int] = _col("Reason of the last fault seen in each slot (an index into values).")
     recovering_since: list[int] = _col("Recovery detected, microseconds after epoch (-1: not recovering).")
     recovering_level: list[int] = _col("Ladder level of each slot's ongoing recovery (an index into values).")

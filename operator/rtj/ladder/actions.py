@@ -14,6 +14,8 @@ class CreateWorkerPod:
     attempt: int
     cause: str
     avoid_nodes: tuple[str, ...] = ()
+    #: In-place restarts the pod may take (rtj.ladder.in_place.pod_budget); 0: no restart rule.
+    in_place_restarts: int = 0
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,7 @@ class CreateSparePod:
     index: int
     attempt: int
     avoid_nodes: tuple[str, ...] = ()
+    in_place_restarts: int = 0
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,7 @@ _CLASSES = (
         Act.REPLACE,
         True,
         False,
-        "ft_launcher spent its in-job restarts",
+        "ft_launcher spent its in-job restarts (and the pod its in-place restarts, where it has them)",
         recorded=True,
     ),
     FaultClass(
@@ -291,6 +291,12 @@ def ended(pod: PodObs, lease: LeaseObs | None, limit: str, peers_waiting: bool) 
     if pod.exit_code == contract.ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
         return Verdict(
             reasons.LAUNCHER_BUDGET_EXHAUSTED, f"pod {pod.name} failed ({how}): {_last_fault(lease)}"
+        )
+    if pod.exit_code == contract.ExitCode.RESTART_IN_PLACE:  # the pod had no restart rule after all
+        return Verdict(
+            reasons.LAUNCHER_BUDGET_EXHAUSTED,
+            f"pod {pod.name} failed ({how}: asked for an in-place restart its kubelet did not make): "
+            f"{_last_fault(lease)}",
         )
     if pod.exit_code is None and trainer is None:
         return Verdict(

@@ -32,6 +32,7 @@ from rtj.ladder import (
     event_outbox,
     fencing,
     heartbeat_budget,
+    in_place,
     job_level,
     kueue_admission,
     outage_hold,
@@ -110,6 +111,8 @@ def active(ps: Pass) -> None:
         return
     causes = resume(ps) if is_true(ps.old.conditions, ConditionType.SUSPENDED) else {}
     heartbeat_budget.apply(ps)  # the renew period of the pods this pass creates
+    if ps.obs.nodes_known:  # whether the pods this pass creates carry the in-place restart rule
+        ps.st.in_place_restart = in_place.support(ps.job, ps.obs.all_nodes)
     rendezvous.reconcile(ps)
     faults = observe_slots(ps)
     if ps.failed is None and training_finished.applies(ps):
@@ -134,7 +137,7 @@ def resume(ps: Pass) -> dict[int, str]:
         slot.attempt += 1
         slot.pod, slot.state, slot.last_heartbeat_time = "", SlotState.PENDING, None
         slot.lease_missing_since = None
-        slot.in_process_restarts = slot.in_job_restarts = 0
+        slot.in_process_restarts = slot.in_job_restarts = slot.in_place_restarts = 0
         causes[slot.slot] = reasons.CAUSE_RESUME
     ps.cond(ConditionType.SUSPENDED, False, reasons.RESUMED, "")
     ran = ps.st.start_time is not None

@@ -60,6 +60,7 @@ from rtj.ladder.pass_state import Pass
 
 RESTARTED_IN_PROCESS = "RestartedInProcess"
 RESTARTED_IN_JOB = "RestartedInJob"
+RESTARTED_IN_PLACE = "RestartedInPlace"
 REPLACED = "Replaced"
 REPLACED_AT_JOB_LEVEL = "ReplacedAtJobLevel"
 RECREATED_RENDEZVOUS = "RecreatedRendezvous"
@@ -67,7 +68,14 @@ WAITED = "Waited"
 FAILED = "Failed"
 #: Actions whose incident recovers when the pod of its slot trains again.
 RECOVERING = frozenset(
-    {RESTARTED_IN_PROCESS, RESTARTED_IN_JOB, REPLACED, REPLACED_AT_JOB_LEVEL, RECREATED_RENDEZVOUS}
+    {
+        RESTARTED_IN_PROCESS,
+        RESTARTED_IN_JOB,
+        RESTARTED_IN_PLACE,
+        REPLACED,
+        REPLACED_AT_JOB_LEVEL,
+        RECREATED_RENDEZVOUS,
+    }
 )
 _SOFT = {reasons.LEVEL_IN_PROCESS: RESTARTED_IN_PROCESS, reasons.LEVEL_IN_JOB: RESTARTED_IN_JOB}
 
@@ -76,6 +84,7 @@ _SOFT = {reasons.LEVEL_IN_PROCESS: RESTARTED_IN_PROCESS, reasons.LEVEL_IN_JOB: R
 LABELS = frozenset(blame.CLASSES) | {
     reasons.IN_PROCESS_RESTART,
     reasons.IN_JOB_RESTART,
+    reasons.IN_PLACE_RESTART,
     reasons.RENDEZVOUS_LOST,
     reasons.RENDEZVOUS_RESTART,
     reasons.PODS_FAILED_TOGETHER,
@@ -140,7 +149,7 @@ def resumable_step(ps: Pass, level: str, step: int | None) -> int | None:
         and (lease := ps.lease(pod)) is not None
         and lease.heartbeat is not None
     ]
-    if level == reasons.LEVEL_IN_JOB:
+    if level in (reasons.LEVEL_IN_JOB, reasons.LEVEL_IN_PLACE):  # the pods' memory is kept
         tier = _every_pod(ps, [hb.memory_snapshot_step for hb in hbs], ps.st.memory_snapshot_step)
     else:  # a replaced pod's memory is gone: its peer's replica of it
         tier = _every_pod(ps, [hb.replica_step for hb in hbs], ps.st.replica_step)

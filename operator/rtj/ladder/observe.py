@@ -108,6 +108,11 @@ class NodeObs:
     faults: tuple[contract.NodeFault, ...] = ()
     #: Our quarantine (QUARANTINE_ANNOTATION), if any; the taint is in `taints`.
     quarantine: contract.Quarantine | None = None
+    #: metadata.labels, sorted (which jobs' placements select the node: rtj.ladder.in_place).
+    labels: tuple[tuple[str, str], ...] = ()
+    #: status.declaredFeatures: what its kubelet declares it supports (e.g.
+    #: contract.RESTART_ALL_CONTAINERS_FEATURE).
+    declared_features: frozenset[str] = frozenset()
 
     @property
     def quarantined(self) -> bool:
@@ -196,6 +201,9 @@ class Observed:
     #: The heartbeating pods of the operator's other running jobs (None: none known); they share
     #: the heartbeat budget with this job's (rtj.ladder.heartbeat_budget).
     fleet: Fleet | None = None
+    #: Every node of the cluster the operator knows (not only the job's): whether the job's new pods
+    #: can restart in place depends on the nodes its placement selects (rtj.ladder.in_place).
+    all_nodes: tuple[NodeObs, ...] = ()
 
 
 def pod_from_dict(obj: dict[str, Any]) -> PodObs:
@@ -323,6 +331,8 @@ def node_from_dict(obj: dict[str, Any]) -> NodeObs:
         gpus=_gpus(status),
         faults=contract.parse_node_faults(annotations.get(contract.NODE_FAULTS_ANNOTATION)),
         quarantine=contract.parse_quarantine(annotations.get(contract.QUARANTINE_ANNOTATION)),
+        labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items())),
+        declared_features=frozenset(str(f) for f in status.get("declaredFeatures") or [] if f),
     )
 
 

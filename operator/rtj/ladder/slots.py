@@ -11,7 +11,7 @@ from rtj.api.models import (
     NodeSlotStatus,
     SlotState,
 )
-from rtj.ladder import blame, incidents, job_level, missing_lease, spares
+from rtj.ladder import blame, in_place, incidents, job_level, missing_lease, spares
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     AssignLease,
@@ -165,14 +165,16 @@ def adopt_newer(ps: Pass, slot: NodeSlotStatus, newest: PodObs | None) -> None:
         level = reasons.LEVEL_DISRUPTION if cls.disruption else reasons.LEVEL_POD
         incidents.replaced(ps, slot, slot.pod, slot.node, newest.cause, lost, level)
     slot.attempt, slot.pod = newest.attempt, ""
-    slot.in_process_restarts = slot.in_job_restarts = 0
+    slot.in_process_restarts = slot.in_job_restarts = slot.in_place_restarts = 0
     slot.last_heartbeat_time = slot.lease_missing_since = None  # a new pod: its own heartbeats
 
 
 def live(
     ps: Pass, slot: NodeSlotStatus, current: PodObs, lease: LeaseObs | None
 ) -> tuple[PodObs, str, str] | None:
-    """A pod that runs (or is starting): its soft restarts, its reported hard fault or its silence."""
+    """A pod that runs (or is starting): its in-place and soft restarts, its reported hard fault or
+    its silence."""
+    in_place.observe(ps, slot, current)
     count_soft(ps, slot, current, lease)
     hold_end = ps.st.heartbeat_hold_end_time
     lease_missing = current.phase == "Running" and missing_lease.applies(
@@ -308,7 +310,8 @@ def _new_incident(ps: Pass, slot: NodeSlotStatus, level: str, detected: datetime
     already counted when it comes within a heartbeat timeout of the level's last counted incident, or
     while a pod or job-level recovery of another slot is under way (the peers of a replaced pod
     restart with it)."""
-    if any(s is not slot and s.recovering_level in (reasons.LEVEL_POD, reasons.LEVEL_JOB) for s in ps.slots):
+    around = (reasons.LEVEL_POD, reasons.LEVEL_JOB, reasons.LEVEL_IN_PLACE)
+    if any(s is not slot and s.recovering_level in around for s in ps.slots):
         return False
     field = "in_process_incident_time" if level == reasons.LEVEL_IN_PROCESS else "in_job_incident_time"
     last = getattr(ps.st.restarts, field)
@@ -391,7 +394,7 @@ def _replace_pod(
     old_name = slot.pod
     slot.attempt += 1
     slot.pod, slot.state, slot.last_fault_reason = "", SlotState.REPLACING, reason
-    slot.in_process_restarts = slot.in_job_restarts = 0
+    slot.in_process_restarts = slot.in_job_restarts = slot.in_place_restarts = 0
     slot.last_heartbeat_time = slot.lease_missing_since = None
     slot.recovering_since, slot.recovering_level = ps.now, level
     return old_name, node
@@ -536,4 +539,5 @@ def fill(ps: Pass, slot: NodeSlotStatus, cause: str | None) -> None:
             # slot.pod stays empty until the relabelled pod is observed in the slot.
             slot.node, slot.state = spare.node, SlotState.STARTING
             return
-    ps.d.actions.append(CreateWorkerPod(slot.slot, slot.attempt, cause, ps.avoid_nodes()))
+    budget = in_place.pod_budget(ps.job, ps.st.in_place_restart)
+    ps.d.actions.append(CreateWorkerPod(slot.slot, slot.attempt, cause, ps.avoid_nodes(), budget))

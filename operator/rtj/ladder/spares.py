@@ -7,6 +7,7 @@ from rtj.api.models import (
     SpareStatus,
 )
 from rtj.contract import PodState
+from rtj.ladder import in_place
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     CreateSparePod,
@@ -63,7 +64,8 @@ def keep(ps: Pass) -> None:
                 entry.attempt += 1
             entry.pod, entry.node, entry.state = "", "", SlotState.PENDING
             if not any(q.live and not q.deleting and q is not current for q in pods):
-                ps.d.actions.append(CreateSparePod(index, entry.attempt, ps.avoid_nodes()))
+                budget = in_place.pod_budget(ps.job, ps.st.in_place_restart)
+                ps.d.actions.append(CreateSparePod(index, entry.attempt, ps.avoid_nodes(), budget))
         else:
             entry.pod, entry.node = current.name, current.node
             entry.state = (
