@@ -27,6 +27,9 @@ class FsdpJob:
     memory_interval: int = 0
     extra_args: list[str] = field(default_factory=list)
     name: str = "fsdp-cpu"
+    #: TrainerConfig fields (camelCase) and pod environment variables that replace or add.
+    config: dict[str, Any] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.log_dir = self.tmp / "logs"
@@ -48,11 +51,13 @@ class FsdpJob:
             checkpointIntervalSteps=self.checkpoint_interval,
             memorySnapshotIntervalSteps=self.memory_interval,
             memorySnapshotDir=str(self.mem_dir),
+            **self.config,
         )
         env = {
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "10",
             "RTJ_GRACEFUL_STOP_SECONDS": "30",
             "RTJ_FAULT_INJECT": self.faults,
+            **self.extra_env,
         }
         return pod_env(cfg, f"{self.name}-n0-a0", self.status_dir, env)
 

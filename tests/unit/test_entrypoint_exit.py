@@ -7,15 +7,31 @@ from datetime import UTC, datetime
 import pytest
 from rtj.contract import ExitCode, Fault, FaultReason, FaultSeverity
 from rtj_trainer.pod_exit import LauncherEnd, pod_exit
+from rtj_trainer.pod_incarnation import PodStarts
 
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 PERMANENT = Fault(severity=FaultSeverity.PERMANENT, reason="BadConfig", message="lr must be > 0", time=NOW)
+RANK_EXITED = Fault(severity=FaultSeverity.SOFT, reason=FaultReason.RANK_EXITED, message="killed", time=NOW)
+XID = Fault(severity=FaultSeverity.SOFT, reason="GpuXid", message="Xid 79", time=NOW)
+HARDWARE = Fault(severity=FaultSeverity.HARD, reason=FaultReason.HARDWARE_ERROR, message="ECC", time=NOW)
+SCRIPT_HARD = Fault(severity=FaultSeverity.HARD, reason="DataLoaderDied", message="gone", time=NOW)
 
 
-def end(rc: int, *, terminated: bool = False, permanent: Fault | None = None) -> LauncherEnd:
-    return LauncherEnd(rc=rc, terminated=terminated, permanent=permanent, in_job_restarts=3, progress="40")
+def end(
+    rc: int,
+    *,
+    terminated: bool = False,
+    permanent: Fault | None = None,
+    last: Fault | None = None,
+    start: int = 1,
+    in_place: int = 0,
+) -> LauncherEnd:
+    return LauncherEnd(
+        rc=rc, terminated=terminated, permanent=permanent, in_job_restarts=3, progress="40",
+        last_fault=last, starts=PodStarts(start, in_place),
+    )  # fmt: skip
 
 
 CASES = [
@@ -37,6 +53,30 @@ CASES = [
      FaultSeverity.PERMANENT, "lr must be > 0"),
     ("permanent-error-launcher-0", end(0, permanent=PERMANENT), ExitCode.DO_NOT_RESTART, "BadConfig",
      FaultSeverity.PERMANENT, "lr must be > 0"),
+    # In place (ENV_MAX_IN_PLACE_RESTARTS): only where the budget is spent and the node is not suspect.
+    ("budget-spent-restarts-in-place", end(1, last=RANK_EXITED, in_place=2), ExitCode.RESTART_IN_PLACE,
+     FaultReason.RESTARTING_IN_PLACE, FaultSeverity.SOFT, "after 3 in-job restarts; no evidence against the "
+     "node: in-place restart 1 of 2"),
+    ("launcher-killed-restarts-in-place", end(-9, in_place=1), ExitCode.RESTART_IN_PLACE,
+     FaultReason.RESTARTING_IN_PLACE, FaultSeverity.SOFT, "exited with -9"),
+    ("second-in-place-restart", end(1, start=2, in_place=2), ExitCode.RESTART_IN_PLACE,
+     FaultReason.RESTARTING_IN_PLACE, FaultSeverity.SOFT, "in-place restart 2 of 2"),
+    ("in-place-restarts-spent", end(1, start=2, in_place=1), ExitCode.LAUNCHER_BUDGET_EXHAUSTED,
+     FaultReason.LAUNCHER_BUDGET_EXHAUSTED, FaultSeverity.HARD, "in-place restarts spent (1 of 1)"),
+    ("hardware-reason-replaces", end(1, last=XID, in_place=1), ExitCode.LAUNCHER_BUDGET_EXHAUSTED,
+     FaultReason.LAUNCHER_BUDGET_EXHAUSTED, FaultSeverity.HARD, "the last fault (GpuXid) speaks against"),
+    ("hardware-error-replaces", end(1, last=HARDWARE, in_place=1), ExitCode.LAUNCHER_BUDGET_EXHAUSTED,
+     FaultReason.LAUNCHER_BUDGET_EXHAUSTED, FaultSeverity.HARD, "(HardwareError) speaks against the node"),
+    ("any-hard-fault-replaces", end(1, last=SCRIPT_HARD, in_place=1), ExitCode.LAUNCHER_BUDGET_EXHAUSTED,
+     FaultReason.LAUNCHER_BUDGET_EXHAUSTED, FaultSeverity.HARD, "(DataLoaderDied) speaks against"),
+    ("terminated-never-in-place", end(1, terminated=True, in_place=1), ExitCode.TERMINATED, None, None, ""),
+    ("finished-never-in-place", end(0, in_place=1), ExitCode.SUCCEEDED, None, None, ""),
+    ("no-progress-never-in-place", end(ExitCode.DO_NOT_RESTART, in_place=1), ExitCode.DO_NOT_RESTART,
+     FaultReason.NO_PROGRESS, FaultSeverity.SOFT, "no progress"),
+    ("do-not-restart-code-never-in-place", end(78, in_place=1), ExitCode.DO_NOT_RESTART,
+     FaultReason.NO_PROGRESS, FaultSeverity.SOFT, "doNotRestartExitCodes"),
+    ("permanent-never-in-place", end(1, permanent=PERMANENT, in_place=1), ExitCode.DO_NOT_RESTART,
+     "BadConfig", FaultSeverity.PERMANENT, "lr must be > 0"),
 ]  # fmt: skip
 
 

@@ -15,7 +15,10 @@ participant, so the job's nnodes never changes.
 0 training finished; 93 NVRx decided the job must not restart (no progress across restart cycles),
 or a rank reported a permanent error (`rtj_trainer.permanent`: the launcher is stopped before it
 restarts the workers into the same error); 70 the launcher's in-job restart budget is spent
-(replace the pod); 78 invalid config; 143 stopped by SIGTERM after a graceful stop.
+(replace the pod); 76 the same on a pod that may restart in place (ENV_MAX_IN_PLACE_RESTARTS,
+counted by `pod_incarnation`) and whose last fault is no evidence against its node: the kubelet
+restarts its containers on the same node and the ranks resume from its memory snapshots;
+78 invalid config; 143 stopped by SIGTERM after a graceful stop.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ from .peer_replica import ReplicaServer
 from .pids import stop_process
 from .pod_exit import LauncherEnd, pod_exit
 from .pod_exit import map_exit_code as map_exit_code
+from .pod_incarnation import pod_starts
 from .rank_forkserver import enabled as rank_forkserver_enabled
 from .rank_forkserver import rank_command
 from .rank_forkserver import start_server as start_rank_forkserver
@@ -240,6 +244,8 @@ def launch(graceful_stop_seconds: float) -> int:
         return ExitCode.CONFIG_ERROR
     pod = replace(pod_identity(), job_name=cfg.job_name, job_uid=cfg.job_uid)
     status_dir = _prepare_status_dir(pod)
+    starts = pod_starts(cfg, status_dir, os.environ)
+    log.info("container start %d of this pod; in-place restarts left: %d", starts.start, starts.left)
     api_client = load_api_client()
     if cfg.standby and api_client is None:
         print("rtj-trainer: a standby pod needs the Kubernetes API (its Lease carries the promotion)",
@@ -254,7 +260,7 @@ def launch(graceful_stop_seconds: float) -> int:
         rank_hang_timeout_seconds=cfg.rank_hang_timeout_seconds,
     )
     agent.start()
-    end = _LauncherRuns(cfg, pod, status_dir, agent, graceful_stop_seconds).run()
+    end = replace(_LauncherRuns(cfg, pod, status_dir, agent, graceful_stop_seconds).run(), starts=starts)
     if agent.fenced.is_set():
         # Not this slot's pod any more: no last heartbeat, no save; the replacement has the slot.
         log.error("fenced (%s): ranks stopped, exiting %s", agent.fence_reason, ExitCode.FENCED)
@@ -365,6 +371,7 @@ class _LauncherRuns:
             permanent=permanent,
             in_job_restarts=self.agent.aggregator.in_job_restarts,
             progress=_read_progress(self.progress_file),
+            last_fault=self.agent.current_fault(),
         )
 
     def _run_once(self, argv: list[str], *, first: bool) -> tuple[int, Fault | None, bool]:

@@ -452,12 +452,15 @@ class HeartbeatAgent:
     def start(self) -> None:
         self._thread.start()
 
+    def _aggregate(self) -> Heartbeat:
+        return self.aggregator.update(
+            read_rank_files(self.status_dir),
+            exit_of=lambda r: read_exit(self.status_dir, r.local_rank or 0, r.pid or 0),
+        )
+
     def tick(self, final_state: PodState | None = None) -> Heartbeat:
         with self._lock:
-            hb = self.aggregator.update(
-                read_rank_files(self.status_dir),
-                exit_of=lambda r: read_exit(self.status_dir, r.local_rank or 0, r.pid or 0),
-            )
+            hb = self._aggregate()
             if final_state is not None:
                 hb = hb.model_copy(update={"state": final_state})
             elif self.in_standby:
@@ -465,6 +468,12 @@ class HeartbeatAgent:
             self.last = hb
             self._publish(hb)
             return hb
+
+    def current_fault(self) -> Fault | None:
+        """The pod's fault with the rank files as they are now (read, not published): what the
+        entrypoint weighs once its launcher ended."""
+        with self._lock:
+            return self._aggregate().fault
 
     def record_fault(self, fault: Fault) -> None:
         """A fault the entrypoint classified itself while the pod lives on (a lost rendezvous):

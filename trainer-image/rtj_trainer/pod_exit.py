@@ -4,16 +4,19 @@ the fault its last heartbeat carries (pure; table-tested in tests/unit/test_entr
 The operator's ladder reads both (`rtj.contract.ExitCode`, `FaultReason`): 0 training finished;
 143 stopped by SIGTERM; 93 no restart can help (NVRx saw no progress, one of the job's
 doNotRestartExitCodes, or a rank's permanent error); 70 the launcher's in-job restart budget is
-spent (a Hard fault: replace the pod).
+spent (a Hard fault: replace the pod); 76 the same on a pod that may restart in place and whose
+last fault is no evidence against its node (a Soft fault: the kubelet restarts its containers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from rtj.contract import ExitCode, Fault, FaultReason, FaultSeverity
+from rtj.contract import ExitCode, Fault, FaultReason, FaultSeverity, is_hardware_fault
+
+from .pod_incarnation import PodStarts
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,9 @@ class LauncherEnd:
     permanent: Fault | None  # a permanent error some rank reported
     in_job_restarts: int  # the in-job restarts the heartbeat counted
     progress: str  # the checkpoint iteration NVRx last saw ("none" if none)
+    last_fault: Fault | None = None  # the pod's fault when the launcher ended (its heartbeat's)
+    #: This container's start among the pod's, and the in-place restarts the pod may take.
+    starts: PodStarts = field(default_factory=PodStarts)
 
 
 def map_exit_code(launcher_rc: int, *, terminated: bool, do_not_restart: Sequence[int]) -> int:
@@ -38,6 +44,12 @@ def map_exit_code(launcher_rc: int, *, terminated: bool, do_not_restart: Sequenc
     return ExitCode.LAUNCHER_BUDGET_EXHAUSTED
 
 
+def evidence_against_node(fault: Fault | None) -> bool:
+    """The pod's fault speaks against its node: a hardware fault, or any Hard one (the operator
+    replaces a pod that reports one, so the node must not get the pod back in place)."""
+    return fault is not None and (fault.severity is FaultSeverity.HARD or is_hardware_fault(fault.reason))
+
+
 def pod_exit(
     end: LauncherEnd, *, do_not_restart: Sequence[int], max_no_progress_cycles: int, now: datetime
 ) -> tuple[int, Fault | None]:
@@ -47,13 +59,7 @@ def pod_exit(
     if end.permanent is not None and not end.terminated:
         return ExitCode.DO_NOT_RESTART, end.permanent
     if code == ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
-        message = f"ft_launcher exited with {rc} after {end.in_job_restarts} in-job restarts"
-        return code, Fault(
-            severity=FaultSeverity.HARD,
-            reason=FaultReason.LAUNCHER_BUDGET_EXHAUSTED,
-            message=message,
-            time=now,
-        )
+        return _budget_spent(end, now)
     if code == ExitCode.DO_NOT_RESTART:
         # Not a pod fault: a new pod would not make progress either. The exit code (93) is what
         # fails the job; a Hard fault here would make the operator replace the pod first.
@@ -67,3 +73,30 @@ def pod_exit(
             severity=FaultSeverity.SOFT, reason=FaultReason.NO_PROGRESS, message=message, time=now
         )
     return code, None
+
+
+def _budget_spent(end: LauncherEnd, now: datetime) -> tuple[int, Fault]:
+    """The launcher gave up: restart the pod in place (Soft, never Hard: the operator replaces a pod
+    that reports a Hard fault) while it may and its node is not suspect, else replace it (Hard).
+    In place, the ranks resume from the memory snapshots they committed before they died; nothing is
+    saved on the way out (the restart skips grace periods)."""
+    spent = f"ft_launcher exited with {end.rc} after {end.in_job_restarts} in-job restarts"
+    starts, fault = end.starts, end.last_fault
+    against = evidence_against_node(fault)
+    if starts.left > 0 and not against:
+        message = (
+            f"{spent}; no evidence against the node: in-place restart {starts.start} of "
+            f"{starts.max_in_place_restarts}, resuming from the pod's memory snapshots"
+        )
+        return ExitCode.RESTART_IN_PLACE, Fault(
+            severity=FaultSeverity.SOFT, reason=FaultReason.RESTARTING_IN_PLACE, message=message, time=now
+        )
+    if starts.max_in_place_restarts:
+        spent += (
+            f"; no in-place restart: the last fault ({fault.reason}) speaks against the node"
+            if against and fault is not None
+            else f"; in-place restarts spent ({starts.start - 1} of {starts.max_in_place_restarts})"
+        )
+    return ExitCode.LAUNCHER_BUDGET_EXHAUSTED, Fault(
+        severity=FaultSeverity.HARD, reason=FaultReason.LAUNCHER_BUDGET_EXHAUSTED, message=spent, time=now
+    )
