@@ -38,7 +38,7 @@ class Snapshot:
     t: float  # seconds since the timeline started
     job: dict[str, Any] | None
     leases: dict[str, dict[str, Any]]  # pod name -> {state, step, checkpoint, age, ...}
-    pods: dict[str, dict[str, Any]]  # pod name -> {phase, node, exit_code, slot, attempt}
+    pods: dict[str, dict[str, Any]]  # pod name -> {phase, node, exit_code, slot, attempt, ip, ...}
 
     @property
     def status(self) -> dict[str, Any]:
@@ -84,7 +84,7 @@ class Snapshot:
     @property
     def restarts(self) -> dict[str, int]:
         r = self.status.get("restarts") or {}
-        return {k: int(r.get(k, 0)) for k in ("inProcess", "inJob", "podReschedules", "job")}
+        return {k: int(r.get(k, 0)) for k in ("inProcess", "inJob", "inPlace", "podReschedules", "job")}
 
     @property
     def checkpoint_step(self) -> int | None:
@@ -142,6 +142,7 @@ class Timeline:
         for pod in self.raw.request("GET", f"/api/v1/namespaces/{ns}/pods", labelSelector=selector)["items"]:
             statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
             terminated = (statuses[0].get("state") or {}).get("terminated") or {}
+            last = (statuses[0].get("lastState") or {}).get("terminated") or {}
             labels = pod["metadata"].get("labels") or {}
             worker = labels.get(LABEL_ROLE) == ROLE_WORKER
             pods[pod["metadata"]["name"]] = {
@@ -150,6 +151,11 @@ class Timeline:
                 "phase": (pod.get("status") or {}).get("phase", ""),
                 "node": (pod.get("spec") or {}).get("nodeName") or "",
                 "exit_code": terminated.get("exitCode"),
+                # The trainer container's restarts in place (the kubelet's count) and the exit before
+                # the last one; the pod's IP (an in-place restart keeps it).
+                "container_restarts": int(statuses[0].get("restartCount") or 0),
+                "last_exit_code": last.get("exitCode"),
+                "ip": (pod.get("status") or {}).get("podIP") or "",
                 "deleting": bool(pod["metadata"].get("deletionTimestamp")),
                 "uid": pod["metadata"]["uid"],
             }
@@ -218,7 +224,8 @@ class Timeline:
         conditions = ", ".join(true) or "no condition true"
         head = (
             f"{self._stamp(snap.t)}  {st.get('state') or '-':<11} {conditions:<44}"
-            f" restarts: in-process {r['inProcess']}, in-job {r['inJob']}, pods {r['podReschedules']},"
+            f" restarts: in-process {r['inProcess']}, in-job {r['inJob']}, in-place {r['inPlace']},"
+            f" pods {r['podReschedules']},"
             f" job {r['job']}"
             f" | checkpoint {'step ' + str(ckpt) if ckpt is not None else '-'}"
         )
@@ -234,6 +241,11 @@ class Timeline:
                 f"  heartbeat {f'{age:4.1f}s ago' if age is not None else '-':<10}"
                 f" restarts ip/ij {hb.get('in_process', 0)}/{hb.get('in_job', 0)}"
                 + (f"  fault {hb['fault']}" if hb.get("fault") else "")
+                + (
+                    f"  container restarts {n}"
+                    if (n := snap.pods.get(pod, {}).get("container_restarts"))
+                    else ""
+                )
             )
         in_slots = {s.get("pod") for s in snap.slots}
         others = [

@@ -91,10 +91,15 @@ def test_new_pods_get_the_budget_only_where_every_node_declares_the_feature() ->
     assert d.status.in_place_restart is not None and "do not declare" in d.status.in_place_restart.message
 
 
-def _restarted_in_place(restart_count: int, exit_code: int) -> Observed:
+def _restarted_in_place(restart_count: int, exit_code: int, reason: str = "") -> Observed:
     """Slot 0's trainer container restarted `restart_count` times, its last run ending `exit_code`;
     its peer's launcher restarted its workers once when slot 0's left the rendezvous."""
-    trainer = ContainerObs(name=contract.TRAINER_CONTAINER, restart_count=restart_count, exit_code=exit_code)
+    trainer = ContainerObs(
+        name=contract.TRAINER_CONTAINER,
+        restart_count=restart_count,
+        exit_code=exit_code,
+        terminated_reason=reason,
+    )
     peer_fault = {
         "severity": "Soft",
         "reason": "PeerFailure",
@@ -126,6 +131,41 @@ def test_an_in_place_restart_is_one_incident_no_pod_replaced_and_the_peers_resta
     # The next pass sees the same restart count: nothing counted again.
     again = decide(running_job().obj().model_copy(update={"status": st}), _restarted_in_place(1, 76), NOW)
     assert again.status.restarts.in_place == 1
+
+
+def test_an_in_place_restart_after_an_oom_of_the_containers_own_limit_fails_the_job_blaming_no_node() -> None:
+    # Ranks OOM-killed by the container's limit spent the in-job budget: restarting in place would
+    # only repeat it (the job's sizing), as a Failed OOMKilled pod fails the job.
+    observed = _restarted_in_place(1, contract.ExitCode.RESTART_IN_PLACE, "OOMKilled")
+    d = decide(running_job().obj(), observed, NOW)
+    failed = next(c for c in d.status.conditions if c.type == "Failed")
+    assert (failed.status, failed.reason) == ("True", reasons.CONTAINER_OOM_KILLED)
+    assert "no node is blamed" in failed.message
+    assert d.status.restarts.in_place == 0 and not d.status.quarantined_nodes
+    assert not [a for a in d.actions if isinstance(a, CreateWorkerPod)]
+
+
+def test_both_pods_restarting_in_place_for_one_fault_are_one_incident() -> None:
+    # Every launcher restarts its workers on every fault, so one fault can spend both budgets at once.
+    trainer = ContainerObs(
+        name=contract.TRAINER_CONTAINER, restart_count=1, exit_code=contract.ExitCode.RESTART_IN_PLACE
+    )
+    observed = (
+        observe()
+        .rdzv()
+        .worker(0, containers=(trainer,))
+        .lease("train-n0-a0", 2.0, hb("Starting"))
+        .worker(1, containers=(trainer,))
+        .lease("train-n1-a0", 2.0, hb("Starting"))
+        .obj()
+    )
+    d = decide(running_job().obj(), observed, NOW)
+    st = d.status
+    assert (st.restarts.in_place, st.restarts.in_job, st.restarts.pod_reschedules) == (1, 0, 0)
+    assert [i.action for i in st.incidents] == ["RestartedInPlace"] and st.incidents[-1].pods == 2
+    assert [s.in_place_restarts for s in st.node_slots] == [1, 1]
+    assert [e.reason for e in d.events].count(reasons.IN_PLACE_RESTART) == 2  # one per pod
+    assert d.actions == []
 
 
 def test_a_container_restart_for_another_exit_is_not_counted_as_in_place() -> None:

@@ -251,8 +251,19 @@ def node_health(node: NodeObs | None, name: str, nodes_known: bool) -> Verdict |
     return None
 
 
-def _oom(pod: PodObs) -> ContainerObs | None:
-    return next((c for c in pod.containers if c.terminated_reason == "OOMKilled"), None)
+def oom_killed(pod: PodObs, limit: str) -> Verdict | None:
+    """A container of the pod whose last run was OOMKilled by its own memory limit (`limit`, as the
+    spec sets it): the job's sizing, which no restart fixes and no node is blamed for."""
+    oom = next((c for c in pod.containers if c.terminated_reason == "OOMKilled"), None)
+    if oom is None:
+        return None
+    return Verdict(
+        reasons.CONTAINER_OOM_KILLED,
+        f"pod {pod.name} container {oom.name} was OOMKilled by its memory limit "
+        f"({limit or 'no limit set'}; "
+        f"exit code {oom.exit_code}): raise resources.limits.memory or lower the job's memory use; "
+        "no node is blamed",
+    )
 
 
 def _exit(c: ContainerObs | None, pod: PodObs) -> str:
@@ -271,15 +282,9 @@ def ended(pod: PodObs, lease: LeaseObs | None, limit: str, peers_waiting: bool) 
         return Verdict(
             reasons.POD_EVICTED, f"pod {pod.name} was evicted: {pod.status_message or 'no message'}"
         )
-    oom = _oom(pod)
+    oom = oom_killed(pod, limit)
     if oom is not None:
-        return Verdict(
-            reasons.CONTAINER_OOM_KILLED,
-            f"pod {pod.name} container {oom.name} was OOMKilled by its memory limit "
-            f"({limit or 'no limit set'}; "
-            f"exit code {oom.exit_code}): raise resources.limits.memory or lower the job's memory use; "
-            "no node is blamed",
-        )
+        return oom
     trainer = pod.trainer
     how = _exit(trainer, pod)
     if peers_waiting and pod.exit_code in (1, contract.ExitCode.LAUNCHER_BUDGET_EXHAUSTED):

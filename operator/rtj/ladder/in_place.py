@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from rtj import contract, reasons
 from rtj.api.models import InPlaceRestartStatus, NodeSlotStatus, ResilientTrainingJob
-from rtj.ladder import incidents
+from rtj.ladder import blame, incidents
 from rtj.ladder.actions import RestartObserved
 from rtj.ladder.observe import NodeObs, PodObs
 from rtj.ladder.pass_state import NORMAL, Pass
@@ -72,7 +72,9 @@ def pod_budget(job: ResilientTrainingJob, status: InPlaceRestartStatus | None) -
 
 def observe(ps: Pass, slot: NodeSlotStatus, pod: PodObs) -> None:
     """Count the slot's pod's in-place restarts since the last pass (its trainer container's
-    restartCount, whose last run ended with RESTART_IN_PLACE): one incident each."""
+    restartCount, whose last run ended with RESTART_IN_PLACE): one incident each. A last run the
+    container's own memory limit OOM-killed fails the job instead, as it does a Failed pod. Pods
+    restarting in place while another slot's in-place recovery is under way are that incident's."""
     trainer = pod.trainer
     if trainer is None:
         return
@@ -80,8 +82,25 @@ def observe(ps: Pass, slot: NodeSlotStatus, pod: PodObs) -> None:
     slot.in_place_restarts = trainer.restart_count  # never backwards: a lower count resets it
     if delta <= 0 or trainer.exit_code != contract.ExitCode.RESTART_IN_PLACE:
         return
+    oom = blame.oom_killed(pod, ps.spec.resources.memory or "")
+    if oom is not None:  # ranks killed by the container's own limit: it would only happen again
+        ps.note_fault(slot, oom.reason, pod.name, pod.node)
+        ps.failed = (oom.reason, f"slot {slot.slot}: {oom.message}")
+        return
+    together = [s.slot for s in ps.slots if s is not slot and s.recovering_level == reasons.LEVEL_IN_PLACE]
     slot.recovering_since = slot.recovering_since or ps.now
     slot.recovering_level = reasons.LEVEL_IN_PLACE
+    if together:
+        # One fault can spend every launcher's budget at once (each launcher restarts its workers
+        # on every fault): this pod's in-place restart is one more pod of that incident.
+        incidents.echo(ps, ps.now)
+        ps.event(
+            NORMAL,
+            reasons.IN_PLACE_RESTART,
+            f"slot {slot.slot}: pod {pod.name} restarted in place with slot(s) "
+            f"{', '.join(map(str, together))} (one incident); no pod replaced",
+        )
+        return
     ps.st.restarts.in_place += delta
     ps.d.restarts.append(RestartObserved(reasons.LEVEL_IN_PLACE, reasons.IN_PLACE_RESTART, delta))
     evidence = (
