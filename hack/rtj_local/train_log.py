@@ -35,6 +35,8 @@ class StepsLost:
     last_step: int  # newest step completed before the recovery resumed
     resumed_at: int  # the step the recovery resumed from
     sources: tuple[str, ...]  # where the resumed state came from, as the ranks said
+    #: seconds from the fault to the first step any rank completed after the resume (None: none yet)
+    seconds: float | None = None
 
     @property
     def lost(self) -> int:
@@ -96,8 +98,10 @@ def steps_lost(logs: TrainLogs, fault_t: float) -> StepsLost | None:
         return None
     recovered_t = min(r["t"] for r in resumes)
     done = [r["step"] for recs in logs.values() for r in recs if "loss" in r and r["t"] < recovered_t]
+    after = [r["t"] for recs in logs.values() for r in recs if "loss" in r and r["t"] > recovered_t]
     return StepsLost(
         last_step=max(done, default=0),
         resumed_at=min(r["step"] for r in resumes),
         sources=tuple(sorted({str(r.get("source", "?")) for r in resumes})),
+        seconds=min(after) - fault_t if after else None,
     )

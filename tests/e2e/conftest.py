@@ -194,13 +194,15 @@ def write_steps_lost(tr: pytest.TerminalReporter) -> None:
         return
     tr.section("steps lost per fault")
     tr.write_line(
-        f"{'job':<12} {'fault':<18} {'handled at':<12} {'steps lost':>10}  last done -> resumed at (from)"
+        f"{'job':<12} {'fault':<18} {'handled at':<12} {'steps lost':>10} {'s to step':>9}"
+        "  last done -> resumed at (from)"
     )
     for job, fault, level, cost in STEPS_LOST_ROWS:
         if cost is None:
             tr.write_line(f"{job:<12} {fault:<18} {level:<12} {'-':>10}  no resume seen after the fault")
             continue
+        seconds = f"{cost.seconds:.1f}" if cost.seconds is not None else "-"
         tr.write_line(
-            f"{job:<12} {fault:<18} {level:<12} {cost.lost:>10}  "
+            f"{job:<12} {fault:<18} {level:<12} {cost.lost:>10} {seconds:>9}  "
             f"{cost.last_step} -> {cost.resumed_at} ({'/'.join(cost.sources)})"
         )

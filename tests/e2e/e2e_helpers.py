@@ -31,6 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import pytest
 from kubernetes.client.rest import ApiException
 from rtj.api.status_slots import every_slot
 from rtj.contract import (
@@ -47,6 +48,7 @@ from rtj.contract import (
     parse_node_faults,
     parse_quarantine,
 )
+from rtj_local import node_kinds
 from rtj_local.cluster import LocalCluster
 from rtj_local.images import TRAINER_UID
 from rtj_local.nodes import schedulable
@@ -130,6 +132,14 @@ class E2EStack:
     nodes: list[str]
     node_selector: dict[str, str]
     trainer_image: str
+
+
+#: Rows whose behaviour only a kubelet has: pulling images, enforcing limits, restarting a pod in place.
+only_on_kubelet_nodes = pytest.mark.skipif(
+    node_kinds.e2e_nodes(os.environ) != node_kinds.KUBELET,
+    reason="needs a kubelet: make test-e2e-nodes (the node agent pulls no image, enforces no limit, "
+    "restarts no pod in place)",
+)
 
 
 #: Steps of a job whose fault must strike mid-run, after a checkpoint status shows: status shows

@@ -15,11 +15,18 @@ and enforces no limits (its pods are processes of the project's virtualenv): the
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
-from e2e_helpers import FAULT_MID_RUN_STEPS, NAMESPACE, all_training, failed, node_record, succeeded
+from e2e_helpers import (
+    FAULT_MID_RUN_STEPS,
+    NAMESPACE,
+    all_training,
+    failed,
+    node_record,
+    only_on_kubelet_nodes,
+    succeeded,
+)
 from rtj.api.status_slots import every_slot
 from rtj.reasons import (
     CONTAINER_OOM_KILLED,
@@ -29,7 +36,6 @@ from rtj.reasons import (
     POD_DELETED,
     UNSCHEDULABLE,
 )
-from rtj_local import node_kinds
 from rtj_local.rawapi import SMP
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -163,12 +169,6 @@ def test_gpu_unhealthy_node_condition_replaces_the_pod_and_quarantines_only_that
 #: The node agent runs the pods as processes of the project's virtualenv: no image is pulled and no
 #: memory limit enforced, so it never reports ErrImagePull or OOMKilled (tests/unit/test_ladder_blame.py
 #: covers those against the pod status a kubelet writes).
-only_on_kubelet_nodes = pytest.mark.skipif(
-    node_kinds.e2e_nodes(os.environ) != node_kinds.KUBELET,
-    reason="needs a kubelet: make test-e2e-nodes (the node agent pulls no image, enforces no limit)",
-)
-
-
 @only_on_kubelet_nodes
 def test_an_image_that_does_not_exist_waits_then_fails_naming_it(run_job, e2e_stack) -> None:
     image = f"{e2e_stack.trainer_image.rsplit(':', 1)[0]}:no-such-tag"

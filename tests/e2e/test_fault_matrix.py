@@ -21,11 +21,14 @@ from e2e_helpers import (
     all_training,
     failed,
     node_record,
+    only_on_kubelet_nodes,
     succeeded,
 )
 from kubernetes.client.rest import ApiException
 from rtj.api.status_slots import every_slot
-from rtj.contract import LABEL_JOB
+from rtj.contract import LABEL_JOB, RESTART_ALL_CONTAINERS_FEATURE, ExitCode
+from rtj.reasons import IN_PLACE_RESTART
+from rtj_local import node_kinds
 from rtj_local.rawapi import MERGE
 from rtj_local.train_log import TRAIN_LOG_SUBDIR
 from rtj_local.wait import wait_for
@@ -139,16 +142,31 @@ def slot_of_rank(job: JobRun, snap, rank: int) -> int:
     raise AssertionError(f"no pod of {job.name} runs rank {rank}")
 
 
-def test_launcher_budget_exhausted_replaces_that_pod_and_the_job_continues(run_job) -> None:
+def in_place_restart_status(snap) -> dict:
+    return snap.status.get("inPlaceRestart") or {}
+
+
+def test_launcher_budget_exhausted_replaces_that_pod_and_the_job_continues(run_job, e2e_stack) -> None:
     # Budget 1: the second SIGKILL of rank 1 exhausts its pod's launcher; the pod fails (exit 70).
+    # Where the pod could restart in place instead (kubelet nodes declare the feature) the job turns
+    # that off (maxInPlaceRestarts 0): a cluster without the feature behaves so. The node agent's
+    # nodes declare no feature (no kubelet): the job's status says so and the pod is replaced.
+    kubelet = e2e_stack.kind == node_kinds.KUBELET
     job = run_job(
         "budget",
         faults="sigkill:1:12;sigkill:1:14",
         steps=40,
         interval=5,
-        fault_tolerance={"maxInJobRestarts": 1, "maxNoProgressCycles": 10},
+        fault_tolerance={
+            "maxInJobRestarts": 1,
+            "maxNoProgressCycles": 10,
+            **({"maxInPlaceRestarts": 0} if kubelet else {}),
+        },
     )
     first = job.wait(all_training, START, "both pods training")
+    in_place = in_place_restart_status(first)
+    why = "maxInPlaceRestarts is 0" if kubelet else f"do not declare {RESTART_ALL_CONTAINERS_FEATURE}"
+    assert in_place.get("available") is False and why in in_place.get("message", ""), in_place
     slot = slot_of_rank(job, first, 1)
     before = slot_pod(first, slot)
     other = slot_pod(first, 1 - slot)
@@ -190,6 +208,55 @@ def test_launcher_budget_exhausted_replaces_that_pod_and_the_job_continues(run_j
     job.assert_checkpoints_never_lost_or_backwards()
     print(f"slot {1 - slot}: {other['pod']} -> {slot_pod(last, 1 - slot)['pod']} (the other slot)")
     assert job.steps_lost("sigkill-1-14", "Pod") is not None, "no resume seen after the pod's replacement"
+
+
+#: Memory snapshots of the in-place row: every 4 steps (0.2 s each), persisted checkpoints every 20.
+IN_PLACE_SNAPSHOT_INTERVAL = 4
+
+
+@only_on_kubelet_nodes
+def test_launcher_budget_spent_on_a_healthy_node_restarts_the_pod_in_place_from_memory(run_job) -> None:
+    # As the row above, with the pods' default in-place budget (maxInPlaceRestarts 2) on nodes whose
+    # kubelet restarts every container of a pod in place (RestartAllContainers): the launcher whose
+    # budget is spent exits 76, and its pod comes back with the same UID, IP, node and /dev/shm.
+    job = run_job(
+        "inplace",
+        faults="sigkill:1:30;sigkill:1:34",
+        steps=80,
+        interval=20,
+        checkpoint={"memorySnapshotIntervalSteps": IN_PLACE_SNAPSHOT_INTERVAL},
+        fault_tolerance={"maxInJobRestarts": 1, "maxNoProgressCycles": 10},
+    )
+    first = job.wait(all_training, START, "both pods training")
+    in_place = in_place_restart_status(first)
+    assert in_place.get("available") is True, in_place
+    slot = slot_of_rank(job, first, 1)
+    before = slot_pod(first, slot)
+    pod = first.pods[before["pod"]]
+    job.wait(lambda s: s.restarts["inPlace"] >= 1, 240, "an in-place restart")
+    assert_succeeded(job)
+    last = job.history[-1]
+    after = last.pods.get(before["pod"])
+    assert after is not None, f"pod {before['pod']} was replaced: {sorted(last.pods)}"
+    same = {k: (pod[k], after[k]) for k in ("uid", "node", "ip")}
+    assert all(a == b for a, b in same.values()), f"the same pod, node and IP: {same}"
+    assert after["container_restarts"] >= 1 and after["last_exit_code"] == ExitCode.RESTART_IN_PLACE, after
+    # One incident (both launchers may spend their budgets on the same fault), no pod replaced,
+    # nothing quarantined, the pod's own restart count on its slot.
+    assert last.restarts["inPlace"] == 1, last.restarts
+    assert last.restarts["podReschedules"] == 0 and last.restarts["job"] == 0, last.restarts
+    assert slot_pod(last, slot).get("inPlaceRestarts", 0) >= 1, slot_pod(last, slot)
+    assert IN_PLACE_RESTART in job.event_reasons(), sorted(job.event_reasons())
+    assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
+    assert_blamed(
+        job.blame("launcher budget spent, in place", job.fault_time("sigkill-1-34"), "RestartedInPlace")
+    )
+    # Resumed from the memory snapshots its /dev/shm kept: at most one snapshot interval lost (the
+    # persisted tier is 20 steps apart).
+    cost = job.steps_lost("sigkill-1-34", "InPlace")
+    assert cost is not None and "local" in cost.sources, cost
+    assert cost.lost <= IN_PLACE_SNAPSHOT_INTERVAL, cost
+    job.assert_checkpoints_never_lost_or_backwards()
 
 
 #: Heartbeat timeout of the node-death rows: longer than the node lifecycle controller takes to see

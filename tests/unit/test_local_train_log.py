@@ -42,7 +42,7 @@ def test_in_process_restart_on_kept_state_loses_nothing() -> None:
             resume(7, 9.1),
         ],
     }
-    assert steps_lost(logs, 7.5) == StepsLost(last_step=7, resumed_at=7, sources=("memory",))
+    assert steps_lost(logs, 7.5) == StepsLost(last_step=7, resumed_at=7, sources=("memory",), seconds=2.5)
     assert steps_lost(logs, 7.5).lost == 0
 
 
@@ -53,6 +53,7 @@ def test_restart_from_an_older_checkpoint_counts_the_steps_redone() -> None:
     }
     got = steps_lost(logs, 19.5)
     assert (got.last_step, got.resumed_at, got.lost, got.sources) == (19, 15, 4, ("persistent",))
+    assert got.seconds == pytest.approx(31.0 - 19.5)  # fault -> the first step after the resume
 
 
 def test_steps_completed_after_the_fault_but_before_the_resume_are_lost_too() -> None:
