@@ -10,6 +10,11 @@
 fsdp_train: an exception in rank 1 (NVRx in-process restart) and a SIGKILL of rank 1 (ft_launcher's
 in-job restart), and with `--hang-step` a rank that stops making progress (`stall`: caught by the
 learned hang budget, hangDetection, instead of the 60 s soft timeout, and restarted in-process).
+With `--in-place-step` a second SIGKILL there spends the in-job budget (maxInJobRestarts 1): the
+trainer exits 76 (ExitCode.RESTART_IN_PLACE, one in-place restart allowed) and the bench starts
+`rtj-trainer launch` again as the kubelet's RestartAllContainers would, same memory volume and
+env; the new container resumes from the memory snapshots (fault `in-place`; the kubelet's own
+restart latency is not in it: tests/e2e on kubelet nodes measure the whole path).
 Prints one JSON document: per fault, seconds from the fault to the first completed step and the
 steps redone (`hang`: the stall's detection + recovery seconds and steps lost); checkpoints
 committed; final step and loss; pod-log lines per minute (all, and c10d store-poll timeouts before
@@ -28,9 +33,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rtj.contract import ENV_MAX_IN_PLACE_RESTARTS, ExitCode
 from rtj_local.procs import free_port
 from rtj_trainer.log_filter import STORE_POLL_TIMEOUT
 
@@ -50,7 +57,7 @@ def trainer_config(args: argparse.Namespace, work: Path, port: int) -> dict[str,
         "nprocPerNode": args.nproc,
         "rdzvEndpoint": f"127.0.0.1:{port}",
         "rdzvId": "gpu-smoke",
-        "maxInJobRestarts": 3,
+        "maxInJobRestarts": 1 if args.in_place_step else 3,
         "heartbeatIntervalSeconds": 1,
         "rankHangTimeoutSeconds": 120,
         "rankInitialTimeoutSeconds": 300,
@@ -79,7 +86,10 @@ def pod_env(cfg: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[s
         "RTJ_FAULT_INJECT": ";".join(
             [f"exception:{rank}:{args.exception_step}", f"sigkill:{rank}:{args.sigkill_step}"]
             + ([f"stall:{rank}:{args.hang_step}"] if args.hang_step else [])
+            + ([f"sigkill:{rank}:{args.in_place_step}"] if args.in_place_step else [])
         ),
+        # What the pod builder gives a pod whose kubelet restarts it in place (rtj.builders).
+        ENV_MAX_IN_PLACE_RESTARTS: "1" if args.in_place_step else "0",
         "PYTHONUNBUFFERED": "1",
     }
     if args.cpu:
@@ -91,9 +101,10 @@ def read_rank_log(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def recoveries(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def recoveries(records: list[dict[str, Any]], container_starts: Sequence[float] = ()) -> list[dict[str, Any]]:
     """Each resume after the first: the fault's time (the last step logged before it), the first
-    step completed after it, and the steps redone."""
+    step completed after it, and the steps redone. One across a container start (wall times in
+    `container_starts`) is an in-place restart."""
     out = []
     last_step: dict[str, Any] | None = None
     pending: dict[str, Any] | None = None
@@ -106,11 +117,14 @@ def recoveries(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if pending is not None:
             before, resume = pending["before"], pending["resume"]
+            in_place = any(before["t"] < t < resume["t"] for t in container_starts)
+            same = resume["restart"] == before["restart"]
             out.append(
                 {
-                    "kind": "in-process" if resume["restart"] == before["restart"] else "in-job",
+                    "kind": "in-place" if in_place else "in-process" if same else "in-job",
                     "fault_after_step": before["step"],
                     "resumed_from_step": resume["step"],
+                    "resumed_from": resume.get("source", "?"),
                     "steps_redone": before["step"] - resume["step"],
                     "seconds_fault_to_first_step": round(rec["t"] - before["t"], 2),
                 }
@@ -158,14 +172,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rdzv = subprocess.Popen([*entry, "rendezvous"], env=env, stdout=subprocess.DEVNULL,
                             stderr=open(work / "rendezvous.log", "wb"))  # fmt: skip  # noqa: SIM115
     t0 = time.monotonic()
+    deadline = t0 + args.timeout
+    exits: list[int] = []
+    container_starts: list[float] = []
+    out = ""
     try:
-        launch = subprocess.run(
-            [*entry, "launch"], env=env, capture_output=True, text=True, timeout=args.timeout
-        )
-        rc, out = launch.returncode, launch.stdout + launch.stderr
-    except subprocess.TimeoutExpired as exc:
-        # Always bytes here, whatever text= says.
-        rc, out = 124, b"".join(x or b"" for x in (exc.stdout, exc.stderr)).decode(errors="replace")
+        while True:
+            rc, text = _launch(entry, env, deadline - time.monotonic())
+            out += text
+            exits.append(rc)
+            if rc != ExitCode.RESTART_IN_PLACE or len(exits) > 1:
+                break
+            container_starts.append(time.time())  # the kubelet's RestartAllContainers, played here
     finally:
         rdzv.terminate()
         rdzv.wait(30)
@@ -174,10 +192,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ranks = {r: read_rank_log(work / "logs" / f"rank-{r}.jsonl") for r in range(args.nproc)
              if (work / "logs" / f"rank-{r}.jsonl").exists()}  # fmt: skip
     steps = [x for x in ranks.get(0, []) if "loss" in x]
-    faults = recoveries(ranks.get(0, []))
+    faults = recoveries(ranks.get(0, []), container_starts)
     committed = sorted({x["committed"] for x in steps if x.get("committed")})
     result = {
         "launch_exit_code": rc,
+        "container_exit_codes": exits,
         "faults": faults,
         "checkpoints_committed": committed,
         "final_step": steps[-1]["step"] if steps else None,
@@ -198,8 +217,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         and "in-process" in kinds
         and "in-job" in kinds
         and (not args.hang_step or (result["hang"] or {}).get("caught_before_soft_timeout"))
+        and (not args.in_place_step or (exits[0] == ExitCode.RESTART_IN_PLACE and "in-place" in kinds))
     )
     return result
+
+
+def _launch(entry: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """One container start: `rtj-trainer launch` to its exit (124 past the timeout)."""
+    try:
+        launch = subprocess.run([*entry, "launch"], env=env, capture_output=True, text=True, timeout=timeout)
+        return launch.returncode, launch.stdout + launch.stderr
+    except subprocess.TimeoutExpired as exc:
+        # Always bytes here, whatever text= says.
+        return 124, b"".join(x or b"" for x in (exc.stdout, exc.stderr)).decode(errors="replace")
 
 
 def hang_figures(faults: list[dict[str, Any]], cfg: dict[str, Any], hang_step: int) -> dict[str, Any] | None:
@@ -242,6 +272,12 @@ def main() -> int:
         type=int,
         default=0,
         help="a `stall` (no progress, interruptible) at this step (0: none)",
+    )
+    p.add_argument(
+        "--in-place-step",
+        type=int,
+        default=0,
+        help="a second SIGKILL at this step spends the in-job budget: an in-place restart (0: none)",
     )
     p.add_argument("--checkpoint-interval", type=int, default=40)
     p.add_argument("--memory-interval", type=int, default=10, help="memory snapshots every N steps (0: off)")
