@@ -127,6 +127,21 @@ def recoveries(records: list[dict[str, Any]], container_starts: Sequence[float] 
                     "resumed_from": resume.get("source", "?"),
                     "steps_redone": before["step"] - resume["step"],
                     "seconds_fault_to_first_step": round(rec["t"] - before["t"], 2),
+                    # Seconds after the last step before the fault: the container's new start
+                    # (in-place), the rank process's start, its main, its training function,
+                    # its model built, the state resumed.
+                    "phases": {
+                        k: round(t - before["t"], 2)
+                        for k, t in (
+                            *(
+                                ("container_start", t)
+                                for t in container_starts
+                                if before["t"] < t < resume["t"]
+                            ),
+                            *(resume.get("phases") or {}).items(),
+                            ("resumed", resume["t"]),
+                        )
+                    },
                 }
             )
             pending = None
