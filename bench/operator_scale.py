@@ -225,7 +225,7 @@ class PodInfo:
     phase: str = "Pending"
     deleting: bool = False
     seen: float = 0.0  # wall clock (time.time) when first seen on the watch
-    interval: float = 10.0  # heartbeat period from the pod's own TrainerConfig (as the agent reads it)
+    interval: float = 10.0  # heartbeat period: the pod's TrainerConfig's, then its Lease's (as the agent)
     bound: float | None = None  # wall clock when first seen with spec.nodeName (the scheduler's bind)
     running: float | None = None  # wall clock when first seen Running (KWOK)
 
@@ -272,6 +272,7 @@ class Bench:
         self.heap: list[tuple[float, str]] = []
         self.scheduled: set[str] = set()
         self.renewals = 0
+        self.period_changes = 0  # pods that took a renew period the operator asked for on their Lease
         self.renew_errors = 0
         self.lease_writes = 0  # PATCH/POST requests the load generator sent (each one an API write)
         self.renew_lag: list[float] = []
@@ -614,7 +615,7 @@ class Bench:
             },
             "spec": {
                 "holderIdentity": pod.name,
-                "leaseDurationSeconds": self.a.heartbeat_timeout,
+                "leaseDurationSeconds": contract.lease_duration_seconds(pod.interval),  # as the agent
                 "acquireTime": self.acquire[pod.name],
                 "renewTime": now_s,
             },
@@ -642,6 +643,11 @@ class Bench:
                 raise RuntimeError(f"{status} {str(out)[:200]}")
             self.renewals += 1
             self.last_renew[name] = now
+            # The period the operator asks of a running pod (the heartbeat budget), as the agent takes it.
+            asked = contract.parse_renew_period(((out or {}).get("metadata") or {}).get("annotations"))
+            if asked is not None and asked != pod.interval:
+                pod.interval = float(asked)
+                self.period_changes += 1
         except Exception as exc:
             self.renew_errors += 1
             if self.renew_errors < 5:
@@ -884,6 +890,7 @@ class Bench:
             "heartbeat_timeout_s": self.a.heartbeat_timeout,
             "pod_interval_min_s": min(intervals) if intervals else None,
             "pod_interval_max_s": max(intervals) if intervals else None,
+            "pods_that_took_a_new_period": self.period_changes,  # from the operator, on their Lease
             "passes_per_s": (passes1 - passes0) / dt if passes0 is not None and passes1 is not None else None,
             "flap_events": sum(flaps.values()),
             "flap_events_by_reason": flaps,

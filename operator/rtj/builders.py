@@ -415,6 +415,10 @@ def assign_lease_patch(slot: int) -> dict[str, Any]:
     return {"metadata": {"annotations": {contract.ASSIGNED_SLOT_ANNOTATION: str(slot)}}}
 
 
+def renew_period_patch(seconds: int) -> dict[str, Any]:
+    return {"metadata": {"annotations": {contract.RENEW_PERIOD_ANNOTATION: str(seconds)}}}
+
+
 def fence_lease_patch(reason: str) -> dict[str, Any]:
     return {"metadata": {"annotations": {contract.FENCED_ANNOTATION: reason[:512]}}}
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -141,6 +142,14 @@ ASSIGNED_SLOT_ANNOTATION = f"{API_GROUP}/assigned-slot"
 #: after it vanished is owned by the job, not by the (maybe deleted) pod, so that garbage
 #: collection cannot remove it before the operator has fenced it.
 FENCED_ANNOTATION = f"{API_GROUP}/fenced"
+#: Renew period (writer: the operator's heartbeat budget, rtj.ladder.heartbeat_budget; reader: the
+#: pod's heartbeat agent, on its next renewal): the seconds between renewals the operator asks of a
+#: running pod once the budget's period for its job differs from the one the pod was created with
+#: (TrainerConfig.heartbeatIntervalSeconds), so pods created before other jobs also keep the cluster
+#: within the budget. The agent renews this often from then on (its Lease's duration 3 x as long).
+RENEW_PERIOD_ANNOTATION = f"{API_GROUP}/renew-seconds"
+#: Longest renew period accepted from RENEW_PERIOD_ANNOTATION (heartbeatIntervalSeconds' maximum).
+MAX_RENEW_PERIOD_SECONDS = 300
 #: Renew period of a standby hot spare's Lease, whatever TrainerConfig.heartbeatIntervalSeconds
 #: says: how fast it sees its promotion (writer: the spare's heartbeat agent, renewing this often;
 #: reader: the operator's heartbeat budget, rtj.ladder.heartbeat_budget, which counts each standby
@@ -317,6 +326,20 @@ class Heartbeat(_Model):
 
     def to_annotation(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)
+
+
+def parse_renew_period(annotations: dict[str, Any] | None) -> int | None:
+    """RENEW_PERIOD_ANNOTATION's seconds; None when absent or not a period in 1..MAX_RENEW_PERIOD_SECONDS."""
+    raw = (annotations or {}).get(RENEW_PERIOD_ANNOTATION)
+    if not isinstance(raw, str) or not raw.strip().isdigit():
+        return None
+    seconds = int(raw)
+    return seconds if 1 <= seconds <= MAX_RENEW_PERIOD_SECONDS else None
+
+
+def lease_duration_seconds(renew_period_seconds: float) -> int:
+    """leaseDurationSeconds of a heartbeat Lease renewed every `renew_period_seconds` (3 periods)."""
+    return max(1, math.ceil(3 * renew_period_seconds))
 
 
 def parse_heartbeat(annotations: dict[str, Any] | None) -> Heartbeat | None:

@@ -36,6 +36,7 @@ from rtj.ladder import (
     PatchWorkloadStatus,
     PromoteSpare,
     RecordNodeFault,
+    SetRenewPeriod,
     TaintNode,
     create_refusals,
     kueue_admission,
@@ -136,6 +137,11 @@ async def _fence_lease(c: _Call, a: FenceLease) -> bool:
     return True
 
 
+async def _set_renew_period(c: _Call, a: SetRenewPeriod) -> bool:
+    await c.k.patch("Lease", c.ns, contract.lease_name(a.lease), builders.renew_period_patch(a.seconds))
+    return True
+
+
 async def _delete_lease(c: _Call, a: DeleteLease) -> bool:
     await c.k.delete("Lease", c.ns, contract.lease_name(a.lease))
     return True
@@ -162,6 +168,7 @@ _PERFORM: dict[type[Any], Callable[[_Call, Any], Awaitable[bool]]] = {
     PromoteSpare: _promote_spare,
     AssignLease: _assign_lease,
     FenceLease: _fence_lease,
+    SetRenewPeriod: _set_renew_period,
     DeleteLease: _delete_lease,
     DeleteJob: _delete_job,
     CreateWorkload: _create,

@@ -16,6 +16,8 @@ import pytest
 from e2e_helpers import (
     FAULT_MID_RUN_STEPS,
     NAMESPACE,
+    OPERATOR_NAMESPACE,
+    RELEASE,
     BlameRow,
     JobRun,
     all_training,
@@ -547,6 +549,64 @@ def test_pod_budget_exhausted_fails_the_job_and_restarts_nothing(run_job, e2e_st
     assert set(job.worker_pods(last)) <= set(pods), "no replacement pod may be created"
     assert not last.status.get("quarantinedNodes"), "silence is no evidence against a node"
     assert_blamed(job.blame("pod hung, no pod budget", stopped_at, "Failed"))
+    job.assert_checkpoints_never_lost_or_backwards()
+
+
+def operator_leader(raw) -> tuple[str, set[str]]:
+    """The chart's operator pod holding the leader Lease (identity `<pod name>_<random>`), and every
+    operator pod of the release."""
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    pods = raw.request("GET", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", labelSelector=selector)
+    names = {p["metadata"]["name"] for p in pods["items"] if not p["metadata"].get("deletionTimestamp")}
+    leases = raw.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{OPERATOR_NAMESPACE}/leases")
+    holders = {((x.get("spec") or {}).get("holderIdentity") or "").rsplit("_", 1)[0] for x in leases["items"]}
+    leaders = holders & names
+    return (next(iter(leaders)) if len(leaders) == 1 else ""), names
+
+
+@only_on_kubelet_nodes
+def test_active_operator_killed_during_a_fault_the_standby_replaces_the_silent_pod_only(
+    run_job, e2e_stack
+) -> None:
+    # The chart's two operator pods (one active, one standby on the leader Lease). A worker pod goes
+    # silent (every process stopped: HeartbeatTimeout after 12 s) and in the same instant the active
+    # operator's pod is deleted with grace 0 (its processes SIGKILLed by their kubelet). The standby
+    # takes over, replaces that pod only, and reads no other pod's heartbeat as lost.
+    raw = e2e_stack.raw
+    job = run_job("failover", steps=FAULT_MID_RUN_STEPS, interval=5)
+    first = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
+    leader, operators = operator_leader(raw)
+    assert leader and len(operators) == 2, f"one leader of two operator pods: {leader!r}, {operators}"
+    pods = job.worker_pods(first)
+    victim = sorted(pods)[0]
+    slot = next(s["slot"] for s in every_slot(first.status) if s.get("pod") == victim)
+    procs = e2e_stack.agent.pod_processes(NAMESPACE, victim)
+    assert procs, f"{victim} runs"
+    stopped_at = time.time()
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGSTOP)
+    raw.request("DELETE", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{leader}", {"gracePeriodSeconds": 0})
+    try:
+        replaced = job.wait(
+            lambda s: slot_pod(s, slot).get("pod") not in ("", victim), 180, f"slot {slot} replaced"
+        )
+    finally:  # let the stopped processes see their end when the pod is deleted
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+    new_leader, _ = operator_leader(raw)
+    assert new_leader and new_leader != leader, f"the standby took over: {leader} -> {new_leader!r}"
+    print(f"leader {leader} -> {new_leader}; slot {slot} replaced at {replaced.t:.1f}s")
+    assert_succeeded(job)
+    last = job.history[-1]
+    assert last.restarts["podReschedules"] == 1 and last.restarts["job"] == 0, last.restarts
+    survivor = next(n for n in pods if n != victim)
+    assert survivor in job.worker_pods(last), f"the healthy pod {survivor} must be untouched"
+    timeouts = job.events_about("HeartbeatTimeout")
+    assert timeouts and all(victim in t for t in timeouts), f"only {victim} timed out: {timeouts}"
+    assert not last.status.get("quarantinedNodes"), "silence is no evidence against a node"
+    assert_blamed(job.blame("pod hung, active operator killed", stopped_at, "Replaced"))
     job.assert_checkpoints_never_lost_or_backwards()
 
 

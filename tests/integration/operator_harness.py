@@ -228,7 +228,7 @@ class Trainers:
             },
             "spec": {
                 "holderIdentity": pod.metadata.name,
-                "leaseDurationSeconds": 4,
+                "leaseDurationSeconds": contract.lease_duration_seconds(1),  # heartbeatIntervalSeconds 1
                 "renewTime": micro_time(datetime.now(UTC)),
             },
         }

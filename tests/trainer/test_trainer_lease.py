@@ -19,7 +19,15 @@ import pytest
 from kubernetes import client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
-from rtj.contract import FENCED_ANNOTATION, ExitCode, FaultReason, PodState, lease_name, parse_heartbeat
+from rtj.contract import (
+    FENCED_ANNOTATION,
+    RENEW_PERIOD_ANNOTATION,
+    ExitCode,
+    FaultReason,
+    PodState,
+    lease_name,
+    parse_heartbeat,
+)
 from rtj_local.wait import wait_for
 from rtj_trainer.heartbeat import HeartbeatAgent, PodIdentity
 from trainer_harness import ToyJob
@@ -107,6 +115,17 @@ def test_heartbeat_lease_content_and_lifecycle(
         message="the Lease to be renewed with a newer step",
     )
     assert lease2.spec.acquire_time == lease.spec.acquire_time
+
+    # The operator asks for another renew period on the Lease (its heartbeat budget): the agent
+    # renews at it from the next renewal, its Lease's duration 3 x as long.
+    coord.patch_namespaced_lease(
+        name, namespace, {"metadata": {"annotations": {RENEW_PERIOD_ANNOTATION: "2"}}}
+    )
+    wait_for(
+        lambda: (r := _read_lease(coord, name, namespace)) and r.spec.lease_duration_seconds == 6,
+        30,
+        message="the Lease renewed with the asked period (duration 6 s)",
+    )
 
     assert job.wait_exit(pod.metadata.name, 240) == ExitCode.SUCCEEDED, job.dump_logs()
     final = parse_heartbeat(_read_lease(coord, name, namespace).metadata.annotations)

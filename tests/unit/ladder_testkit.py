@@ -179,6 +179,8 @@ class ObservedBuilder:
         assigned: str | None = None,
         fenced: bool = False,
         recreated: bool = False,
+        duration: int | None = None,
+        renew_period: int | None = None,
     ) -> ObservedBuilder:
         self.leases[pod] = LeaseObs(
             name=pod,
@@ -187,17 +189,26 @@ class ObservedBuilder:
             assigned_slot=assigned,
             fenced=fenced,
             recreated=recreated,
+            duration_seconds=duration,
+            renew_period=renew_period,
         )
         return self
 
     def running(
-        self, n: int, attempt: int = 0, heartbeat: contract.Heartbeat | None = None
+        self,
+        n: int,
+        attempt: int = 0,
+        heartbeat: contract.Heartbeat | None = None,
+        duration: int | None = None,
+        renew_period: int | None = None,
     ) -> ObservedBuilder:
-        """n healthy workers heartbeating in Training, plus the rendezvous pod."""
+        """n healthy workers heartbeating in Training, plus the rendezvous pod; `duration` and
+        `renew_period`: their Leases' (None: not known)."""
         self.rdzv()
         for slot in range(n):
             self.worker(slot, attempt)
-            self.lease(contract.worker_pod_name(self.job, slot, attempt), 1.0, heartbeat or hb())
+            name = contract.worker_pod_name(self.job, slot, attempt)
+            self.lease(name, 1.0, heartbeat or hb(), duration=duration, renew_period=renew_period)
         return self
 
     def no_rdzv(self) -> ObservedBuilder:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from ladder_testkit import NOW, hb, make_job, observe, running_status
 from rtj import contract, creations, executor, reasons
-from rtj.ladder import CreateWorkerPod, LadderConfig, decide
+from rtj.ladder import CreateWorkerPod, LadderConfig, SetRenewPeriod, decide
 from rtj.ladder import heartbeat_budget as hbb
 from rtj.ladder.observe import Fleet
 
@@ -193,3 +193,51 @@ def test_no_budget_keeps_the_spec_and_no_condition() -> None:
     decision = decide(big_job(), observe().obj(), NOW, LadderConfig())
     assert decision.status.heartbeat_interval_seconds == 10
     assert reasons.HEARTBEAT_BUDGET_EXCEEDED not in conditions(decision)
+
+
+def renew_asks(decision: Any) -> dict[str, int]:
+    return {a.lease: a.seconds for a in decision.actions if isinstance(a, SetRenewPeriod)}
+
+
+def test_running_pods_follow_the_budget_on_their_lease_once_and_back_when_it_frees() -> None:
+    """512 pods created alone renew every 10 s (Leases of 30 s); 3 more jobs of 512 start: at 120
+    writes/s each running pod is asked, on its Lease, to renew every 18 s, once."""
+    cfg = LadderConfig(heartbeat_writes_per_second=120)
+    job = big_job(**running_status(512))
+    busy = Fleet(workers=3 * 512)
+    created_alone = replace(observe().running(512, duration=30).obj(), fleet=busy)
+    asks = renew_asks(decide(job, created_alone, NOW, cfg))
+    assert len(asks) == 512 and set(asks.values()) == {18}
+    # Asked (the annotation is there), or created with 18 s (Leases of 54 s): nothing more to write.
+    asked = replace(observe().running(512, duration=30, renew_period=18).obj(), fleet=busy)
+    assert renew_asks(decide(job, asked, NOW, cfg)) == {}
+    created_at_18 = replace(observe().running(512, duration=54).obj(), fleet=busy)
+    assert renew_asks(decide(job, created_at_18, NOW, cfg)) == {}
+    # The other jobs ended: back to the spec's 10 s.
+    alone = replace(observe().running(512, duration=30, renew_period=18).obj(), fleet=Fleet())
+    assert set(renew_asks(decide(job, alone, NOW, cfg)).values()) == {10}
+    # No budget, pods at the spec's period: no write at all; a fenced Lease is never asked.
+    assert renew_asks(decide(job, observe().running(512, duration=30).obj(), NOW, LadderConfig())) == {}
+    fenced = observe().running(1, duration=30).obj()
+    lease = next(iter(fenced.leases.values()))
+    fenced = replace(fenced, leases={lease.name: replace(lease, fenced=True)}, fleet=busy)
+    assert renew_asks(decide(big_job(nodes=1, **running_status(1)), fenced, NOW, cfg)) == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("18", 18), ("1", 1), ("300", 300), ("0", None), ("301", None), ("-5", None), ("x", None), (None, None)],
+)
+def test_the_renew_period_annotation_is_a_period_in_range_or_nothing(
+    value: Any, expected: int | None
+) -> None:
+    annotations = {} if value is None else {contract.RENEW_PERIOD_ANNOTATION: value}
+    assert contract.parse_renew_period(annotations) == expected
+
+
+def test_the_period_a_lease_says_is_the_asked_one_else_its_duration_over_three() -> None:
+    lease = observe().running(1, duration=30).obj().leases
+    (one,) = lease.values()
+    assert hbb.lease_period(one) == 10
+    assert hbb.lease_period(replace(one, renew_period=18)) == 18
+    assert hbb.lease_period(replace(one, duration_seconds=None)) is None

@@ -15,7 +15,6 @@ promotion signal (`promoted` is set; from then on the agent reports what the ran
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import threading
@@ -46,9 +45,11 @@ from rtj.contract import (
     Heartbeat,
     PodState,
     RankReport,
+    lease_duration_seconds,
     lease_name,
     micro_time,
     parse_rank_report,
+    parse_renew_period,
 )
 
 from .pids import pid_alive
@@ -337,11 +338,20 @@ class LeaseWriter:
 
         self._api = client.CoordinationV1Api(api_client)
         self._pod = pod
-        self._duration = lease_duration_seconds
-        self._timeout = max(5, lease_duration_seconds)
+        self.duration_seconds = lease_duration_seconds
         self._acquire_time: str | None = None
         #: A write of this writer succeeded before (a later 404 means the Lease vanished).
         self._written = False
+
+    @property
+    def duration_seconds(self) -> int:
+        """The Lease's leaseDurationSeconds; each request's timeout follows it."""
+        return self._duration
+
+    @duration_seconds.setter
+    def duration_seconds(self, seconds: int) -> None:
+        self._duration = seconds
+        self._timeout = max(5, seconds)
 
     def body(self, hb: Heartbeat, now: datetime, create: bool = False) -> dict[str, Any]:
         """The Lease as written: a renewal's merge patch, or (`create`) the new object with its owner."""
@@ -444,7 +454,7 @@ class HeartbeatAgent:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rtj-heartbeat", daemon=True)
         if writer is None and api_client is not None:
-            writer = LeaseWriter(api_client, pod, max(1, math.ceil(3 * interval_seconds)))
+            writer = LeaseWriter(api_client, pod, lease_duration_seconds(interval_seconds))
         self._writer = writer
         self.last: Heartbeat | None = None
         self._last_error: str | None = None
@@ -496,6 +506,7 @@ class HeartbeatAgent:
                 )
             self._take_assignment(annotations.get(ASSIGNED_SLOT_ANNOTATION))
             self._take_fence(annotations.get(FENCED_ANNOTATION))
+            self._take_period(parse_renew_period(annotations))
             if self._last_error:
                 log.info("heartbeat Lease writes recovered")
                 self._last_error = None
@@ -517,6 +528,18 @@ class HeartbeatAgent:
         self.fence_reason = reason
         self.fenced.set()
         log.error("fenced by the operator (%s): this pod is no longer its slot's; stopping", reason)
+
+    def _take_period(self, seconds: int | None) -> None:
+        """The renew period the operator asks of this pod (its heartbeat budget): from the next
+        renewal on, and the Lease's duration with it."""
+        if seconds is None or seconds == self.interval:
+            return
+        log.info(
+            "heartbeat renew period %g s -> %d s (the operator's heartbeat budget)", self.interval, seconds
+        )
+        self.interval = seconds
+        if isinstance(self._writer, LeaseWriter):
+            self._writer.duration_seconds = lease_duration_seconds(seconds)
 
     def _take_assignment(self, slot: Any) -> None:
         if not self.in_standby or not isinstance(slot, str) or not slot:

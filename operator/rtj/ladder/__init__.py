@@ -18,6 +18,7 @@ from rtj.ladder.actions import (
     RecordNodeFault,
     RecoveryObserved,
     RestartObserved,
+    SetRenewPeriod,
     TaintNode,
 )
 from rtj.ladder.decide import decide
@@ -59,6 +60,7 @@ __all__ = [
     "RecordNodeFault",
     "RecoveryObserved",
     "RestartObserved",
+    "SetRenewPeriod",
     "TaintNode",
     "decide",
     "goodput",

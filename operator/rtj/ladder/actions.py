@@ -95,6 +95,15 @@ class FenceLease:
 
 
 @dataclass(frozen=True)
+class SetRenewPeriod:
+    """Ask a running pod to renew its Lease every `seconds` (contract.RENEW_PERIOD_ANNOTATION): the
+    job's period under the heartbeat budget is not the pod's (rtj.ladder.heartbeat_budget)."""
+
+    lease: str
+    seconds: int
+
+
+@dataclass(frozen=True)
 class DeleteLease:
     """Delete a fenced Lease whose pod is gone and that stopped renewing."""
 
@@ -132,6 +141,7 @@ Action = (
     | PromoteSpare
     | AssignLease
     | FenceLease
+    | SetRenewPeriod
     | DeleteLease
     | DeleteJob
     | CreateWorkload

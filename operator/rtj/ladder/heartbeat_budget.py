@@ -19,9 +19,13 @@ silent pod is still replaced at T, and a healthy slot is never older than T / 2 
 (the outage hold's and the wake-up's "stale"). Worker pods and spares are those of the jobs the
 operator runs: not suspended, not queued by Kueue, not finished (`fleet`), this job included.
 
-The period reaches a pod once, at its creation (TrainerConfig.heartbeatIntervalSeconds, read by
-the trainer's heartbeat agent); a running pod keeps the period it was created with, and the job's
-status.heartbeatIntervalSeconds shows the period its pods get now. Pure: no I/O.
+The period reaches a new pod at its creation (TrainerConfig.heartbeatIntervalSeconds, read by the
+trainer's heartbeat agent) and a running one on its Lease: when the job's period P differs from the
+one a pod renews at (its Lease's RENEW_PERIOD_ANNOTATION, else its leaseDurationSeconds / 3, as the
+agent writes it), the operator writes P there once (SetRenewPeriod) and the agent renews every P
+from its next renewal. So pods created while the cluster was emptier follow a budget that later
+jobs tightened, and go back to the spec's interval when those end. status.heartbeatIntervalSeconds
+shows P. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from typing import Any
 
 from rtj import contract, reasons
 from rtj.api.models import FaultTolerance, JobState
+from rtj.ladder.actions import SetRenewPeriod
 from rtj.ladder.conditions import get_condition
-from rtj.ladder.observe import Fleet
+from rtj.ladder.observe import Fleet, LeaseObs
 from rtj.ladder.pass_state import NORMAL, WARNING, Pass
 
 #: Renewals that may be missed before heartbeatTimeoutSeconds (the kubelet's node Lease: 10 s
@@ -104,6 +109,7 @@ def apply(ps: Pass) -> None:
     budget = ps.cfg.heartbeat_writes_per_second
     period = renew_period(ps.ft, every, budget)
     ps.st.heartbeat_interval_seconds = period.seconds
+    follow(ps, period.seconds)
     kind = reasons.HEARTBEAT_BUDGET_EXCEEDED
     old = get_condition(ps.old.conditions, kind)
     if period.exceeded:
@@ -118,6 +124,26 @@ def apply(ps: Pass) -> None:
         )
         ps.event(NORMAL, reasons.HEARTBEAT_BUDGET_MET, message)
         ps.cond(kind, False, reasons.HEARTBEAT_BUDGET_MET, message)
+
+
+def lease_period(lease: LeaseObs) -> float | None:
+    """The period a Lease's pod renews at: the one the operator asked for, else the one its
+    leaseDurationSeconds says (3 periods); None when neither is known."""
+    if lease.renew_period is not None:
+        return float(lease.renew_period)
+    return lease.duration_seconds / 3 if lease.duration_seconds else None
+
+
+def follow(ps: Pass, seconds: int) -> None:
+    """Ask each heartbeating pod of the job whose period is not `seconds` to renew every `seconds`."""
+    for lease in ps.obs.leases.values():
+        current = lease_period(lease)
+        if lease.fenced or lease.renew_time is None or current is None:
+            continue
+        if lease.renew_period != seconds and contract.lease_duration_seconds(current) != (
+            contract.lease_duration_seconds(seconds)
+        ):
+            ps.d.actions.append(SetRenewPeriod(lease.name, seconds))
 
 
 def exceeded_message(ft: FaultTolerance, every: Fleet, own: Fleet, budget: float, period: RenewPeriod) -> str:

@@ -90,6 +90,10 @@ class LeaseObs:
     fenced: bool = False
     #: Owned by the job, not by its pod: its agent recreated it after it vanished (rtj.ladder.fencing).
     recreated: bool = False
+    #: The renew period the operator asked of its pod (contract.RENEW_PERIOD_ANNOTATION), if any.
+    renew_period: int | None = None
+    #: spec.leaseDurationSeconds: 3 renew periods as the agent writes it (contract.lease_duration_seconds).
+    duration_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -303,6 +307,8 @@ def lease_from_dict(obj: dict[str, Any], now: datetime) -> LeaseObs:
         heartbeat=contract.parse_heartbeat(annotations),
         assigned_slot=assigned if isinstance(assigned, str) else None,
         fenced=bool(annotations.get(contract.FENCED_ANNOTATION)),
+        renew_period=contract.parse_renew_period(annotations),
+        duration_seconds=_int((obj.get("spec") or {}).get("leaseDurationSeconds")),
         recreated=any(
             isinstance(o, dict) and o.get("kind") == contract.KIND for o in meta.get("ownerReferences") or []
         ),
