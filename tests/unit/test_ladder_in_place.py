@@ -11,7 +11,7 @@ from ladder_testkit import NOW, hb, make_job, observe, running_job
 from rtj import contract, reasons
 from rtj.api.spec_pods import INSTANCE_TYPE_LABEL
 from rtj.builders import IN_PLACE_RESTART_RULE, worker_pod
-from rtj.ladder import CreateWorkerPod, decide, in_place
+from rtj.ladder import CreateWorkerPod, DeletePod, decide, in_place
 from rtj.ladder.observe import ContainerObs, NodeObs, Observed
 
 pytestmark = pytest.mark.unit
@@ -181,3 +181,36 @@ def test_a_failed_pod_that_asked_for_an_in_place_restart_is_replaced() -> None:
     d = decide(running_job().obj(), observed, NOW)
     assert d.status.node_slots[0].last_fault_reason == reasons.LAUNCHER_BUDGET_EXHAUSTED
     assert d.status.restarts.pod_reschedules == 1
+
+
+def _said_restarting_in_place(age: float) -> Observed:
+    """Slot 0's last heartbeat, `age` seconds ago, said its container restarts in place."""
+    fault = {
+        "severity": "Soft",
+        "reason": contract.FaultReason.RESTARTING_IN_PLACE.value,
+        "message": "in-job budget spent; in-place restart 1 of 2",
+        "time": NOW.isoformat(),
+    }
+    return (
+        observe()
+        .rdzv()
+        .worker(0)
+        .lease("train-n0-a0", age, hb("InJobRestarting", ij=1, fault=fault))
+        .worker(1)
+        .lease("train-n1-a0", 1.0, hb())
+        .obj()
+    )
+
+
+def test_a_pod_restarting_in_place_is_silent_like_a_start_not_a_lost_heartbeat() -> None:
+    # The old container's last heartbeat said it restarts in place: until the new container's first
+    # heartbeat, the bound is startupTimeoutSeconds (600 s), not heartbeatTimeoutSeconds (60 s).
+    job = running_job().ft(heartbeatTimeoutSeconds=60, startupTimeoutSeconds=600).obj()
+    d = decide(job, _said_restarting_in_place(120.0), NOW)
+    assert not [a for a in d.actions if isinstance(a, DeletePod | CreateWorkerPod)], d.actions
+    assert d.status.restarts.pod_reschedules == 0
+    # One that never comes back is replaced at the start's bound, saying so.
+    late = decide(job, _said_restarting_in_place(601.0), NOW)
+    assert [a.name for a in late.actions if isinstance(a, DeletePod)] == ["train-n0-a0"]
+    assert late.status.node_slots[0].last_fault_reason == reasons.STARTUP_TIMEOUT
+    assert any("restarts in place" in e.message for e in late.events), [e.message for e in late.events]

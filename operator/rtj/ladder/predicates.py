@@ -62,7 +62,8 @@ def heartbeat_silence(
     """(reason, message) when a Running pod's heartbeat is overdue, else None.
 
     Before the first heartbeat the deadline is startupTimeoutSeconds from the pod's start; after
-    it, heartbeatTimeoutSeconds from the last renewal (already clamped to now by the parser). Both
+    it, heartbeatTimeoutSeconds from the last renewal (already clamped to now by the parser), or
+    startupTimeoutSeconds from it when that renewal said the pod restarts in place. Both
     count from the end of the last outage hold instead when that is later (`timed_from`).
     """
     if pod.phase != "Running":
@@ -73,10 +74,18 @@ def heartbeat_silence(
         return None
     since = timed_from(heard, hold_end)
     assert since is not None  # heard is not None
-    limit = ft.heartbeat_timeout_seconds if renew is not None else ft.startup_timeout_seconds
+    restarting = renew is not None and restarting_in_place(lease)
+    limit = (
+        ft.heartbeat_timeout_seconds if renew is not None and not restarting else ft.startup_timeout_seconds
+    )
     if seconds_since(since, now) <= limit:
         return None
     held = f", {seconds_since(since, now):.0f}s since the outage hold ended" if since != heard else ""
+    if restarting:
+        return reasons.STARTUP_TIMEOUT, (
+            f"no heartbeat {seconds_since(heard, now):.0f}s after the pod said it restarts in place{held} "
+            f"(startupTimeoutSeconds={ft.startup_timeout_seconds})"
+        )
     if renew is None:
         return reasons.STARTUP_TIMEOUT, (
             f"no heartbeat {seconds_since(heard, now):.0f}s after start{held} "
@@ -85,6 +94,17 @@ def heartbeat_silence(
     return reasons.HEARTBEAT_TIMEOUT, (
         f"heartbeat silent for {seconds_since(heard, now):.0f}s{held} "
         f"(heartbeatTimeoutSeconds={ft.heartbeat_timeout_seconds})"
+    )
+
+
+def restarting_in_place(lease: LeaseObs | None) -> bool:
+    """The pod's last heartbeat says its container restarts in place (level 2b): until the new
+    container's first heartbeat its silence is a start's, bounded by startupTimeoutSeconds."""
+    hb = lease.heartbeat if lease is not None else None
+    return (
+        hb is not None
+        and hb.fault is not None
+        and hb.fault.reason == contract.FaultReason.RESTARTING_IN_PLACE
     )
 
 

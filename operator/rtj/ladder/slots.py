@@ -201,6 +201,8 @@ def live(
         ps.d.heartbeat_ages[slot.slot] = p.seconds_since(renew, ps.now)  # the true age (a metric too)
         if hold_end is not None and hold_end > renew:  # its deadline counts from the hold's end
             ps.due_at(p.after(hold_end, ps.ft.heartbeat_timeout_seconds))
+        if p.restarting_in_place(lease):  # its deadline is a start's (rtj.ladder.predicates)
+            ps.due_at(p.after(renew, ps.ft.startup_timeout_seconds + 1))
     if current.phase != "Running":
         slot.state = SlotState.PENDING
     elif lease_missing:
