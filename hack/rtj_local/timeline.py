@@ -155,6 +155,7 @@ class Timeline:
                 # the last one; the pod's IP (an in-place restart keeps it).
                 "container_restarts": int(statuses[0].get("restartCount") or 0),
                 "last_exit_code": last.get("exitCode"),
+                "last_reason": last.get("reason") or "",
                 "ip": (pod.get("status") or {}).get("podIP") or "",
                 "deleting": bool(pod["metadata"].get("deletionTimestamp")),
                 "uid": pod["metadata"]["uid"],

@@ -142,6 +142,10 @@ ASSIGNED_SLOT_ANNOTATION = f"{API_GROUP}/assigned-slot"
 #: after it vanished is owned by the job, not by the (maybe deleted) pod, so that garbage
 #: collection cannot remove it before the operator has fenced it.
 FENCED_ANNOTATION = f"{API_GROUP}/fenced"
+#: lastState.terminated.reason of every container of a pod its kubelet restarted in place
+#: (RestartAllContainers removes the old containers: the exit code that asked for it, and an
+#: OOMKilled reason, are not kept; Kubernetes 1.37).
+RESTARTING_ALL_CONTAINERS_REASON = "RestartingAllContainers"
 #: Renew period (writer: the operator's heartbeat budget, rtj.ladder.heartbeat_budget; reader: the
 #: pod's heartbeat agent, on its next renewal): the seconds between renewals the operator asks of a
 #: running pod once the budget's period for its job differs from the one the pod was created with
@@ -259,6 +263,9 @@ class FaultReason(StrEnum):
     RANK_EXITED = "RankExited"
     #: A rank its launcher stopped (SIGTERM) to restart the workers after a fault elsewhere.
     RANK_STOPPED = "RankStopped"
+    #: Ranks the kernel killed for the container's own memory limit (its memory cgroup counted the
+    #: kills): Permanent, the job's sizing; no restart helps and no node is blamed.
+    CONTAINER_OOM_KILLED = "ContainerOOMKilled"
     #: A rank saw an error of its node's hardware (a CUDA device error, an NCCL/EFA transport
     #: error, an Xid): reported Hard, it is evidence against the node (the operator quarantines it).
     HARDWARE_ERROR = "HardwareError"

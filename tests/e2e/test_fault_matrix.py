@@ -28,7 +28,12 @@ from e2e_helpers import (
 )
 from kubernetes.client.rest import ApiException
 from rtj.api.status_slots import every_slot
-from rtj.contract import LABEL_JOB, RESTART_ALL_CONTAINERS_FEATURE, ExitCode
+from rtj.contract import (
+    LABEL_JOB,
+    RESTART_ALL_CONTAINERS_FEATURE,
+    RESTARTING_ALL_CONTAINERS_REASON,
+    ExitCode,
+)
 from rtj.reasons import IN_PLACE_RESTART
 from rtj_local import node_kinds
 from rtj_local.rawapi import MERGE
@@ -242,7 +247,12 @@ def test_launcher_budget_spent_on_a_healthy_node_restarts_the_pod_in_place_from_
     assert after is not None, f"pod {before['pod']} was replaced: {sorted(last.pods)}"
     same = {k: (pod[k], after[k]) for k in ("uid", "node", "ip")}
     assert all(a == b for a, b in same.values()), f"the same pod, node and IP: {same}"
-    assert after["container_restarts"] >= 1 and after["last_exit_code"] == ExitCode.RESTART_IN_PLACE, after
+    # The kubelet removes the old containers: it reports their last run as RestartingAllContainers
+    # (Kubernetes 1.37), not the exit code 76 that asked for it.
+    assert after["container_restarts"] >= 1, after
+    assert after["last_reason"] == RESTARTING_ALL_CONTAINERS_REASON or (
+        after["last_exit_code"] == ExitCode.RESTART_IN_PLACE
+    ), after
     # One incident (both launchers may spend their budgets on the same fault), no pod replaced,
     # nothing quarantined, the pod's own restart count on its slot.
     assert last.restarts["inPlace"] == 1, last.restarts
@@ -603,7 +613,7 @@ def test_active_operator_killed_during_a_fault_the_standby_replaces_the_silent_p
     assert last.restarts["podReschedules"] == 1 and last.restarts["job"] == 0, last.restarts
     survivor = next(n for n in pods if n != victim)
     assert survivor in job.worker_pods(last), f"the healthy pod {survivor} must be untouched"
-    timeouts = job.events_about("HeartbeatTimeout")
+    timeouts = [t for t in job.events_about("HeartbeatTimeout") if t.startswith("HeartbeatTimeout:")]
     assert timeouts and all(victim in t for t in timeouts), f"only {victim} timed out: {timeouts}"
     assert not last.status.get("quarantinedNodes"), "silence is no evidence against a node"
     assert_blamed(job.blame("pod hung, active operator killed", stopped_at, "Replaced"))

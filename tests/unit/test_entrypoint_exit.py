@@ -27,10 +27,11 @@ def end(
     last: Fault | None = None,
     start: int = 1,
     in_place: int = 0,
+    oom: int = 0,
 ) -> LauncherEnd:
     return LauncherEnd(
         rc=rc, terminated=terminated, permanent=permanent, in_job_restarts=3, progress="40",
-        last_fault=last, starts=PodStarts(start, in_place),
+        last_fault=last, starts=PodStarts(start, in_place), oom_kills=oom,
     )  # fmt: skip
 
 
@@ -77,6 +78,12 @@ CASES = [
      FaultReason.NO_PROGRESS, FaultSeverity.SOFT, "doNotRestartExitCodes"),
     ("permanent-never-in-place", end(1, permanent=PERMANENT, in_place=1), ExitCode.DO_NOT_RESTART,
      "BadConfig", FaultSeverity.PERMANENT, "lr must be > 0"),
+    # Ranks killed by the container's own memory limit: the job's sizing, whatever restarts are left.
+    ("oom-of-the-containers-limit", end(-9, last=RANK_EXITED, in_place=2, oom=3),
+     ExitCode.LAUNCHER_BUDGET_EXHAUSTED, FaultReason.CONTAINER_OOM_KILLED, FaultSeverity.PERMANENT,
+     "killed 3 process(es) of the container for its memory limit"),
+    ("oom-but-finished", end(0, oom=1), ExitCode.SUCCEEDED, None, None, ""),
+    ("oom-but-terminated", end(1, terminated=True, oom=1), ExitCode.TERMINATED, None, None, ""),
 ]  # fmt: skip
 
 
@@ -94,3 +101,16 @@ def test_pod_exit(
     assert (fault.reason, fault.severity) == (reason, severity)
     assert words in fault.message
     assert fault.time == NOW
+
+
+def test_the_containers_oom_kills_are_read_from_its_memory_cgroup(tmp_path) -> None:
+    from rtj_trainer.memory_cgroup import kills_since, oom_kills
+
+    v2, v1 = tmp_path / "memory.events", tmp_path / "memory.oom_control"
+    files = (str(v2), str(v1))
+    assert oom_kills(files) is None and kills_since(None, files) == 0  # no cgroup says
+    v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    assert oom_kills(files) == 2
+    v2.write_text("low 0\nhigh 0\nmax 7\noom 5\noom_kill 4\noom_group_kill 0\n")
+    assert oom_kills(files) == 4  # v2 first
+    assert kills_since(1, files) == 3 and kills_since(4, files) == 0

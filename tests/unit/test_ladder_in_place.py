@@ -214,3 +214,36 @@ def test_a_pod_restarting_in_place_is_silent_like_a_start_not_a_lost_heartbeat()
     assert [a.name for a in late.actions if isinstance(a, DeletePod)] == ["train-n0-a0"]
     assert late.status.node_slots[0].last_fault_reason == reasons.STARTUP_TIMEOUT
     assert any("restarts in place" in e.message for e in late.events), [e.message for e in late.events]
+
+
+def test_a_restart_the_kubelet_reports_as_restarting_all_containers_is_counted_in_place() -> None:
+    # Kubernetes 1.37 removes the old containers: their last run reads RestartingAllContainers,
+    # exit 137, not the 76 that asked for it.
+    observed = _restarted_in_place(1, 137, contract.RESTARTING_ALL_CONTAINERS_REASON)
+    d = decide(running_job().obj(), observed, NOW)
+    assert (d.status.restarts.in_place, d.status.restarts.pod_reschedules) == (1, 0)
+    assert d.actions == []
+
+
+def test_a_pod_reporting_its_ranks_oom_killed_by_its_limit_fails_the_job_naming_it() -> None:
+    fault = {
+        "severity": "Permanent",
+        "reason": contract.FaultReason.CONTAINER_OOM_KILLED.value,
+        "message": "ft_launcher exited with -9: the kernel killed 2 process(es) of the container",
+        "time": NOW.isoformat(),
+    }
+    observed = (
+        observe()
+        .rdzv()
+        .worker(0)
+        .lease("train-n0-a0", 1.0, hb("InJobRestarting", fault=fault))
+        .worker(1)
+        .lease("train-n1-a0", 1.0, hb())
+        .obj()
+    )
+    job = running_job().spec(resources={"memory": "200Mi"}).obj()
+    d = decide(job, observed, NOW)
+    failed = next(c for c in d.status.conditions if c.type == "Failed")
+    assert (failed.status, failed.reason) == ("True", reasons.CONTAINER_OOM_KILLED)
+    assert "(200Mi)" in failed.message and "no node is blamed" in failed.message
+    assert not d.status.quarantined_nodes and d.status.restarts.pod_reschedules == 0

@@ -74,6 +74,7 @@ from .launcher_supervision import (
 )
 from .launcher_supervision import reported_permanent_fault as reported_permanent_fault
 from .log_filter import NoiseFilter
+from .memory_cgroup import kills_since, oom_kills
 from .peer_replica import ReplicaServer
 from .pids import stop_process
 from .pod_exit import LauncherEnd, pod_exit
@@ -347,6 +348,7 @@ class _LauncherRuns:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         relaunches, budget = 0, max_relaunches()
+        oom_before = oom_kills()
         while True:
             rc, permanent, lost = self._run_once(argv, first=relaunches == 0)
             if (
@@ -372,6 +374,7 @@ class _LauncherRuns:
             in_job_restarts=self.agent.aggregator.in_job_restarts,
             progress=_read_progress(self.progress_file),
             last_fault=self.agent.current_fault(),
+            oom_kills=kills_since(oom_before),
         )
 
     def _run_once(self, argv: list[str], *, first: bool) -> tuple[int, Fault | None, bool]:

@@ -31,6 +31,8 @@ class LauncherEnd:
     last_fault: Fault | None = None  # the pod's fault when the launcher ended (its heartbeat's)
     #: This container's start among the pod's, and the in-place restarts the pod may take.
     starts: PodStarts = field(default_factory=PodStarts)
+    #: Processes of the container the kernel killed for its memory limit while the launcher ran.
+    oom_kills: int = 0
 
 
 def map_exit_code(launcher_rc: int, *, terminated: bool, do_not_restart: Sequence[int]) -> int:
@@ -58,6 +60,15 @@ def pod_exit(
     code = map_exit_code(rc, terminated=end.terminated, do_not_restart=do_not_restart)
     if end.permanent is not None and not end.terminated:
         return ExitCode.DO_NOT_RESTART, end.permanent
+    if code == ExitCode.LAUNCHER_BUDGET_EXHAUSTED and end.oom_kills:
+        # Ranks killed by the container's own memory limit: a restart anywhere would hit it again.
+        return code, Fault(
+            severity=FaultSeverity.PERMANENT,
+            reason=FaultReason.CONTAINER_OOM_KILLED,
+            message=f"ft_launcher exited with {rc}: the kernel killed {end.oom_kills} process(es) of the "
+            "container for its memory limit",
+            time=now,
+        )
     if code == ExitCode.LAUNCHER_BUDGET_EXHAUSTED:
         return _budget_spent(end, now)
     if code == ExitCode.DO_NOT_RESTART:

@@ -13,10 +13,10 @@ status.inPlaceRestart says why. The trainer enforces the per-pod budget
 before (70) and the pod is replaced. A pod whose in-place restart never comes back is silent and
 replaced by the heartbeat deadline, like any other.
 
-Counting (`observe`): the trainer container's restartCount rising with its last exit code 76 is one
-in-place restart of the slot's pod, one incident (RestartedInPlace) whatever the in-job restarts it
-causes on the peers (rtj.ladder.slots._new_incident takes those for its echoes while the slot
-recovers at this level)."""
+Counting (`observe`): the trainer container's restartCount rising with its last exit code 76 (or
+the kubelet's RestartingAllContainers reason) is one in-place restart of the slot's pod, one
+incident (RestartedInPlace) whatever the in-job restarts it causes on the peers
+(rtj.ladder.slots._new_incident takes those for its echoes while the slot recovers at this level)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ def pod_budget(job: ResilientTrainingJob, status: InPlaceRestartStatus | None) -
 
 def observe(ps: Pass, slot: NodeSlotStatus, pod: PodObs) -> None:
     """Count the slot's pod's in-place restarts since the last pass (its trainer container's
-    restartCount, whose last run ended with RESTART_IN_PLACE): one incident each. A last run the
+    restartCount, its last run ended with RESTART_IN_PLACE or, as the kubelet reports a restart of
+    all containers, RESTARTING_ALL_CONTAINERS_REASON): one incident each. A last run the
     container's own memory limit OOM-killed fails the job instead, as it does a Failed pod. Pods
     restarting in place while another slot's in-place recovery is under way are that incident's."""
     trainer = pod.trainer
@@ -80,7 +81,11 @@ def observe(ps: Pass, slot: NodeSlotStatus, pod: PodObs) -> None:
         return
     delta = trainer.restart_count - slot.in_place_restarts
     slot.in_place_restarts = trainer.restart_count  # never backwards: a lower count resets it
-    if delta <= 0 or trainer.exit_code != contract.ExitCode.RESTART_IN_PLACE:
+    in_place = (
+        trainer.exit_code == contract.ExitCode.RESTART_IN_PLACE
+        or trainer.terminated_reason == contract.RESTARTING_ALL_CONTAINERS_REASON
+    )
+    if delta <= 0 or not in_place:
         return
     oom = blame.oom_killed(pod, ps.spec.resources.memory or "")
     if oom is not None:  # ranks killed by the container's own limit: it would only happen again

@@ -89,6 +89,16 @@ def reported_permanent(ps: Pass, slot: NodeSlotStatus, current: PodObs, lease: L
     permanent = p.reported_permanent_fault(lease)
     if permanent is None:
         return False
+    fault = lease.heartbeat.fault if lease is not None and lease.heartbeat is not None else None
+    if fault is not None and fault.reason == contract.FaultReason.CONTAINER_OOM_KILLED:
+        ps.note_fault(slot, reasons.CONTAINER_OOM_KILLED, current.name, current.node)
+        ps.failed = (
+            reasons.CONTAINER_OOM_KILLED,
+            f"slot {slot.slot}: pod {current.name}: {fault.message} "
+            f"({ps.spec.resources.memory or 'no limit set'}): raise resources.limits.memory or lower "
+            "the job's memory use; no node is blamed",
+        )
+        return True
     ps.note_fault(slot, reasons.PERMANENT_FAULT, current.name, current.node)
     ps.failed = (
         reasons.PERMANENT_FAULT,
