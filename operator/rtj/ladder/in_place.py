@@ -10,8 +10,10 @@ from 1.36), so a job's new pods carry it only when every node its placement sele
 (`support`); else they are built as before and a spent in-job budget replaces the pod, and
 status.inPlaceRestart says why. The trainer enforces the per-pod budget
 (faultTolerance.maxInPlaceRestarts, counted in the pod's memory volume): once spent it exits as
-before (70) and the pod is replaced. A pod whose in-place restart never comes back is silent and
-replaced by the heartbeat deadline, like any other.
+before (70) and the pod is replaced. A pod whose in-place restart never comes back is replaced
+once startupTimeoutSeconds have passed since its last heartbeat, which said it restarts in place
+(rtj.ladder.predicates.heartbeat_silence); ranks killed by the container's own memory limit are
+never restarted in place (the trainer reports ContainerOOMKilled and the job fails).
 
 Counting (`observe`): the trainer container's restartCount rising with its last exit code 76 (or
 the kubelet's RestartingAllContainers reason) is one in-place restart of the slot's pod, one
