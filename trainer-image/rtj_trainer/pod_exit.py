@@ -5,7 +5,9 @@ The operator's ladder reads both (`rtj.contract.ExitCode`, `FaultReason`): 0 tra
 143 stopped by SIGTERM; 93 no restart can help (NVRx saw no progress, one of the job's
 doNotRestartExitCodes, or a rank's permanent error); 70 the launcher's in-job restart budget is
 spent (a Hard fault: replace the pod); 76 the same on a pod that may restart in place and whose
-last fault is no evidence against its node (a Soft fault: the kubelet restarts its containers).
+last fault is no evidence against its node (a Soft fault: the kubelet restarts its containers);
+70 with a Permanent ContainerOOMKilled fault when the container's own memory limit killed ranks
+(no restart helps: the operator fails the job naming the limit).
 """
 
 from __future__ import annotations
