@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 import pytest
 from e2e_helpers import (
@@ -522,6 +523,23 @@ def test_do_not_restart_exit_code_fails_the_job_and_restarts_nothing(run_job) ->
     job.assert_checkpoints_never_lost_or_backwards()
 
 
+@contextlib.contextmanager
+def pod_frozen(e2e_stack, pod: str) -> Iterator[None]:
+    """Every process of `pod` stopped (SIGSTOP: silent, its heartbeat agent too) for the block; then
+    continued, so that they see their end when the pod is deleted."""
+    procs = e2e_stack.agent.pod_processes(NAMESPACE, pod)
+    assert procs, f"{pod} runs"
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+
+
 def test_pod_budget_exhausted_fails_the_job_and_restarts_nothing(run_job, e2e_stack) -> None:
     # A fault of one pod with no pod budget left: the whole pod hangs (every process stopped, its
     # heartbeat agent too), HeartbeatTimeout. Not a deletion: a pod deleted by someone else is a
@@ -539,18 +557,9 @@ def test_pod_budget_exhausted_fails_the_job_and_restarts_nothing(run_job, e2e_st
     first = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
     pods = job.worker_pods(first)
     victim = sorted(pods)[0]
-    procs = e2e_stack.agent.pod_processes(NAMESPACE, victim)
-    assert procs, f"{victim} runs"
     stopped_at = time.time()
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGSTOP)
-    try:
+    with pod_frozen(e2e_stack, victim):
         last = job.wait(finished, FINISH, "job to finish")
-    finally:  # let the stopped processes see their SIGTERM when the pod is deleted
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGCONT)
     assert failed(last), "the job must fail"
     assert (last.condition("Failed") or {}).get("reason") == "PodRescheduleBudgetExhausted"
     why = job.events_about("PodRescheduleBudgetExhausted")
@@ -590,21 +599,14 @@ def test_active_operator_killed_during_a_fault_the_standby_replaces_the_silent_p
     pods = job.worker_pods(first)
     victim = sorted(pods)[0]
     slot = next(s["slot"] for s in every_slot(first.status) if s.get("pod") == victim)
-    procs = e2e_stack.agent.pod_processes(NAMESPACE, victim)
-    assert procs, f"{victim} runs"
     stopped_at = time.time()
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGSTOP)
-    raw.request("DELETE", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{leader}", {"gracePeriodSeconds": 0})
-    try:
+    with pod_frozen(e2e_stack, victim):
+        raw.request(
+            "DELETE", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{leader}", {"gracePeriodSeconds": 0}
+        )
         replaced = job.wait(
             lambda s: slot_pod(s, slot).get("pod") not in ("", victim), 180, f"slot {slot} replaced"
         )
-    finally:  # let the stopped processes see their end when the pod is deleted
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGCONT)
     new_leader, _ = operator_leader(raw)
     assert new_leader and new_leader != leader, f"the standby took over: {leader} -> {new_leader!r}"
     print(f"leader {leader} -> {new_leader}; slot {slot} replaced at {replaced.t:.1f}s")

@@ -251,6 +251,10 @@ def node_health(node: NodeObs | None, name: str, nodes_known: bool) -> Verdict |
     return None
 
 
+#: What a job whose ranks its own memory limit killed should do (its Failed condition says it).
+OOM_ADVICE = "raise resources.limits.memory or lower the job's memory use; no node is blamed"
+
+
 def oom_killed(pod: PodObs, limit: str) -> Verdict | None:
     """A container of the pod whose last run was OOMKilled by its own memory limit (`limit`, as the
     spec sets it): the job's sizing, which no restart fixes and no node is blamed for."""
@@ -260,9 +264,7 @@ def oom_killed(pod: PodObs, limit: str) -> Verdict | None:
     return Verdict(
         reasons.CONTAINER_OOM_KILLED,
         f"pod {pod.name} container {oom.name} was OOMKilled by its memory limit "
-        f"({limit or 'no limit set'}; "
-        f"exit code {oom.exit_code}): raise resources.limits.memory or lower the job's memory use; "
-        "no node is blamed",
+        f"({limit or 'no limit set'}; exit code {oom.exit_code}): {OOM_ADVICE}",
     )
 
 

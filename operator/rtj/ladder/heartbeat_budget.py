@@ -136,13 +136,12 @@ def lease_period(lease: LeaseObs) -> float | None:
 
 def follow(ps: Pass, seconds: int) -> None:
     """Ask each heartbeating pod of the job whose period is not `seconds` to renew every `seconds`."""
+    wanted = contract.lease_duration_seconds(seconds)
     for lease in ps.obs.leases.values():
         current = lease_period(lease)
         if lease.fenced or lease.renew_time is None or current is None:
             continue
-        if lease.renew_period != seconds and contract.lease_duration_seconds(current) != (
-            contract.lease_duration_seconds(seconds)
-        ):
+        if contract.lease_duration_seconds(current) != wanted:
             ps.d.actions.append(SetRenewPeriod(lease.name, seconds))
 
 

@@ -95,8 +95,7 @@ def reported_permanent(ps: Pass, slot: NodeSlotStatus, current: PodObs, lease: L
         ps.failed = (
             reasons.CONTAINER_OOM_KILLED,
             f"slot {slot.slot}: pod {current.name}: {fault.message} "
-            f"({ps.spec.resources.memory or 'no limit set'}): raise resources.limits.memory or lower "
-            "the job's memory use; no node is blamed",
+            f"({ps.spec.resources.memory or 'no limit set'}): {blame.OOM_ADVICE}",
         )
         return True
     ps.note_fault(slot, reasons.PERMANENT_FAULT, current.name, current.node)
