@@ -419,6 +419,10 @@ def renew_period_patch(seconds: int) -> dict[str, Any]:
     return {"metadata": {"annotations": {contract.RENEW_PERIOD_ANNOTATION: str(seconds)}}}
 
 
+def reach_probe_patch(probe: contract.ReachProbe) -> dict[str, Any]:
+    return {"metadata": {"annotations": {contract.REACH_PROBE_ANNOTATION: probe.to_annotation()}}}
+
+
 def fence_lease_patch(reason: str) -> dict[str, Any]:
     return {"metadata": {"annotations": {contract.FENCED_ANNOTATION: reason[:512]}}}
 

@@ -152,6 +152,19 @@ RESTARTING_ALL_CONTAINERS_REASON = "RestartingAllContainers"
 #: (TrainerConfig.heartbeatIntervalSeconds), so pods created before other jobs also keep the cluster
 #: within the budget. The agent renews this often from then on (its Lease's duration 3 x as long).
 RENEW_PERIOD_ANNOTATION = f"{API_GROUP}/renew-seconds"
+#: Reachability probe (writer: the operator's partition policy, rtj.ladder.partition; reader: the
+#: pod's heartbeat agent, on its next renewal): JSON {"id": str, "peers": {"<slot>": "host:port"}},
+#: the reach endpoints (Heartbeat.reachEndpoint) of the peer pods this pod is to try. The agent
+#: connects to each once (REACH_PROBE_TIMEOUT_SECONDS), reads REACH_BANNER, and publishes what it
+#: found in its next heartbeat (Heartbeat.reach, with the same id) without waiting for the period.
+REACH_PROBE_ANNOTATION = f"{API_GROUP}/reach-probe"
+#: What a pod's reach responder (rtj_trainer.reach) sends on every connection: a peer that reads it
+#: has a working path both ways, not only a TCP handshake.
+REACH_BANNER = b"rtj-reach/1\n"
+REACH_PROBE_TIMEOUT_SECONDS = 2.0
+#: Peers each pod probes at most: its ring neighbours (slots s-k..s+k, k = half of this), so a
+#: probe costs O(1) per pod and each slot is judged by up to this many peers, whatever the job's size.
+REACH_MAX_PEERS = 8
 #: Longest renew period accepted from RENEW_PERIOD_ANNOTATION (heartbeatIntervalSeconds' maximum).
 MAX_RENEW_PERIOD_SECONDS = 300
 #: Renew period of a standby hot spare's Lease, whatever TrainerConfig.heartbeatIntervalSeconds
@@ -310,6 +323,17 @@ class CheckpointRef(_Model):
     time: datetime
 
 
+class ReachReport(_Model):
+    """What a pod's agent found when it probed the peers REACH_PROBE_ANNOTATION named."""
+
+    #: The probe's id (REACH_PROBE_ANNOTATION's "id"): a report answers one request.
+    probe: str = Field(max_length=64)
+    #: Slots whose reach endpoint answered, and those that did not (refused, timed out, no banner).
+    reached: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=REACH_MAX_PEERS)
+    unreachable: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=REACH_MAX_PEERS)
+    time: datetime
+
+
 class Heartbeat(_Model):
     """The JSON held in the Lease's HEARTBEAT_ANNOTATION."""
 
@@ -330,6 +354,10 @@ class Heartbeat(_Model):
     #: Checkpoints skipped or coalesced because the previous save was still draining.
     checkpoints_skipped: Counter = Field(0, alias="checkpointsSkipped")
     fault: Fault | None = None
+    #: host:port of the pod's reach responder (rtj_trainer.reach), which peers probe.
+    reach_endpoint: str | None = Field(None, alias="reachEndpoint", max_length=256)
+    #: The pod's answer to the newest REACH_PROBE_ANNOTATION.
+    reach: ReachReport | None = None
 
     def to_annotation(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)
@@ -342,6 +370,27 @@ def parse_renew_period(annotations: dict[str, Any] | None) -> int | None:
         return None
     seconds = int(raw)
     return seconds if 1 <= seconds <= MAX_RENEW_PERIOD_SECONDS else None
+
+
+class ReachProbe(_Model):
+    """REACH_PROBE_ANNOTATION's content: a probe request and the peers to try, by slot."""
+
+    id: str = Field(min_length=1, max_length=64)
+    peers: dict[int, str] = Field(default_factory=dict, max_length=REACH_MAX_PEERS)
+
+    def to_annotation(self) -> str:
+        return self.model_dump_json()
+
+
+def parse_reach_probe(annotations: dict[str, Any] | None) -> ReachProbe | None:
+    """REACH_PROBE_ANNOTATION's request; None when absent or malformed (never raises)."""
+    raw = (annotations or {}).get(REACH_PROBE_ANNOTATION)
+    if not isinstance(raw, str) or len(raw) > 4096:
+        return None
+    try:
+        return ReachProbe.model_validate_json(raw)
+    except (ValidationError, ValueError):
+        return None
 
 
 def lease_duration_seconds(renew_period_seconds: float) -> int:

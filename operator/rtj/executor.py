@@ -36,6 +36,7 @@ from rtj.ladder import (
     PatchWorkloadStatus,
     PromoteSpare,
     RecordNodeFault,
+    RequestReachProbe,
     SetRenewPeriod,
     TaintNode,
     create_refusals,
@@ -142,6 +143,11 @@ async def _set_renew_period(c: _Call, a: SetRenewPeriod) -> bool:
     return True
 
 
+async def _request_reach_probe(c: _Call, a: RequestReachProbe) -> bool:
+    await c.k.patch("Lease", c.ns, contract.lease_name(a.lease), builders.reach_probe_patch(a.probe))
+    return True
+
+
 async def _delete_lease(c: _Call, a: DeleteLease) -> bool:
     await c.k.delete("Lease", c.ns, contract.lease_name(a.lease))
     return True
@@ -169,6 +175,7 @@ _PERFORM: dict[type[Any], Callable[[_Call, Any], Awaitable[bool]]] = {
     AssignLease: _assign_lease,
     FenceLease: _fence_lease,
     SetRenewPeriod: _set_renew_period,
+    RequestReachProbe: _request_reach_probe,
     DeleteLease: _delete_lease,
     DeleteJob: _delete_job,
     CreateWorkload: _create,

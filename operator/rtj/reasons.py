@@ -37,6 +37,11 @@ POD_DISRUPTED = "PodDisrupted"
 #: The pod's launcher gave up waiting for peers the operator knows were not running yet: the pod is
 #: recreated, no budget spent, no node suspected.
 PEERS_NOT_READY = "PeersNotReady"
+#: The pod's peers cannot reach it, nor it them (rtj.ladder.partition's reach probe): replaced, a
+#: pod budget spent, no node quarantined.
+POD_PARTITIONED = "PodPartitioned"
+#: The operator asked a stuck job's pods to probe their peers (rtj.ladder.partition).
+REACH_PROBE = "ReachProbe"
 #: The trainer container was killed by its own memory limit (the job's sizing, not the node's):
 #: the job fails with the limit in the message, as no restart can fix it.
 CONTAINER_OOM_KILLED = "ContainerOOMKilled"

@@ -90,8 +90,14 @@ def hb(
     mem: int | None = None,
     persist: float | None = None,
     replica: int | None = None,
+    reach_endpoint: str | None = None,
+    reach: dict[str, Any] | None = None,
 ) -> contract.Heartbeat:
     data: dict[str, Any] = {"state": state, "inProcessRestarts": ip, "inJobRestarts": ij, "step": step}
+    if reach_endpoint is not None:
+        data["reachEndpoint"] = reach_endpoint
+    if reach is not None:
+        data["reach"] = reach
     if mem is not None:
         data["memorySnapshotStep"] = mem
     if persist is not None:
@@ -181,6 +187,7 @@ class ObservedBuilder:
         recreated: bool = False,
         duration: int | None = None,
         renew_period: int | None = None,
+        reach_probe: contract.ReachProbe | None = None,
     ) -> ObservedBuilder:
         self.leases[pod] = LeaseObs(
             name=pod,
@@ -191,6 +198,7 @@ class ObservedBuilder:
             recreated=recreated,
             duration_seconds=duration,
             renew_period=renew_period,
+            reach_probe=reach_probe,
         )
         return self
 

@@ -63,7 +63,14 @@ def test_the_digest_keeps_every_heartbeat_field_but_progress() -> None:
     """A canary: a new Heartbeat field must be placed on one side (acted on: wakes; progress: not)."""
     fields = {f.alias or name for name, f in contract.Heartbeat.model_fields.items()}
     assert fields >= wakeups.PROGRESS_FIELDS
-    assert fields - wakeups.PROGRESS_FIELDS == {"state", "inProcessRestarts", "inJobRestarts", "fault"}
+    assert fields - wakeups.PROGRESS_FIELDS == {
+        "state",
+        "inProcessRestarts",
+        "inJobRestarts",
+        "fault",
+        "reachEndpoint",
+        "reach",
+    }
 
 
 def test_watched_leases_are_the_silent_and_the_half_stale_slots() -> None:

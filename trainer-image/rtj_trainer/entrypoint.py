@@ -83,6 +83,7 @@ from .pod_incarnation import pod_starts
 from .rank_forkserver import enabled as rank_forkserver_enabled
 from .rank_forkserver import rank_command
 from .rank_forkserver import start_server as start_rank_forkserver
+from .reach import start_responder
 from .rendezvous_host import serve_rendezvous
 from .rendezvous_loss import WAIT_SECONDS as RENDEZVOUS_WAIT_SECONDS
 from .rendezvous_loss import LostStoreWatch, max_relaunches, wait_for_rendezvous
@@ -252,6 +253,9 @@ def launch(graceful_stop_seconds: float) -> int:
         print("rtj-trainer: a standby pod needs the Kubernetes API (its Lease carries the promotion)",
               file=sys.stderr, flush=True)  # fmt: skip
         return ExitCode.CONFIG_ERROR
+    # Peers probe it when the operator suspects a partition (rtj_trainer.reach); no pod IP: none. A
+    # daemon thread: it ends with the process.
+    responder = start_responder(pod.pod_ip)
     agent = HeartbeatAgent(
         status_dir,
         pod,
@@ -259,6 +263,7 @@ def launch(graceful_stop_seconds: float) -> int:
         api_client,
         standby=cfg.standby,
         rank_hang_timeout_seconds=cfg.rank_hang_timeout_seconds,
+        reach_endpoint=responder.endpoint(pod.pod_ip) if responder and pod.pod_ip else None,
     )
     agent.start()
     end = replace(_LauncherRuns(cfg, pod, status_dir, agent, graceful_stop_seconds).run(), starts=starts)

@@ -10,6 +10,11 @@ crash the entrypoint.
 A hot spare's agent (`standby=True`) reports `Standby` and renews every STANDBY_RENEW_SECONDS:
 each renewal returns the Lease, and the operator's ASSIGNED_SLOT_ANNOTATION on it is the
 promotion signal (`promoted` is set; from then on the agent reports what the ranks report).
+
+Partition detection: every heartbeat carries the pod's reach endpoint (`reach.ReachResponder`). A
+REACH_PROBE_ANNOTATION on the Lease with a new id makes the agent probe the peers it names
+(`reach.probe`, on a thread of its own: the renewals go on meanwhile, one probe at a time) and
+publish the `ReachReport` at once, not a renew period later.
 """
 
 from __future__ import annotations
@@ -45,15 +50,19 @@ from rtj.contract import (
     Heartbeat,
     PodState,
     RankReport,
+    ReachProbe,
+    ReachReport,
     lease_duration_seconds,
     lease_name,
     micro_time,
     parse_rank_report,
+    parse_reach_probe,
     parse_renew_period,
 )
 
 from .pids import pid_alive
 from .rank_exit import RankExit, read_exit
+from .reach import probe
 
 log = logging.getLogger(__name__)
 
@@ -428,7 +437,8 @@ class HeartbeatAgent:
     """A daemon thread: aggregate the rank files and renew the Lease every interval.
 
     The Lease goes through `writer` when given, else a `LeaseWriter` on `api_client` (None and
-    None: no Lease, e.g. outside a cluster)."""
+    None: no Lease, e.g. outside a cluster). `reach_endpoint`: the pod's reach responder
+    (host:port), published in every heartbeat; None: the pod has none."""
 
     def __init__(
         self,
@@ -439,6 +449,7 @@ class HeartbeatAgent:
         standby: bool = False,
         writer: LeaseStore | None = None,
         rank_hang_timeout_seconds: float | None = None,
+        reach_endpoint: str | None = None,
     ) -> None:
         self.status_dir = status_dir
         self.interval = interval_seconds
@@ -450,8 +461,16 @@ class HeartbeatAgent:
         self.fence_reason = ""
         self.assigned_slot: str | None = None
         self.aggregator = Aggregator(rank_hang_timeout_seconds=rank_hang_timeout_seconds)
+        self.reach_endpoint = reach_endpoint
+        #: The answer to the newest reach probe taken (published with every heartbeat from then on).
+        self.reach: ReachReport | None = None
+        #: The id of the reach probe answered or being probed: a request with it again is ignored.
+        self._reach_taken: str | None = None
+        self._probing = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        #: Ends the wait between two renewals early: set by stop() and by a finished reach probe.
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rtj-heartbeat", daemon=True)
         if writer is None and api_client is not None:
             writer = LeaseWriter(api_client, pod, lease_duration_seconds(interval_seconds))
@@ -475,6 +494,7 @@ class HeartbeatAgent:
                 hb = hb.model_copy(update={"state": final_state})
             elif self.in_standby:
                 hb = hb.model_copy(update={"state": PodState.STANDBY})
+            hb = hb.model_copy(update={"reach_endpoint": self.reach_endpoint, "reach": self.reach})
             self.last = hb
             self._publish(hb)
             return hb
@@ -507,6 +527,7 @@ class HeartbeatAgent:
             self._take_assignment(annotations.get(ASSIGNED_SLOT_ANNOTATION))
             self._take_fence(annotations.get(FENCED_ANNOTATION))
             self._take_period(parse_renew_period(annotations))
+            self._take_reach_probe(parse_reach_probe(annotations))
             if self._last_error:
                 log.info("heartbeat Lease writes recovered")
                 self._last_error = None
@@ -541,6 +562,28 @@ class HeartbeatAgent:
         if isinstance(self._writer, LeaseWriter):
             self._writer.duration_seconds = lease_duration_seconds(seconds)
 
+    def _take_reach_probe(self, request: ReachProbe | None) -> None:
+        """A new reach probe request: probed on a thread of its own, never on the heartbeat's. One
+        at a time: a request arriving while another is probed is taken at a renewal after it."""
+        if request is None or request.id == self._reach_taken or self._probing:
+            return
+        self._reach_taken, self._probing = request.id, True
+        threading.Thread(target=self._probe, args=(request,), name="rtj-reach-prober", daemon=True).start()
+
+    def _probe(self, request: ReachProbe) -> None:
+        try:
+            reached, unreachable = probe(request.peers)
+            self.reach = ReachReport(
+                probe=request.id, reached=reached, unreachable=unreachable, time=datetime.now(UTC)
+            )
+        except Exception:
+            log.exception("reach probe %s failed", request.id)
+            return
+        finally:
+            self._probing = False
+        log.info("reach probe %s: reached slots %s, unreachable %s", request.id, reached, unreachable)
+        self._wake.set()  # published by a renewal now, not a period later
+
     def _take_assignment(self, slot: Any) -> None:
         if not self.in_standby or not isinstance(slot, str) or not slot:
             return
@@ -554,11 +597,13 @@ class HeartbeatAgent:
                 self.tick()
             except Exception:
                 log.exception("heartbeat tick failed")
-            self._stop.wait(min(self.interval, STANDBY_RENEW_SECONDS) if self.in_standby else self.interval)
+            self._wake.wait(min(self.interval, STANDBY_RENEW_SECONDS) if self.in_standby else self.interval)
+            self._wake.clear()
 
     def stop(self, final_state: PodState | None, fault: Fault | None = None) -> Heartbeat:
         """Stop the thread and publish the last heartbeat (Finished, or the fault)."""
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self.interval + 5)
         if fault is not None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from rtj import contract
+
 
 @dataclass(frozen=True)
 class CreateWorkerPod:
@@ -104,6 +106,15 @@ class SetRenewPeriod:
 
 
 @dataclass(frozen=True)
+class RequestReachProbe:
+    """Ask a running pod to probe its peers' reach endpoints (contract.REACH_PROBE_ANNOTATION; the
+    partition policy, rtj.ladder.partition)."""
+
+    lease: str
+    probe: contract.ReachProbe
+
+
+@dataclass(frozen=True)
 class DeleteLease:
     """Delete a fenced Lease whose pod is gone and that stopped renewing."""
 
@@ -142,6 +153,7 @@ Action = (
     | AssignLease
     | FenceLease
     | SetRenewPeriod
+    | RequestReachProbe
     | DeleteLease
     | DeleteJob
     | CreateWorkload

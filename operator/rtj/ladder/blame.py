@@ -174,6 +174,13 @@ _CLASSES = (
         "the pod failed with a restartable exit code",
         recorded=True,
     ),
+    FaultClass(
+        reasons.POD_PARTITIONED,
+        Act.REPLACE,
+        True,
+        False,
+        "its peers cannot reach it, nor it them (the reach probe); which end is at fault is unknown",
+    ),
     FaultClass(reasons.UNCLASSIFIED, Act.REPLACE, True, False, "evidence no rule knows (reported as such)"),
 )
 CLASSES: dict[str, FaultClass] = {c.reason: c for c in _CLASSES}

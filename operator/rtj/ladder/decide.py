@@ -36,6 +36,7 @@ from rtj.ladder import (
     job_level,
     kueue_admission,
     outage_hold,
+    partition,
     predicates,
     progress_watchdog,
     rendezvous,
@@ -119,6 +120,8 @@ def active(ps: Pass) -> None:
         finishing(ps, faults)
         return
     replace_faulted(ps, faults)
+    if not faults and ps.failed is None and (cut := partition.find(ps)) is not None:
+        slots.hard_fault(ps, cut.slot, cut.pod, reasons.POD_PARTITIONED, cut.message, counted=not cut.echo)
     if ps.failed is not None:
         endings.fail(ps, *ps.failed)
         return

@@ -94,6 +94,8 @@ class LeaseObs:
     renew_period: int | None = None
     #: spec.leaseDurationSeconds: 3 renew periods as the agent writes it (contract.lease_duration_seconds).
     duration_seconds: int | None = None
+    #: The reach probe the operator last asked of its pod (contract.REACH_PROBE_ANNOTATION), if any.
+    reach_probe: contract.ReachProbe | None = None
 
 
 @dataclass(frozen=True)
@@ -308,6 +310,7 @@ def lease_from_dict(obj: dict[str, Any], now: datetime) -> LeaseObs:
         assigned_slot=assigned if isinstance(assigned, str) else None,
         fenced=bool(annotations.get(contract.FENCED_ANNOTATION)),
         renew_period=contract.parse_renew_period(annotations),
+        reach_probe=contract.parse_reach_probe(annotations),
         duration_seconds=_int((obj.get("spec") or {}).get("leaseDurationSeconds")),
         recreated=any(
             isinstance(o, dict) and o.get("kind") == contract.KIND for o in meta.get("ownerReferences") or []

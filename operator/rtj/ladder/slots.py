@@ -447,15 +447,20 @@ def job_fault(
     )
 
 
-def hard_fault(ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, reason: str, message: str) -> None:
+def hard_fault(
+    ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, reason: str, message: str, counted: bool = True
+) -> None:
     """Act on the slot's classified fault (rtj.ladder.blame): fail the job, or replace its pod, spending
-    the pod budget or counting a disruption; quarantine the node only on evidence against it."""
+    the pod budget or counting a disruption; quarantine the node only on evidence against it.
+    `counted` False: a pod of an incident already counted (the other end of a partition)."""
     cls = blame.of(reason)
     if cls.act == blame.Act.FAIL:
         ps.note_fault(slot, reason, pod.name if pod is not None else slot.pod, slot.node)
         ps.failed = (reason, f"slot {slot.slot}: {message}")
         return
-    if cls.budget:
+    if not counted:
+        spent = "part of an incident already counted: no budget spent"
+    elif cls.budget:
         if p.budget_exhausted(ps.st.restarts.pod_reschedules + 1, ps.ft):
             ps.failed = (
                 reasons.POD_RESCHEDULE_BUDGET_EXHAUSTED,
@@ -474,7 +479,10 @@ def hard_fault(ps: Pass, slot: NodeSlotStatus, pod: PodObs | None, reason: str, 
     lease = ps.lease(pod) if pod is not None else None
     old_name, node = _replace_pod(ps, slot, pod, reason, cls.force, reasons.LEVEL_POD)
     level = reasons.LEVEL_DISRUPTION if cls.disruption else reasons.LEVEL_POD
-    incidents.replaced(ps, slot, old_name, node, reason, message, level)
+    if counted:
+        incidents.replaced(ps, slot, old_name, node, reason, message, level)
+    else:
+        incidents.echo(ps, ps.now)
     ps.event(
         WARNING,
         reason,

@@ -6,8 +6,9 @@ A pass used to run every second for every job; at 300 jobs that alone was ~0.5 o
   one of its pods (watch events; the handlers wake it),
 - when a heartbeat Lease's content changes, not its renewal: the Heartbeat annotation without what
   advances while a pod trains (`PROGRESS_FIELDS`: the step, the newest memory snapshot and replica,
-  the committed checkpoint, the persist time, skipped saves), i.e. its state, restart counters or a
-  reported fault, or the assigned slot (`heartbeat_digest`),
+  the committed checkpoint, the persist time, skipped saves), i.e. its state, restart counters, a
+  reported fault or a reach-probe answer (rtj.ladder.partition), or the assigned slot
+  (`heartbeat_digest`),
 - when a renewal arrives for a slot the last pass found stale or silent (`watched_leases`): that
   renewal can end a stale state or the outage hold,
 - at the job's next deadline (`next_deadline`): the first live slot's heartbeat deadline, or the
