@@ -6,16 +6,22 @@ restarts.disruptions, no pod budget spent); a Node condition saying its GPU fail
 there and quarantines that node. Each row is also a row of the session's blame matrix
 (JobRun.blame; the fault-matrix rows add theirs), printed with its totals at the end.
 
-On kubelet nodes (`make test-e2e-nodes`) two more rows run: an image that does not exist (Waiting
-naming it, then Failed/ImagePullFailed after containerWaitTimeoutSeconds) and a container OOM-killed
-by its own memory limit (Failed/ContainerOOMKilled, no node blamed). The node agent runs no images
-and enforces no limits (its pods are processes of the project's virtualenv): there the unit tier
-(tests/unit/test_ladder_blame.py) covers them against the pod status a kubelet writes.
+On kubelet nodes (`make test-e2e-nodes`) three more rows run: an image that does not exist (Waiting
+naming it, then Failed/ImagePullFailed after containerWaitTimeoutSeconds), a container OOM-killed
+by its own memory limit (Failed/ContainerOOMKilled, no node blamed), and a pod whose traffic to its
+peers is dropped while its Lease renews (found by the reach probe, replaced as PodPartitioned, no
+node blamed; each pod there has an IP of its own, routed by this host, so iptables can cut one off).
+The node agent runs no images, enforces no limits and gives every pod the host's network (its pods
+are processes of the project's virtualenv): there the unit tier (tests/unit/test_ladder_blame.py,
+test_ladder_partition.py) covers them, and the integration tier the partition's probes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 from e2e_helpers import (
@@ -34,6 +40,8 @@ from rtj.reasons import (
     IMAGE_PULL_RETRYING,
     NODE_UNHEALTHY,
     POD_DELETED,
+    POD_PARTITIONED,
+    REACH_PROBE,
     UNSCHEDULABLE,
 )
 from rtj_local.rawapi import SMP
@@ -208,3 +216,60 @@ def test_a_container_oom_killed_by_its_own_limit_fails_the_job_and_blames_no_nod
     assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
     row = job.blame("container OOM (own limit)", started_at, "Failed")
     assert row.right_action and not row.quarantined, row
+
+
+# --- a partition (kubelet nodes: every pod has an IP of its own, routed by this host) ---------------
+@contextlib.contextmanager
+def traffic_dropped(ip: str, peers: list[str]) -> Iterator[None]:
+    """Drop every packet between pod `ip` and the pods `peers`, both ways, in this host's FORWARD
+    chain (the kubelet nodes' bridges are routes of this host). The pod's other paths (the API
+    server, DNS, the rendezvous pod) stay open: its Lease keeps renewing."""
+    rules = [r for peer in peers for r in (["-s", ip, "-d", peer], ["-s", peer, "-d", ip])]
+    tag = ["-m", "comment", "--comment", "rtj-e2e-partition"]
+    for rule in rules:
+        subprocess.run(["iptables", "-I", "FORWARD", *rule, *tag, "-j", "DROP"], check=True)
+    try:
+        yield
+    finally:
+        for rule in rules:
+            subprocess.run(["iptables", "-D", "FORWARD", *rule, *tag, "-j", "DROP"], check=False)
+
+
+def pod_ip(raw, name: str) -> str:
+    return raw.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")["status"]["podIP"]
+
+
+@only_on_kubelet_nodes
+def test_a_pod_cut_off_from_its_peers_is_found_by_their_probes_and_replaced_blaming_no_node(run_job) -> None:
+    # Three workers: the cut-off pod is the one neither other reaches, and that reaches neither.
+    job = run_job("partition", nodes=3, steps=400, interval=5)
+    snap = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
+    slots = {s["slot"]: s for s in every_slot(snap.status)}
+    victim = slots[1]
+    peers = [pod_ip(job.raw, slots[s]["pod"]) for s in (0, 2)]
+    cut_at = time.time()
+    with traffic_dropped(pod_ip(job.raw, victim["pod"]), peers):
+
+        def replaced(s) -> bool:
+            slot = next(x for x in every_slot(s.status) if x.get("slot") == 1)
+            return slot["pod"] != victim["pod"]
+
+        job.wait(replaced, 180, "the cut-off pod replaced")
+        replaced_at = time.time()
+    last = job.wait(all_training, 240, "every slot training again")
+    slot = next(x for x in every_slot(last.status) if x.get("slot") == 1)
+    assert slot["lastFaultReason"] == POD_PARTITIONED, slot
+    probes = job.events_about(REACH_PROBE)
+    assert probes, sorted(job.event_reasons())
+    cut = job.events_about(POD_PARTITIONED)
+    assert any(victim["pod"] in t and "slots 0,2 cannot reach it" in t for t in cut), cut
+    assert {p for p in job.worker_pods(last)} >= {slots[0]["pod"], slots[2]["pod"]}, "the others kept running"
+    assert last.restarts["podReschedules"] == 1, last.restarts
+    assert not last.status.get("quarantinedNodes"), last.status.get("quarantinedNodes")
+    assert not node_record(job.raw, victim["node"]).faults, "a partition is recorded against no node"
+    row = job.blame("partition (one pod cut off)", cut_at, "Replaced")
+    assert row.right_action and not row.quarantined, row
+    print(
+        f"partition: cut -> replaced {replaced_at - cut_at:.1f}s, -> all training {time.time() - cut_at:.1f}s"
+    )
+    job.steps_lost("partition", "Pod", at=cut_at)

@@ -3,12 +3,14 @@ pod the others cannot reach (nor it them) is replaced, with no node blamed."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 from ladder_testkit import NOW, ago, hb, make_job, observe, slot_status
 from rtj import contract, reasons
 from rtj.ladder import DeletePod, RecordNodeFault, RequestReachProbe, TaintNode, decide
+from rtj.ladder.observe import ProgressSeen
 from rtj.ladder.partition import peers_of
 
 TIMEOUT = 30  # the testkit job's heartbeatTimeoutSeconds
@@ -109,6 +111,18 @@ def test_no_probe(case: str, job: Any, observed: Any) -> None:
     d = decide(job.obj(), observed, NOW)
     assert not probes(d), case
     assert not deleted(d), case
+
+
+def test_ranks_stuck_forming_their_process_group_report_no_restart_the_frozen_step_times_it() -> None:
+    """No recovery counted (the ranks never got to report a restart), every pod Starting: stuck
+    since the step last rose, as the Lease watch saw it."""
+    job = make_job().nodes(3).status(nodeSlots=slot_status(3, {s: {"state": "Starting"} for s in range(3)}))
+    frozen = dataclasses.replace(
+        pods(3, probe=None, state="Starting"), progress_seen=ProgressSeen(50, ago(40))
+    )
+    assert len(probes(decide(job.obj(), frozen, NOW))) == 3
+    recent = dataclasses.replace(frozen, progress_seen=ProgressSeen(50, ago(10)))
+    assert not probes(decide(job.obj(), recent, NOW)), "stuck for less than heartbeatTimeoutSeconds"
 
 
 def test_a_probe_that_found_nothing_is_repeated_later_in_the_episode() -> None:

@@ -5,7 +5,8 @@ path): no heartbeat goes silent, its ranks only time out in their collectives an
 process and in job, again and again, and the job would sit Recovering until the progress watchdog
 failed it. Silence says nothing about which side of a partition is cut off, so the operator asks.
 
-Probe. While some slot has been recovering for heartbeatTimeoutSeconds without training again,
+Probe. While some slot has not trained for heartbeatTimeoutSeconds (since its recovery began, or
+since the job's step last rose: ranks stuck forming a process group report no restart),
 every slot has a running pod, none is being replaced and each pod's heartbeat names its reach
 endpoint (contract.Heartbeat.reachEndpoint, the agent's responder), the operator writes a probe
 request on each pod's Lease (RequestReachProbe, contract.REACH_PROBE_ANNOTATION): an id (the
@@ -35,6 +36,7 @@ from datetime import datetime
 from rtj import contract, reasons
 from rtj.api.models import NodeSlotStatus, SlotState
 from rtj.ladder import predicates as p
+from rtj.ladder import progress_watchdog
 from rtj.ladder.actions import RequestReachProbe
 from rtj.ladder.observe import LeaseObs, PodObs
 from rtj.ladder.pass_state import NORMAL, Pass
@@ -91,8 +93,15 @@ def members(ps: Pass) -> list[Member] | None:
 
 
 def stuck_since(ps: Pass) -> datetime | None:
-    """When the oldest recovery of a slot that is not training began; None when none is."""
+    """Since when the job has not trained: None while every slot trains (or has finished); else the
+    oldest recovery of a slot that does not, or when the job's step last rose, if earlier (ranks
+    stuck forming their process group report no restart, only their state)."""
+    if all(s.state in _SETTLED for s in ps.slots):
+        return None
     times = [s.recovering_since for s in ps.slots if s.recovering_since and s.state not in _SETTLED]
+    step = max((step for step, _renew in ps.step_renewals), default=0)
+    if step > 0:
+        times.append(progress_watchdog.reached_at(step, ps.step_renewals, ps.obs.progress_seen, ps.now))
     return min(times, default=None)
 
 
