@@ -5,6 +5,7 @@ into each node's containerd (no registry), on a CNI bridge of their own.
     python -m rtj_local.kubelet_nodes up [--nodes N]    # after `python -m rtj_local.cluster up`
     python -m rtj_local.kubelet_nodes load IMAGE...      # podman image -> every node's containerd
     python -m rtj_local.kubelet_nodes kill NODE          # node death: kubelet, containerd, containers
+    python -m rtj_local.kubelet_nodes stop-kubelet NODE  # the kubelet alone: containers keep running
     python -m rtj_local.kubelet_nodes down
 
 All the nodes share this machine's network namespace; what keeps them apart:
@@ -658,6 +659,13 @@ class KubeletNodes:
             subprocess.run(["umount", "--lazy", mount], capture_output=True)
         return sorted(pods)
 
+    def stop_kubelet(self, name: str) -> None:
+        """A kubelet crashes, or its node is cut off from the control plane: the kubelet is SIGKILLed,
+        containerd and every container keep running. The node goes NotReady like a dead one; its
+        pods' processes live on, unknown to the API server once their pods are deleted. `up` starts
+        the kubelet again (which then kills the containers of pods the API server no longer has)."""
+        stop(self._pidfile(f"{self._node(name).name}-kubelet"), grace=0, children=self._children)
+
     @staticmethod
     def _node_mounts(node: NodeLayout) -> list[str]:
         """Mount points under the node's directory, deepest first."""
@@ -712,6 +720,7 @@ def main(argv: list[str] | None = None) -> int:
     load.add_argument("images", nargs="+")
     kill = sub.add_parser("kill")
     kill.add_argument("node")
+    sub.add_parser("stop-kubelet").add_argument("node")
     sub.add_parser("down")
     args = parser.parse_args(argv)
     nodes = KubeletNodes(LocalCluster(args.run_dir or default_run_dir()))
@@ -727,6 +736,8 @@ def main(argv: list[str] | None = None) -> int:
                     nodes.load_images(layout, args.images)
         elif args.command == "kill":
             print("\n".join(nodes.kill_node(args.node)))
+        elif args.command == "stop-kubelet":
+            nodes.stop_kubelet(args.node)
         elif args.command == "down":
             nodes.down()
     except ClusterError as e:

@@ -38,7 +38,8 @@ from rtj_local.wait import wait_for
 
 #: As many as `make test-e2e-nodes` starts: each of the two node-death rows leaves its node dead (and
 #: quarantined, NodeNotReady/NodeLost) for the rest of the module, and the rows after them still need
-#: two nodes for a job's pods; every one is repaired before each module (see e2e_stack). No other row
+#: two nodes for a job's pods; every one is repaired before each module (see e2e_stack). The rows that
+#: kill the active operator's node or stop a kubelet restart it themselves. No other row
 #: quarantines a node (issue 25: only evidence against the node does), and Jobs.cleanup lifts
 #: quarantines and clears the nodes' fault records after each test.
 KUBELET_NODES = 4

@@ -10,7 +10,8 @@ On kubelet nodes (`make test-e2e-nodes`) three more rows run: an image that does
 naming it, then Failed/ImagePullFailed after containerWaitTimeoutSeconds), a container OOM-killed
 by its own memory limit (Failed/ContainerOOMKilled, no node blamed), and a pod whose traffic to its
 peers is dropped while its Lease renews (found by the reach probe, replaced as PodPartitioned, no
-node blamed; each pod there has an IP of its own, routed by this host, so iptables can cut one off).
+node blamed; each pod there has an IP of its own, routed by this host, so iptables can cut one off),
+and a kubelet stopped while its containers run (the old incarnation fenced, one live per slot).
 The node agent runs no images, enforces no limits and gives every pod the host's network (its pods
 are processes of the project's virtualenv): there the unit tier (tests/unit/test_ladder_blame.py,
 test_ladder_partition.py) covers them, and the integration tier the partition's probes.
@@ -42,9 +43,11 @@ from rtj.reasons import (
     POD_DELETED,
     POD_PARTITIONED,
     REACH_PROBE,
+    STALE_POD_FENCED,
     UNSCHEDULABLE,
 )
 from rtj_local.rawapi import SMP
+from rtj_local.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -273,3 +276,50 @@ def test_a_pod_cut_off_from_its_peers_is_found_by_their_probes_and_replaced_blam
         f"partition: cut -> replaced {replaced_at - cut_at:.1f}s, -> all training {time.time() - cut_at:.1f}s"
     )
     job.steps_lost("partition", "Pod", at=cut_at)
+
+
+@only_on_kubelet_nodes
+@pytest.mark.timeout(600)
+def test_a_kubelet_stopped_with_its_containers_running_leaves_one_live_incarnation(
+    run_job, e2e_stack
+) -> None:
+    """Two incarnations of one slot (issue 25, item 5): the node's kubelet stops while its
+    containers train on (a kubelet crash; a node cut off from the control plane). The node goes
+    NotReady, the pod is replaced on another node; the old pod's heartbeat agent, its Lease gone
+    with the deleted pod, recreates it, is fenced, and stops its ranks: one live incarnation, the
+    replacement trains with the other pod, the job succeeds."""
+    job = run_job("fenced", steps=FAULT_MID_RUN_STEPS, interval=10)
+    snap = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 10, START, "a checkpoint")
+    rdzv_node = next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), None)
+    victim = next(s for s in every_slot(snap.status) if s["node"] != rdzv_node)
+    nodes = e2e_stack.agent
+    stopped_at = time.time()
+    nodes.stop_kubelet(victim["node"])
+    try:
+        assert nodes.pod_processes(NAMESPACE, victim["pod"]), "its containers run on without a kubelet"
+
+        def replaced_elsewhere(s) -> bool:
+            slot = next(x for x in every_slot(s.status) if x.get("slot") == victim["slot"])
+            return slot["pod"] != victim["pod"] and slot.get("node") not in ("", victim["node"])
+
+        job.wait(replaced_elsewhere, 120, "the pod replaced on another node")
+        job.wait(lambda s: bool(job.events_about(STALE_POD_FENCED)), 120, "the old incarnation fenced")
+        wait_for(
+            lambda: not nodes.pod_processes(NAMESPACE, victim["pod"]),
+            timeout=60,
+            interval=1.0,
+            message=f"the fenced pod {victim['pod']}'s processes to stop (its kubelet still down)",
+        )
+        stopped = time.time()
+        last = job.wait(lambda s: succeeded(s) or failed(s), FINISH, "job to finish")
+        assert succeeded(last), f"job ended Failed: {last.condition('Failed')}"
+        assert any(victim["pod"] in t for t in job.events_about(STALE_POD_FENCED)), job.events_about(
+            STALE_POD_FENCED
+        )
+        assert last.restarts["podReschedules"] == 1, last.restarts
+        row = job.blame("kubelet stopped (fencing)", stopped_at, "Replaced", quarantined=[victim["node"]])
+        assert row.right_action and not row.false_quarantines, row
+        job.assert_checkpoints_never_lost_or_backwards()
+        print(f"fencing: kubelet stopped -> old incarnation's processes gone {stopped - stopped_at:.1f}s")
+    finally:  # the kubelet back (it removes what the API server no longer has)
+        nodes.up(len(nodes.node_names()))

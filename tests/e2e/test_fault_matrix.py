@@ -622,6 +622,67 @@ def test_active_operator_killed_during_a_fault_the_standby_replaces_the_silent_p
     job.assert_checkpoints_never_lost_or_backwards()
 
 
+@only_on_kubelet_nodes
+@pytest.mark.timeout(600)
+def test_the_active_operators_node_dies_the_standby_takes_over_and_recovers_the_job(
+    run_job, e2e_stack
+) -> None:
+    # issue 30, item 3: the node running the active operator pod dies (kubelet, containerd and every
+    # container SIGKILLed), with whatever of the job ran there. The standby takes the leader Lease
+    # once it expires, and the job's pods on the dead node are replaced (NodeNotReady); no healthy
+    # pod's heartbeat is read as lost. The node is restarted afterwards (the next rows need it).
+    raw = e2e_stack.raw
+    job = run_job("opnode", steps=FAULT_MID_RUN_STEPS, interval=5)
+    first = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
+    leader, operators = operator_leader(raw)
+    assert leader and len(operators) == 2, f"one leader of two operator pods: {leader!r}, {operators}"
+    node = raw.get(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{leader}")["spec"]["nodeName"]
+    there = [s for s in every_slot(first.status) if s.get("node") == node]
+    rdzv_there = any(n.endswith("-rdzv") and p["node"] == node for n, p in first.pods.items())
+    killed_at = time.time()
+    e2e_stack.agent.kill_node(node)
+    try:
+        took_over = wait_for(
+            lambda: (lambda x: x if x and x != leader else None)(operator_leader(raw)[0]),
+            timeout=60,
+            interval=0.2,
+            message="the standby to take the leader Lease",
+        )
+        taken = time.time() - killed_at
+        for slot in there:
+            job.wait(
+                lambda s, slot=slot: slot_pod(s, slot["slot"]).get("pod") not in ("", slot["pod"]),
+                180,
+                f"slot {slot['slot']} (on the dead node) replaced",
+            )
+        replaced = time.time() - killed_at
+        assert_succeeded(job)
+        last = job.history[-1]
+        lost = {s["pod"] for s in there}
+        timeouts = [t for t in job.events_about("HeartbeatTimeout") if t.startswith("HeartbeatTimeout:")]
+        assert all(any(p in t for p in lost) for t in timeouts), f"only the dead node's pods: {timeouts}"
+        if rdzv_there:  # a job-level recovery: the workers there are pods of it, no pod budget
+            assert last.restarts["job"] == 1, last.restarts
+            expected: tuple[str, ...] = ("RecreatedRendezvous", "ReplacedAtJobLevel")
+        else:
+            assert last.restarts["podReschedules"] == len(there), last.restarts
+            expected = ("Replaced",) if there else ()
+        healthy = {s["pod"] for s in every_slot(first.status)} - lost
+        assert healthy <= set(job.worker_pods(last)), f"the healthy pods {healthy} must be untouched"
+        row = job.blame(
+            "active operator's node dies", killed_at, expected, quarantined=[node] if there else []
+        )
+        assert row.right_action and not row.false_quarantines, row
+        assert rdzv_there or not row.missed_quarantines, row  # a job-level recovery may not quarantine
+        job.assert_checkpoints_never_lost_or_backwards()
+        print(
+            f"operator node {node} killed: {took_over} leader after {taken:.1f}s; "
+            f"{len(there)} worker(s) there (rendezvous pod: {rdzv_there}), replaced after {replaced:.1f}s"
+        )
+    finally:
+        e2e_stack.agent.up(len(e2e_stack.agent.node_names()))
+
+
 def test_job_deleted_mid_run_removes_every_child(run_job, e2e_stack) -> None:
     job = run_job("deleted", steps=400)
     snap = job.wait(lambda s: all_training(s) and bool(s.leases), START, "training")

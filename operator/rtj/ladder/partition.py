@@ -42,7 +42,9 @@ from rtj.ladder.observe import LeaseObs, PodObs
 from rtj.ladder.pass_state import NORMAL, Pass
 
 #: Slot states of a pod that trains or has finished: such a slot is not stuck.
-_SETTLED = frozenset({contract.PodState.TRAINING.value, SlotState.SUCCEEDED})
+_SETTLED = frozenset(
+    {contract.PodState.TRAINING.value, contract.PodState.FINISHED.value, SlotState.SUCCEEDED}
+)
 
 
 @dataclass(frozen=True)
