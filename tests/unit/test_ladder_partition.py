@@ -178,6 +178,11 @@ def test_two_pods_cut_apart_one_is_replaced_then_the_other_as_the_same_incident(
             "one way only: slot 1 reaches slot 0",
             {0: answer([2], [1]), 1: answer([0, 2], []), 2: answer([0, 1], [])},
         ),
+        (
+            "the answers contradict each other (a busy pod left a probe unanswered)",
+            {0: answer([1, 2], []), 1: answer([0], [2]), 2: answer([1], [0])},
+        ),
+        ("one broken link, slots 0 and 1", {0: answer([2], [1]), 1: answer([2], [0]), 2: answer([0, 1], [])}),
     ],
 )
 def test_nothing_stands_out_nothing_is_replaced(case: str, answers: dict[int, Any]) -> None:

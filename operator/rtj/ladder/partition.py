@@ -18,14 +18,17 @@ healthy recovery (a replacement pod's cold start) costs a few probes, not one pe
 
 Verdict, from the answers to the newest probe (all in, or one renew period and the probe timeout
 after the request): a slot is accused by each peer that could not reach it, cleared by each that
-did. A candidate is accused and could itself not reach some peer (the evidence is mutual: a pod
-whose own responder died but that reaches everyone is not cut off). The candidate accused by most
-peers is replaced (PodPartitioned; fewest clearances, then a slot not already replaced for this
-partition, then the highest slot break ties). With two pods the evidence is symmetric: one is
-replaced, and the other if it persists, as one incident. With three or more pods and no path
-reached at all, nothing stands out (the probe itself is blocked, e.g. by a NetworkPolicy): nothing
-is replaced. Never a quarantine: which end of a broken path is at fault is unknown.
-Pure: no I/O.
+did. A candidate is cut off both ways: most of its probers could not reach it, and it could not
+reach most of its peers (a pod whose own responder died but that reaches everyone is not cut off;
+nor is one whose peers disagree: on the 2-core test machine a pod restarting its launcher, busy
+importing torch, once left a peer's probe unanswered for the 2 s, and the answers contradicted each
+other). The candidate accused by most peers is replaced (PodPartitioned; fewest clearances, then a
+slot not already replaced for this partition, then the highest slot break ties). A single broken
+link between two pods of a larger job is not a cut-off pod: nothing is replaced for it. With two
+pods the evidence is symmetric: one is replaced, and the other if it persists, as one incident.
+With three or more pods and no path reached at all, nothing stands out (the probe itself is
+blocked, e.g. by a NetworkPolicy): nothing is replaced. Never a quarantine: which end of a broken
+path is at fault is unknown. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -177,11 +180,17 @@ def verdict(ps: Pass, group: list[Member], probe: contract.ReachProbe) -> Partit
         return None  # no path works at all: the probe is blocked, no pod stands out
     accused = {m.slot.slot: [s for s, r in answers.items() if m.slot.slot in r.unreachable] for m in group}
     cleared = {m.slot.slot: [s for s, r in answers.items() if m.slot.slot in r.reached] for m in group}
-    candidates = [
-        m
-        for m in group
-        if accused[m.slot.slot] and m.slot.slot in answers and answers[m.slot.slot].unreachable
-    ]
+
+    def cut_off(s: int) -> bool:
+        """Most of its probers could not reach it, and it could not reach most of its peers."""
+        mine = answers.get(s)
+        return (
+            mine is not None
+            and len(accused[s]) > len(cleared[s])
+            and len(mine.unreachable) > len(mine.reached)
+        )
+
+    candidates = [m for m in group if cut_off(m.slot.slot)]
     if not candidates:
         return None
 
