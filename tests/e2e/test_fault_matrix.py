@@ -583,6 +583,15 @@ def operator_leader(raw) -> tuple[str, set[str]]:
     return (next(iter(leaders)) if len(leaders) == 1 else ""), names
 
 
+def training_under_two_operators(run_job, raw, name: str):
+    """A job training past a checkpoint, and the one leader of the chart's two operator pods."""
+    job = run_job(name, steps=FAULT_MID_RUN_STEPS, interval=5)
+    first = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
+    leader, operators = operator_leader(raw)
+    assert leader and len(operators) == 2, f"one leader of two operator pods: {leader!r}, {operators}"
+    return job, first, leader
+
+
 @only_on_kubelet_nodes
 def test_active_operator_killed_during_a_fault_the_standby_replaces_the_silent_pod_only(
     run_job, e2e_stack
@@ -592,10 +601,7 @@ def test_active_operator_killed_during_a_fault_the_standby_replaces_the_silent_p
     # operator's pod is deleted with grace 0 (its processes SIGKILLed by their kubelet). The standby
     # takes over, replaces that pod only, and reads no other pod's heartbeat as lost.
     raw = e2e_stack.raw
-    job = run_job("failover", steps=FAULT_MID_RUN_STEPS, interval=5)
-    first = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
-    leader, operators = operator_leader(raw)
-    assert leader and len(operators) == 2, f"one leader of two operator pods: {leader!r}, {operators}"
+    job, first, leader = training_under_two_operators(run_job, raw, "failover")
     pods = job.worker_pods(first)
     victim = sorted(pods)[0]
     slot = next(s["slot"] for s in every_slot(first.status) if s.get("pod") == victim)
@@ -632,10 +638,7 @@ def test_the_active_operators_node_dies_the_standby_takes_over_and_recovers_the_
     # once it expires, and the job's pods on the dead node are replaced (NodeNotReady); no healthy
     # pod's heartbeat is read as lost. The node is restarted afterwards (the next rows need it).
     raw = e2e_stack.raw
-    job = run_job("opnode", steps=FAULT_MID_RUN_STEPS, interval=5)
-    first = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
-    leader, operators = operator_leader(raw)
-    assert leader and len(operators) == 2, f"one leader of two operator pods: {leader!r}, {operators}"
+    job, first, leader = training_under_two_operators(run_job, raw, "opnode")
     node = raw.get(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{leader}")["spec"]["nodeName"]
     there = [s for s in every_slot(first.status) if s.get("node") == node]
     rdzv_there = any(n.endswith("-rdzv") and p["node"] == node for n, p in first.pods.items())

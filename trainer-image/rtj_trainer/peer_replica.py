@@ -64,6 +64,7 @@ from .checkpoint_format import (
     shard_idx,
     write_local_meta,
 )
+from .reach import split_endpoint
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +97,6 @@ def held_replicas(local_root: str) -> dict[int, list[tuple[int, int]]]:
             if name.startswith("rank-") and name[5:].isdigit():
                 held.setdefault(int(name[5:]), set()).update(local_snapshots(os.path.join(root, name)))
     return {r: sorted(snaps, reverse=True) for r, snaps in held.items() if snaps}
-
-
-def split_endpoint(endpoint: str) -> tuple[str, int]:
-    host, _, port = endpoint.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"endpoint {endpoint!r} is not host:port")
-    return host, int(port)
 
 
 # --- frames -----------------------------------------------------------------------------------------

@@ -122,11 +122,8 @@ def _probe_time(probe: contract.ReachProbe) -> float | None:
         return None
 
 
-def request(ps: Pass, group: list[Member], last: contract.ReachProbe | None) -> None:
-    """Ask every pod of a stuck job to probe its peers, backing off (see above)."""
-    since = stuck_since(ps)
-    if since is None or ps.spec.nodes < 2:
-        return
+def request(ps: Pass, group: list[Member], last: contract.ReachProbe | None, since: datetime) -> None:
+    """Ask every pod of a job stuck since `since` to probe its peers, backing off (see above)."""
     timeout = ps.ft.heartbeat_timeout_seconds
     begin = p.after(since, timeout)
     last_at = _probe_time(last) if last is not None else None
@@ -225,11 +222,14 @@ def _slots(values: list[int]) -> str:
 
 def find(ps: Pass) -> Partitioned | None:
     """Request a probe when the job is stuck, or judge the answers to the newest one (see above)."""
+    since = stuck_since(ps)  # first: cheap, and None on every pass of a job that trains
+    if since is None:
+        return None
     group = members(ps)
-    if group is None or len(group) < 2 or stuck_since(ps) is None:
+    if group is None or len(group) < 2:
         return None
     probe = newest_probe(group)
     found = verdict(ps, group, probe) if probe is not None else None
     if found is None:
-        request(ps, group, probe)
+        request(ps, group, probe, since)
     return found
