@@ -111,9 +111,10 @@ async def _create(c: _Call, a: CreateAction) -> bool:
 
 
 async def _taint_node(c: _Call, a: TaintNode) -> bool:
-    until = a.until or c.clock()
+    now = a.time or c.clock()
+    until = a.until or now
     await c.k.patch_node(
-        a.node, lambda obj: quarantine.taint_patch(obj, a.reason, a.job, a.evidence, until, c.clock())
+        a.node, lambda obj: quarantine.taint_patch(obj, a.reason, a.job, a.evidence, until, now)
     )
     return True
 

@@ -246,6 +246,27 @@ class EventRecord(ApiModel):
     time: datetime = Field(description="When the pass decided it.")
 
 
+class NodeWriteKind(StrEnum):
+    QUARANTINE = "Quarantine"
+    FAULT_RECORD = "FaultRecord"
+
+
+class NodeWrite(ApiModel):
+    """A write to a Node decided by a pass and not yet seen on the node (rtj.ladder.node_writes)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: NodeWriteKind = Field(
+        description="Quarantine: our taint with this job's evidence; FaultRecord: the pod fault in the "
+        "node's record of recent faults."
+    )
+    node: str = Field(description="The node.")
+    reason: str = Field(description="CamelCase reason of the evidence or fault.")
+    message: str = Field("", description="The evidence (Quarantine).", max_length=512)
+    time: datetime = Field(description="When the pass decided it (whole seconds; identifies the write).")
+    until: datetime | None = Field(None, description="Quarantine: when the node is checked again.")
+
+
 class JobStatus(ApiModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -372,6 +393,12 @@ class JobStatus(ApiModel):
         default_factory=list,
         description="Events written with the status that decided them and not yet known to be posted "
         "(a restarted operator posts them, exactly once).",
+        max_length=64,
+    )
+    unapplied_node_writes: list[NodeWrite] = Field(
+        default_factory=list,
+        description="Quarantines and node fault records written with the status that decided them and "
+        "not yet seen on their nodes (a restarted operator applies them).",
         max_length=64,
     )
 

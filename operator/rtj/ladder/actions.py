@@ -57,6 +57,8 @@ class TaintNode:
     job: str = ""
     evidence: str = ""
     until: datetime | None = None
+    #: When the pass decided it (rtj.ladder.node_writes): the evidence's time on the node.
+    time: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from rtj.ladder import (
     in_place,
     job_level,
     kueue_admission,
+    node_writes,
     outage_hold,
     partition,
     predicates,
@@ -53,6 +54,7 @@ from rtj.ladder.pass_state import NORMAL, WARNING, Decision, LadderConfig, Pass
 def run(ps: Pass) -> Decision:
     ps.st.observed_generation = ps.generation
     ps.st.nodes_desired = ps.spec.nodes
+    node_writes.carry(ps)  # what a crashed pass decided for a node and did not do
     if is_true(ps.old.conditions, ConditionType.SUCCEEDED) or is_true(
         ps.old.conditions, ConditionType.FAILED
     ):

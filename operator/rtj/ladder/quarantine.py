@@ -39,8 +39,10 @@ def _meta(obj: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any], st
 
 def taint_patch(
     obj: dict[str, Any], reason: str, job: str, evidence: str, until: datetime, now: datetime
-) -> dict[str, Any]:
-    """The merge patch that quarantines the node (or adds this job's evidence to its quarantine)."""
+) -> dict[str, Any] | None:
+    """The merge patch that quarantines the node (or adds this job's evidence to its quarantine); None
+    when the node shows this evidence already (the same job and time: rtj.ladder.node_writes issues a
+    write again until it sees it)."""
     taints, annotations, version = _meta(obj)
     ours = [t for t in taints if t.get("key") == contract.QUARANTINE_TAINT_KEY]
     if not ours:
@@ -54,6 +56,8 @@ def taint_patch(
             },
         ]
     old = contract.parse_quarantine(annotations.get(contract.QUARANTINE_ANNOTATION)) if ours else None
+    if old is not None and any(e.job == job and e.time == now for e in old.evidence):
+        return None
     entry = contract.QuarantineEvidence(job=job, reason=reason, message=evidence[:512], time=now)
     record = contract.Quarantine(
         reason=old.reason if old is not None else reason,

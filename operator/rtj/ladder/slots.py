@@ -9,17 +9,17 @@ from datetime import datetime
 from rtj import contract, reasons
 from rtj.api.models import (
     NodeSlotStatus,
+    NodeWrite,
+    NodeWriteKind,
     SlotState,
 )
-from rtj.ladder import blame, in_place, incidents, job_level, missing_lease, spares
+from rtj.ladder import blame, in_place, incidents, job_level, missing_lease, node_writes, spares
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     AssignLease,
     CreateWorkerPod,
     PromoteSpare,
-    RecordNodeFault,
     RestartObserved,
-    TaintNode,
 )
 from rtj.ladder.observe import LeaseObs, PodObs
 from rtj.ladder.pass_state import NORMAL, WARNING, Pass
@@ -497,7 +497,12 @@ def hard_fault(
         repeated = blame.repeated_on_node(ps.obs.nodes.get(node), ps.job_key, ps.now)
         if repeated is not None:
             quarantine(ps, node, repeated.reason, repeated.message)
-        ps.d.actions.append(RecordNodeFault(node, ps.job_key, reason, ps.now))
+        node_writes.decide(
+            ps,
+            NodeWrite(
+                kind=NodeWriteKind.FAULT_RECORD, node=node, reason=reason, time=node_writes.write_time(ps.now)
+            ),
+        )
 
 
 def quarantine(ps: Pass, node: str, reason: str, evidence: str) -> None:
@@ -511,7 +516,17 @@ def quarantine(ps: Pass, node: str, reason: str, evidence: str) -> None:
     if node not in ps.st.quarantined_nodes:
         ps.st.quarantined_nodes = [*ps.st.quarantined_nodes, node]
     until = p.after(ps.now, ps.cfg.quarantine_seconds)
-    ps.d.actions.append(TaintNode(node, reason, ps.job_key, evidence, until))
+    node_writes.decide(
+        ps,
+        NodeWrite(
+            kind=NodeWriteKind.QUARANTINE,
+            node=node,
+            reason=reason,
+            message=evidence[:512],
+            time=node_writes.write_time(ps.now),
+            until=until,
+        ),
+    )
     extended = seen is not None and seen.quarantined
     ps.event(
         WARNING,
