@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import kopf
@@ -508,3 +508,20 @@ def test_a_quarantine_taint_that_meets_a_conflict_is_read_and_written_again() ->
     assert act(fake, decision) == handlers.ActOutcome()
     node_calls = [(c.method, c.path) for c in fake.calls if c.path == "/api/v1/nodes/node-1"]
     assert node_calls == [("GET", "/api/v1/nodes/node-1"), ("PATCH", "/api/v1/nodes/node-1")] * 2
+
+
+def test_a_quarantine_issued_again_after_a_crash_patches_the_node_once() -> None:
+    """rtj.ladder.node_writes issues a taint again until the node shows it: the evidence carries the
+    time the pass decided it (not the executor's clock), so the node that has it already is not
+    patched again."""
+    decided = NOW - timedelta(seconds=60)
+    taint = TaintNode("node-1", "NodeNotReady", "ns/train", "node node-1 is not Ready", NOW, decided)
+    fake = FakeKube({("GET", "/api/v1/nodes/node-1"): {"metadata": {"resourceVersion": "3"}, "spec": {}}})
+    act(fake, Decision(actions=[taint]))
+    [patch] = [c for c in fake.calls if c.method == "PATCH"]
+    record = contract.parse_quarantine(patch.body["metadata"]["annotations"][contract.QUARANTINE_ANNOTATION])
+    assert record is not None and [e.time for e in record.evidence] == [decided]
+    tainted = {"metadata": {"resourceVersion": "4", **patch.body["metadata"]}, "spec": patch.body["spec"]}
+    again = FakeKube({("GET", "/api/v1/nodes/node-1"): tainted})
+    act(again, Decision(actions=[taint]))
+    assert [(c.method, c.path) for c in again.calls] == [("GET", "/api/v1/nodes/node-1")]
