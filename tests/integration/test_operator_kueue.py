@@ -67,6 +67,11 @@ def _conditions(wl: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in (wl.get("status") or {}).get("conditions") or []}
 
 
+def pods_ready(wl: dict[str, Any]) -> tuple[str, str] | None:
+    c = _conditions(wl).get(ka.PODS_READY)
+    return (c["status"], c["reason"]) if c else None
+
+
 def test_kueue_admits_evicts_and_finishes_a_labelled_job(
     env: Callable[..., OperatorEnv], kueue_api: client.CustomObjectsApi, flavor: str
 ) -> None:
@@ -141,6 +146,8 @@ def test_kueue_admits_evicts_and_finishes_a_labelled_job(
         assert pod.spec.node_selector[FLAVOR_LABEL] == flavor  # the flavor's node labels
         assert pod.metadata.labels[ka.PODSET_LABEL] == "workers"
     assert counters(e.status("queued")) == NO_RESTARTS
+    # Every worker trains: PodsReady True, as jobframework writes it (Kueue's waitForPodsReady reads it).
+    until(lambda: pods_ready(wl()) == ("True", ka.STARTED), t, 60, e.explain("queued"))
 
     # 3. Evicted (preempted): every pod stops; once none is left the operator clears the admission.
     set_status({"conditions": [*admitted, _cond("Evicted", True, "Preempted", "preempted by wl-x")]})
@@ -174,6 +181,15 @@ def test_kueue_admits_evicts_and_finishes_a_labelled_job(
     until(running(e, "queued", 2), t, 90, e.explain("queued"))
     assert counters(e.status("queued")) == NO_RESTARTS
     assert {p.metadata.labels[contract.LABEL_ATTEMPT] for p in e.workers("queued").values()} == {"2"}
+    until(lambda: pods_ready(wl()) == ("True", ka.STARTED), t, 60, e.explain("queued"))
+
+    # A worker fails: PodsReady False (WaitForRecovery) while it is replaced, True (Recovered) after.
+    victim = e.workers("queued")[0].metadata.name
+    end_pod(e.core, e.namespace, victim, 1)
+    until(lambda: pods_ready(wl()) == ("False", ka.WAIT_FOR_RECOVERY), t, 60, e.explain("queued"))
+    until(running(e, "queued", 2), t, 90, e.explain("queued"))
+    until(lambda: pods_ready(wl()) == ("True", ka.RECOVERED), t, 60, e.explain("queued"))
+    assert victim not in {p.metadata.name for p in e.workers("queued").values()}
 
     # 5. The job succeeds: the Workload is Finished (Succeeded), releasing its quota.
     for pod in list(e.workers("queued").values()):

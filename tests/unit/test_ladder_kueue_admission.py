@@ -24,6 +24,7 @@ from rtj.ladder import (
     LadderConfig,
     Observed,
     PatchWorkloadStatus,
+    TaintNode,
     decide,
 )
 from rtj.ladder import kueue_admission as ka
@@ -174,6 +175,25 @@ def running_pods(obj: dict[str, Any] | None) -> Observed:
     )
 
 
+PODS_READY = workload(
+    cond("QuotaReserved", True),
+    cond("Admitted", True),
+    cond("PodsReady", True, ka.STARTED),
+    admission=ADMISSION,
+)
+RECOVERING = workload(
+    cond("QuotaReserved", True),
+    cond("Admitted", True),
+    cond("PodsReady", False, ka.WAIT_FOR_RECOVERY),
+    admission=ADMISSION,
+)
+
+
+def node_lost(obj: dict[str, Any]) -> Observed:
+    obs = observe().running(2).node("node-0").node("node-1", "Unknown").obj()
+    return Observed(pods=obs.pods, leases=obs.leases, nodes=obs.nodes, workload=workload_from_dict(obj))
+
+
 QUEUED_STATUS = {
     "state": "Queued",
     "reason": reasons.WAITING_FOR_ADMISSION,
@@ -208,16 +228,50 @@ PASS_CASES = [
         seen(ADMITTED),
         state="Pending",
         reason="PodsPending",
-        actions=[CreateRendezvousPod, CreateWorkerPod, CreateWorkerPod],
+        actions=[CreateRendezvousPod, CreateWorkerPod, CreateWorkerPod, PatchWorkloadStatus],
         events=[reasons.RESUMED],
+        patch={"PodsReady": ("False", ka.WAIT_FOR_START)},
     ),
     PassCase(
-        "spec.suspend wins over an admission",
+        "spec.suspend wins over an admission (no pod: PodsReady False, Kueue's timeout may evict it)",
         labelled(suspend=True).obj(),
         seen(ADMITTED),
         state="Suspended",
         reason=reasons.SUSPENDED,
+        actions=[PatchWorkloadStatus],
         events=[reasons.SUSPENDED],
+        patch={"PodsReady": ("False", ka.WAIT_FOR_START)},
+    ),
+    PassCase(
+        "admitted, every slot training: PodsReady True (Started)",
+        labelled().status(**running_status(2)).obj(),
+        running_pods(ADMITTED),
+        state="Running",
+        actions=[PatchWorkloadStatus],
+        patch={"PodsReady": ("True", ka.STARTED)},
+    ),
+    PassCase(
+        "PodsReady already True: no write",
+        labelled().status(**running_status(2)).obj(),
+        running_pods(PODS_READY),
+        state="Running",
+    ),
+    PassCase(
+        "a node lost after PodsReady: False (WaitForRecovery) while its pod is replaced",
+        labelled().status(**running_status(2)).obj(),
+        node_lost(PODS_READY),
+        state="Recovering",
+        actions=[DeletePod, TaintNode, PatchWorkloadStatus],
+        events=[reasons.NODE_NOT_READY, reasons.NODE_QUARANTINED],
+        patch={"PodsReady": ("False", ka.WAIT_FOR_RECOVERY)},
+    ),
+    PassCase(
+        "every slot training again after a recovery: True (Recovered)",
+        labelled().status(**running_status(2)).obj(),
+        running_pods(RECOVERING),
+        state="Running",
+        actions=[PatchWorkloadStatus],
+        patch={"PodsReady": ("True", ka.RECOVERED)},
     ),
     PassCase(
         "integration off: the label is ignored",
@@ -464,3 +518,23 @@ def test_place_adds_to_what_the_pod_has() -> None:
     assert placed["spec"]["tolerations"][-1] == {"key": "gpu", "operator": "Exists"}
     assert placed["metadata"]["labels"][ka.PODSET_LABEL] == "workers"
     assert pod["spec"]["nodeSelector"] != placed["spec"]["nodeSelector"]  # the built pod is not changed
+
+
+@pytest.mark.parametrize(
+    ("current", "ready", "want"),
+    [
+        (None, False, ka.WAIT_FOR_START),
+        (None, True, ka.STARTED),
+        (("False", ka.WAIT_FOR_START), False, ka.WAIT_FOR_START),
+        (("False", ka.WAIT_FOR_START), True, ka.STARTED),
+        (("True", ka.STARTED), False, ka.WAIT_FOR_RECOVERY),
+        (("False", ka.WAIT_FOR_RECOVERY), False, ka.WAIT_FOR_RECOVERY),
+        (("False", ka.WAIT_FOR_RECOVERY), True, ka.RECOVERED),
+        (("True", ka.RECOVERED), True, ka.RECOVERED),
+        (("True", ka.RECOVERED), False, ka.WAIT_FOR_RECOVERY),
+        (("False", "PodsReady"), False, ka.WAIT_FOR_START),  # Kueue's older reason
+    ],
+)
+def test_pods_ready_follows_jobframework(current: tuple[str, str] | None, ready: bool, want: str) -> None:
+    stored = {"type": ka.PODS_READY, "status": current[0], "reason": current[1]} if current else None
+    assert ka.pods_ready_reason(stored, ready) == want

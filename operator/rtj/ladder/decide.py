@@ -67,7 +67,7 @@ def run(ps: Pass) -> Decision:
         active(ps)
         slots.apply_heartbeat_times(ps)
     ps.d.actions += kueue_admission.workload_actions(
-        ps.job, ps.obs.workload, ps.st, ps.obs.pods, ps.cfg.kueue_enabled, ps.now
+        ps.job, ps.obs.workload, ps.st, ps.obs.pods, ps.cfg.kueue_enabled, ps.now, ps.slots
     )
     if ps.st.state not in (JobState.FAILED, JobState.SUCCEEDED, JobState.SUSPENDED):
         create_refusal(ps)  # a queued job's Workload create too (Kueue's CRDs missing: 404)

@@ -20,6 +20,13 @@ this module is that logic for a ResilientTrainingJob, written from jobframework/
   preemption or node failures), so the Workload queues again and its quota is released.
 - Finished job (Succeeded or Failed): the Workload gets `Finished` True with reason Succeeded or
   Failed, which releases its quota.
+- PodsReady, as jobframework writes it for its kinds (generatePodsReadyCondition): while admitted,
+  True once every worker slot has a pod past its start (reason Started, or Recovered after a
+  recovery), False with WaitForStart until then and WaitForRecovery while a slot's pod is replaced
+  or silent after that. Kueue's waitForPodsReady (on by default from v0.19) evicts a Workload whose
+  PodsReady stays False past its timeout (WaitForStart) or recoveryTimeout (WaitForRecovery), so
+  without it every admitted job would be evicted at the timeout. Soft restarts (in-process,
+  in-job, in place) keep the pods: PodsReady stays True through them.
 - Admission placement: the node labels and tolerations of the ResourceFlavors the admission
   assigned to a pod set (and an admission check's podSetUpdates) are added to its pods
   (`placement`), with the label `kueue.x-k8s.io/podset`.
@@ -37,7 +44,14 @@ from datetime import datetime
 from typing import Any
 
 from rtj import contract, reasons
-from rtj.api.models import JobState, JobStatus, ResilientTrainingJob
+from rtj.api.models import (
+    SLOT_STATES_WITHOUT_POD,
+    JobState,
+    JobStatus,
+    NodeSlotStatus,
+    ResilientTrainingJob,
+    SlotState,
+)
 from rtj.ladder.actions import Action, CreateWorkload, PatchWorkloadStatus
 from rtj.ladder.observe import FlavorObs, PodObs, WorkloadObs
 
@@ -66,6 +80,23 @@ ADMITTED, QUOTA_RESERVED, EVICTED, FINISHED, REQUEUED = (
     "Finished",
     "Requeued",
 )
+PODS_READY = "PodsReady"
+#: PodsReady reasons (Kueue's WorkloadWaitForStart, WorkloadWaitForRecovery, WorkloadStarted,
+#: WorkloadRecovered) and jobframework's messages.
+WAIT_FOR_START, WAIT_FOR_RECOVERY, STARTED, RECOVERED = (
+    "WaitForStart",
+    "WaitForRecovery",
+    "Started",
+    "Recovered",
+)
+_PODS_READY_MESSAGES = {
+    WAIT_FOR_START: "Not all pods are ready or succeeded",
+    WAIT_FOR_RECOVERY: "At least one pod has failed, waiting for recovery",
+    STARTED: "All pods reached readiness and the workload is running",
+    RECOVERED: "All pods reached readiness and the workload is running",
+}
+#: Slot states whose pod is not ready in Kueue's sense: none, still starting, or silent.
+_NOT_READY = SLOT_STATES_WITHOUT_POD | {SlotState.STARTING, SlotState.SILENT}
 #: Eviction reasons after which jobframework sets Requeued True (the others: False).
 _REQUEUED_AFTER = frozenset({"Preempted", "NodeFailures"})
 _WORKLOAD_NAME_MAX = 253
@@ -139,9 +170,11 @@ def workload_actions(
     pods: dict[str, PodObs],
     enabled: bool,
     now: datetime,
+    slots: Sequence[NodeSlotStatus] = (),
 ) -> list[Action]:
-    """What the Workload needs after this pass's status: created, Finished, or its admission
-    cleared after an eviction once no pod of the job is left (level-based: repeated until seen)."""
+    """What the Workload needs after this pass's status and `slots`: created, Finished, its
+    admission cleared after an eviction once no pod of the job is left, or its PodsReady changed
+    (level-based: repeated until seen)."""
     if not managed(job, enabled):
         return []
     finished = status.state in (JobState.SUCCEEDED, JobState.FAILED)
@@ -183,7 +216,38 @@ def workload_actions(
                 workload.name, workload.resource_version, {"conditions": conditions, "admission": None}
             )
         ]
+    if workload.admitted and not workload.evicted:
+        return pods_ready_actions(workload, pods_ready(slots), now)
     return []
+
+
+def pods_ready(slots: Sequence[NodeSlotStatus]) -> bool:
+    """Every worker slot has a pod past its start (Kueue's "all pods ready")."""
+    return bool(slots) and all(s.state not in _NOT_READY for s in slots)
+
+
+def pods_ready_reason(current: dict[str, Any] | None, ready: bool) -> str:
+    """jobframework's generatePodsReadyCondition for an admitted Workload: the PodsReady reason that
+    follows `current` (the condition as stored, if any); the status is `ready`."""
+    reason = (current or {}).get("reason")
+    if ready:
+        return RECOVERED if reason in (WAIT_FOR_RECOVERY, RECOVERED) else STARTED
+    if current is not None and (current.get("status") == "True" or reason == WAIT_FOR_RECOVERY):
+        return WAIT_FOR_RECOVERY
+    return WAIT_FOR_START
+
+
+def pods_ready_actions(workload: WorkloadObs, ready: bool, now: datetime) -> list[Action]:
+    """The PodsReady patch, when the condition is to change (one write per transition)."""
+    current = next((c for c in workload.conditions if c.get("type") == PODS_READY), None)
+    reason = pods_ready_reason(current, ready)
+    value = "True" if ready else "False"
+    if current is not None and (current.get("status"), current.get("reason")) == (value, reason):
+        return []
+    conditions = set_condition(
+        workload.conditions, PODS_READY, ready, reason, _PODS_READY_MESSAGES[reason], now, workload.generation
+    )
+    return [PatchWorkloadStatus(workload.name, workload.resource_version, {"conditions": conditions})]
 
 
 def set_condition(
