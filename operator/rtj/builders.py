@@ -26,6 +26,16 @@ GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 FSX_DRIVER = "fsx.csi.aws.com"
+#: Every pod of a job asks node autoscalers not to remove its node to pack pods tighter: the Kubernetes
+#: Cluster Autoscaler skips a node running a pod that is not safe to evict in its scale-down, and
+#: Karpenter makes no voluntary disruption (consolidation, drift, expiry) of one running a
+#: do-not-disrupt pod. Either would otherwise stop a training pod for nothing its job did (a
+#: disruption: the pod replaced from its last save). Forced removals (a drain, node repair, a spot
+#: interruption) are not held. podTemplate.annotations may set either the other way.
+AUTOSCALER_HOLD_ANNOTATIONS = {
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+    "karpenter.sh/do-not-disrupt": "true",
+}
 _DOWNWARD_ENV = (
     (contract.ENV_POD_NAME, "metadata.name"),
     (contract.ENV_POD_UID, "metadata.uid"),
@@ -291,7 +301,7 @@ def _training_pod(
             "name": name,
             "namespace": _ns(job),
             "labels": {**tpl.labels, **labels},
-            "annotations": {**tpl.annotations, CAUSE_ANNOTATION: cause},
+            "annotations": {**AUTOSCALER_HOLD_ANNOTATIONS, **tpl.annotations, CAUSE_ANNOTATION: cause},
             "ownerReferences": [owner_reference(job)],
         },
         "spec": pod_spec,
@@ -437,7 +447,7 @@ def rendezvous_pod(job: ResilientTrainingJob, settings: BuildSettings | None = N
             "name": name,
             "namespace": _ns(job),
             "labels": {contract.LABEL_JOB: _name(job), contract.LABEL_ROLE: contract.ROLE_RENDEZVOUS},
-            "annotations": {CAUSE_ANNOTATION: contract.CAUSE_RENDEZVOUS},
+            "annotations": {**AUTOSCALER_HOLD_ANNOTATIONS, CAUSE_ANNOTATION: contract.CAUSE_RENDEZVOUS},
             "ownerReferences": [owner_reference(job)],
         },
         "spec": {

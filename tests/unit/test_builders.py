@@ -364,3 +364,23 @@ def test_grace_period_is_sized_from_the_persist_time(
     assert pod["spec"]["terminationGracePeriodSeconds"] == grace
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert int(env[contract.ENV_GRACEFUL_STOP_SECONDS]) == builders.graceful_stop_seconds(grace)
+
+
+def test_every_pod_of_a_job_asks_node_autoscalers_not_to_remove_its_node() -> None:
+    job = make_job().obj()
+    pods = [
+        builders.worker_pod(job, 0, 0, "Initial"),
+        builders.spare_pod(job, 0, 0),
+        builders.rendezvous_pod(job),
+    ]
+    for pod in pods:
+        annotations = pod["metadata"]["annotations"]
+        assert annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false", pod["metadata"]
+        assert annotations["karpenter.sh/do-not-disrupt"] == "true", pod["metadata"]
+
+
+def test_the_pod_template_may_let_autoscalers_remove_the_node() -> None:
+    job = make_job().spec(podTemplate={"annotations": {"karpenter.sh/do-not-disrupt": "false"}}).obj()
+    annotations = builders.worker_pod(job, 0, 0, "Initial")["metadata"]["annotations"]
+    assert annotations["karpenter.sh/do-not-disrupt"] == "false"
+    assert annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"

@@ -453,7 +453,14 @@ def test_an_admitted_pass_reads_the_flavor_once_and_places_the_pods(monkeypatch:
     for pod in pods:
         assert pod["spec"]["nodeSelector"]["pool"] == "a"
         assert pod["metadata"]["labels"][ka.PODSET_LABEL] in ("workers", "rendezvous")
-    assert not [c for c in fake.calls if c.path.startswith(WORKLOADS)]  # the Workload exists: no create
+    workload_calls = [c for c in fake.calls if c.path.startswith(WORKLOADS)]
+    assert not [c for c in workload_calls if c.method == "POST"]  # the Workload exists: no create
+    # Its PodsReady (no pod yet: WaitForStart), under the resourceVersion it was read at.
+    for call in workload_calls:
+        assert (call.method, call.path) == ("PATCH", f"{WORKLOADS}/{wl_name}/status"), call
+        ready = next(c for c in call.body["status"]["conditions"] if c["type"] == ka.PODS_READY)
+        assert (ready["status"], ready["reason"]) == ("False", ka.WAIT_FOR_START)
+        assert call.body["metadata"]["resourceVersion"] == "5"
 
 
 def test_a_copy_several_writes_behind_still_reads_the_last_write() -> None:
