@@ -660,6 +660,10 @@ def parse_time(value: Any) -> datetime | None:
 
 
 # --- Node records (writer: operator; readers: operator, users with kubectl describe node) ----------
+#: The longest boot ID a quarantine record keeps (a kubelet reports a UUID: 36 characters).
+MAX_BOOT_ID = 128
+
+
 class NodeFault(_Model):
     """One pod fault of one job on a node, without evidence against the node (NODE_FAULTS_ANNOTATION)."""
 
@@ -678,11 +682,18 @@ class QuarantineEvidence(_Model):
 class Quarantine(_Model):
     """Why a node is quarantined (QUARANTINE_ANNOTATION): recorded once, with every job's evidence."""
 
+    # Written with the API's own name for the boot ID (`bootID`); a record without it still parses.
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True, serialize_by_alias=True)
+
     reason: str = Field(max_length=128)
     since: datetime
     #: When the quarantine is next checked: lifted then if the node shows no evidence, else extended.
     until: datetime
     evidence: tuple[QuarantineEvidence, ...] = ()
+    #: The node's status.nodeInfo.bootID when it was first quarantined ("" unknown, or a record an
+    #: earlier operator wrote): a node that booted again since and shows no evidence is lifted before
+    #: `until` (rtj.ladder.quarantine.review).
+    boot_id: str = Field(default="", alias="bootID", max_length=MAX_BOOT_ID)
 
 
 def parse_node_faults(value: Any) -> tuple[NodeFault, ...]:

@@ -64,7 +64,8 @@ class Settings(BaseModel):
         ge=60,
         description="A quarantined node is checked again this long after its latest evidence: lifted "
         "if it then shows none (Ready, no unhealthy condition, all GPUs), else checked again as long "
-        "later (rtj.ladder.quarantine).",
+        "later; one that booted again since it was quarantined is lifted as soon as it shows none "
+        "(rtj.ladder.quarantine).",
     )
     fault_grace_seconds: int = Field(
         5, ge=0, description="Grace when deleting a faulted pod (node lost: 0, forced)."

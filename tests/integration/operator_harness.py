@@ -85,6 +85,12 @@ def set_node_condition(
     core.patch_node_status(name, {"status": {"conditions": [condition]}})
 
 
+def set_boot_id(core: client.CoreV1Api, name: str, boot_id: str) -> None:
+    """Report the node's boot ID as its kubelet does when it starts (status.nodeInfo.bootID): a new
+    one after each boot of the machine. KWOK keeps what is written."""
+    core.patch_node_status(name, {"status": {"nodeInfo": {"bootID": boot_id}}})
+
+
 def quarantine_taint(core: client.CoreV1Api, node: str) -> client.V1Taint | None:
     """The node's quarantine taint (contract.QUARANTINE_TAINT_KEY, NoSchedule), if any."""
     taints = core.read_node(node).spec.taints or []

@@ -119,6 +119,8 @@ class NodeObs:
     #: status.declaredFeatures: what its kubelet declares it supports (e.g.
     #: contract.RESTART_ALL_CONTAINERS_FEATURE).
     declared_features: frozenset[str] = frozenset()
+    #: status.nodeInfo.bootID: changes when the machine boots again ("" when not reported).
+    boot_id: str = ""
 
     @property
     def quarantined(self) -> bool:
@@ -342,7 +344,16 @@ def node_from_dict(obj: dict[str, Any]) -> NodeObs:
         quarantine=contract.parse_quarantine(annotations.get(contract.QUARANTINE_ANNOTATION)),
         labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items())),
         declared_features=frozenset(str(f) for f in status.get("declaredFeatures") or [] if f),
+        boot_id=node_boot_id(obj),
     )
+
+
+def node_boot_id(obj: dict[str, Any]) -> str:
+    """The node's status.nodeInfo.bootID as its kubelet reports it ("" when absent or not a string;
+    cut to contract.MAX_BOOT_ID). A reboot, or a machine re-provisioned under the same name, changes it."""
+    info = (obj.get("status") or {}).get("nodeInfo") or {}
+    boot = info.get("bootID") if isinstance(info, dict) else None
+    return boot[: contract.MAX_BOOT_ID] if isinstance(boot, str) else ""
 
 
 def _node_problems(conditions: list[Any]) -> tuple[str, ...]:

@@ -7,6 +7,11 @@ A quarantine is the node's, not a job's (rtj.ladder.blame decides when there is 
 - at `until` the operator reviews the node (`review`): Ready, no unhealthy condition and every GPU
   allocatable lifts it; otherwise it is checked again a quarantine period later. An admin lifts it
   with `kubectl taint node <node> training.resilient.dev/quarantined-`; the record goes with the taint.
+- a node that booted again since it was quarantined (`rebooted`: its status.nodeInfo.bootID differs
+  from the one recorded; node auto repair reboots a node in place, keeping its Node object and our
+  taint) is lifted as soon as it passes the same health check, not at `until`; while it still shows
+  evidence it stays quarantined, extended only at `until` like any other. A replaced node is a new
+  Node object, without the taint.
 Deleting a job never lifts a quarantine. Nothing lifts one once the operator is uninstalled:
 docs/fault-classes.md gives the one command that does.
 
@@ -23,7 +28,7 @@ from typing import Any
 
 from rtj import contract, reasons
 from rtj.ladder import blame
-from rtj.ladder.observe import NodeObs
+from rtj.ladder.observe import NodeObs, node_boot_id, node_from_dict
 
 #: Evidence entries kept per quarantine (the newest).
 MAX_EVIDENCE = 8
@@ -64,6 +69,7 @@ def taint_patch(
         since=old.since if old is not None else now,
         until=max(until, old.until) if old is not None else until,
         evidence=((*old.evidence, entry) if old is not None else (entry,))[-MAX_EVIDENCE:],
+        boot_id=old.boot_id if old is not None else node_boot_id(obj),
     )
     return {
         "metadata": {
@@ -125,18 +131,53 @@ class Review:
     message: str = ""
 
 
-def review(node: NodeObs, now: datetime) -> Review:
-    """At its check time, lift a quarantine the node shows no evidence for, else extend it. A taint
-    without our record (an admin's, or an older operator's) is not ours to lift."""
+def rebooted(node: NodeObs) -> bool:
+    """The quarantined node booted again since it was quarantined: a reboot (node auto repair's,
+    an admin's) or a machine re-provisioned under the same name. Its boot ID now differs from the one
+    its record holds, both known; a record without one (an earlier operator's) never says so."""
     record = node.quarantine
-    if not node.quarantined or record is None or now < record.until:
+    return (
+        node.quarantined
+        and record is not None
+        and bool(record.boot_id)
+        and bool(node.boot_id)
+        and node.boot_id != record.boot_id
+    )
+
+
+def review(node: NodeObs, now: datetime) -> Review:
+    """Lift a quarantine the node shows no evidence for, at its check time (`until`) or, once the node
+    `rebooted`, at once; at `until`, extend one it still shows evidence for. Before `until` a node
+    that did not boot again, or did but still shows evidence, is left as it is. A taint without our
+    record (an admin's, or an older operator's) is not ours to lift."""
+    record = node.quarantine
+    if not node.quarantined or record is None:
+        return Review("")
+    due, booted = now >= record.until, rebooted(node)
+    if not due and not booted:
         return Review("")
     evidence = blame.node_health(node, node.name, nodes_known=True)
     if evidence is not None:
-        return Review("extend", f"{evidence.reason}: {evidence.message}")
+        return Review("extend", f"{evidence.reason}: {evidence.message}") if due else Review("")
     jobs = ", ".join(sorted({e.job for e in record.evidence})) or "no job"
+    what = (
+        f"{reasons.NODE_QUARANTINE_LIFTED}: node {node.name} quarantined since "
+        f"{contract.kube_time(record.since)} ({record.reason}; evidence from {jobs})"
+    )
+    if due:
+        return Review("lift", f"{what} shows no evidence now")
     return Review(
         "lift",
-        f"{reasons.NODE_QUARANTINE_LIFTED}: node {node.name} quarantined since "
-        f"{contract.kube_time(record.since)} ({record.reason}; evidence from {jobs}) shows no evidence now",
+        f"{what} booted again (boot ID {record.boot_id} -> {node.boot_id}: rebooted or re-provisioned) "
+        "and shows no evidence now",
     )
+
+
+def lift_if_due(obj: dict[str, Any], now: datetime) -> dict[str, Any] | None:
+    """`lift_patch` of the node as read just now, if `review` still lifts it (None otherwise): the
+    review loop decided on the operator's cached copy; this decides again on the copy the patch is
+    sent against (its resourceVersion), so evidence that pushed `until` back, or a node unhealthy
+    again, meanwhile keeps the quarantine."""
+    if review(node_from_dict(obj), now).action != "lift":
+        return None
+    return lift_patch(obj)
