@@ -9,10 +9,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from ladder_testkit import JOB_KEY, NOW, ago, observe, running_job
+from ladder_testkit import JOB_KEY, NOW, ago, hb, observe, running_job, running_status
 from rtj import contract, reasons
 from rtj.api.models import NodeWriteKind
-from rtj.ladder import LadderConfig, NodeObs, Observed, RecordNodeFault, TaintNode, decide
+from rtj.ladder import CreateWorkerPod, LadderConfig, NodeObs, Observed, RecordNodeFault, TaintNode, decide
 from rtj.ladder import quarantine as q
 
 pytestmark = pytest.mark.unit
@@ -150,3 +150,39 @@ def test_the_taint_patch_is_applied_once_whatever_the_number_of_issues() -> None
         assert more is not None
         record = contract.parse_quarantine(more["metadata"]["annotations"][contract.QUARANTINE_ANNOTATION])
         assert record is not None and len(record.evidence) == 2
+
+
+def replacing_slot_1(**status: Any) -> Any:
+    """Slot 1's pod is gone after its node failed; the job quarantined node-1."""
+    slots = running_status(2)["nodeSlots"]
+    slots[1].update({"attempt": 1, "pod": "", "state": "Replacing", "recoveringSince": ago(3).isoformat()})
+    return running_job().status(nodeSlots=slots, quarantinedNodes=["node-1"], **status).obj()
+
+
+def tainted(name: str, on: bool) -> NodeObs:
+    taints = ((contract.QUARANTINE_TAINT_KEY, reasons.NODE_NOT_READY, "NoSchedule"),) if on else ()
+    return NodeObs(name=name, ready="True", taints=taints)
+
+
+@pytest.mark.parametrize(
+    ("why", "index", "pending", "avoided"),
+    [
+        ("still quarantined", (tainted("node-0", False), tainted("node-1", True)), False, ("node-1",)),
+        ("quarantine lifted", (tainted("node-0", False), tainted("node-1", False)), False, ()),
+        ("lifted, this job's taint not applied yet", (tainted("node-1", False),), True, ("node-1",)),
+        ("node index not filled", (), False, ("node-1",)),
+    ],
+)
+def test_a_replacement_stays_off_the_nodes_the_job_quarantined_until_lifted(
+    why: str, index: tuple[NodeObs, ...], pending: bool, avoided: tuple[str, ...]
+) -> None:
+    write = {
+        "kind": "Quarantine",
+        "node": "node-1",
+        "reason": reasons.NODE_NOT_READY,
+        "time": ago(3).isoformat(),
+    }
+    job = replacing_slot_1(**({"unappliedNodeWrites": [write]} if pending else {}))
+    obs = dataclasses.replace(observe().rdzv().worker(0).lease("train-n0-a0", 1, hb()).obj(), all_nodes=index)
+    [create] = [a for a in decide(job, obs, NOW).actions if isinstance(a, CreateWorkerPod)]
+    assert create.avoid_nodes == avoided, why

@@ -16,6 +16,7 @@ from rtj.api.models import (
     IncidentStatus,
     JobStatus,
     NodeSlotStatus,
+    NodeWriteKind,
     ResilientTrainingJob,
     SlotState,
 )
@@ -199,7 +200,12 @@ class Pass:
                 self.delete(pod, None)
 
     def avoid_nodes(self) -> tuple[str, ...]:
-        return tuple(sorted(set(self.st.quarantined_nodes)))
+        """The nodes this job's new pods stay off: those it quarantined, until the node index shows
+        the quarantine lifted (by its review, a reboot, an admin) with no taint of this job's still
+        to be applied (rtj.ladder.node_writes). Only read when a pod is created."""
+        lifted = {n.name for n in self.obs.all_nodes if not n.quarantined}
+        pending = {w.node for w in self.st.unapplied_node_writes if w.kind == NodeWriteKind.QUARANTINE}
+        return tuple(sorted(set(self.st.quarantined_nodes) - (lifted - pending)))
 
     def note_fault(self, slot: NodeSlotStatus, reason: str, pod: str, node: str) -> None:
         """The newest fault for status.lastFault (kubectl get rtj -o wide)."""
