@@ -186,3 +186,14 @@ def test_a_replacement_stays_off_the_nodes_the_job_quarantined_until_lifted(
     obs = dataclasses.replace(observe().rdzv().worker(0).lease("train-n0-a0", 1, hb()).obj(), all_nodes=index)
     [create] = [a for a in decide(job, obs, NOW).actions if isinstance(a, CreateWorkerPod)]
     assert create.avoid_nodes == avoided, why
+
+
+@pytest.mark.parametrize(("now_boot", "kept"), [("boot-a", True), ("boot-b", False), ("", True)])
+def test_a_node_booted_again_since_the_decision_is_not_tainted_for_it(now_boot: str, kept: bool) -> None:
+    before = observe().running(2).node("node-0").node("node-1", "Unknown", boot_id="boot-a").obj()
+    first = decide(running_job().obj(), with_index(before), NOW)
+    assert [w.boot_id for w in first.status.unapplied_node_writes] == ["boot-a"]
+    after_reboot = observe().running(2).node("node-0").node("node-1", "True", boot_id=now_boot).obj()
+    second = decide(after(first), with_index(after_reboot), NOW + timedelta(seconds=5))
+    assert bool(taints(second)) == kept
+    assert bool(second.status.unapplied_node_writes) == kept

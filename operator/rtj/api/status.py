@@ -265,6 +265,12 @@ class NodeWrite(ApiModel):
     message: str = Field("", description="The evidence (Quarantine).", max_length=512)
     time: datetime = Field(description="When the pass decided it (whole seconds; identifies the write).")
     until: datetime | None = Field(None, description="Quarantine: when the node is checked again.")
+    boot_id: str = Field(
+        "",
+        description="Quarantine: the node's boot ID when the pass decided it; a node booted again since "
+        "is not tainted for evidence from before its reboot.",
+        max_length=128,
+    )
 
 
 class JobStatus(ApiModel):

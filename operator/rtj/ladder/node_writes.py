@@ -10,7 +10,8 @@ nodes (Observed.all_nodes) for the writes still in status: one the node shows (o
 job's evidence of that time; the fault in its record) is dropped, and any other is issued again. Both
 patches are idempotent (rtj.ladder.quarantine.taint_patch, fault_record_patch), so issuing one again
 before the node index shows the first changes nothing. A write whose node is gone, or older than a
-quarantine period (its node would be reviewed by then), is dropped.
+quarantine period (its node would be reviewed by then), is dropped, and so is a quarantine of a node
+that booted again since (its boot ID changed: the evidence was about the machine before the reboot).
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def applied(w: NodeWrite, node: NodeObs, job: str) -> bool:
     return any(f.job == job and f.reason == w.reason and f.time == w.time for f in node.faults)
 
 
+def rebooted_since(w: NodeWrite, node: NodeObs) -> bool:
+    """The node booted again since the pass decided its quarantine (its boot ID differs, both known):
+    the evidence was about the machine before its reboot, as rtj.ladder.quarantine.review holds."""
+    known = bool(w.boot_id and node.boot_id)
+    return w.kind == NodeWriteKind.QUARANTINE and known and w.boot_id != node.boot_id
+
+
 def carry(ps: Pass) -> None:
     """Issue again what status says was decided and its node does not show yet; drop the rest. Runs
     before the pass decides anything new. An empty node index (not filled yet) drops nothing."""
@@ -68,7 +76,7 @@ def carry(ps: Pass) -> None:
         node = nodes.get(w.node)
         if nodes and node is None:
             continue  # the node is gone: nothing to taint or record
-        if node is not None and applied(w, node, ps.job_key):
+        if node is not None and (applied(w, node, ps.job_key) or rebooted_since(w, node)):
             continue
         if ps.now >= p.after(w.time, ps.cfg.quarantine_seconds):
             continue

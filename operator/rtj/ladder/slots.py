@@ -525,6 +525,7 @@ def quarantine(ps: Pass, node: str, reason: str, evidence: str) -> None:
             message=evidence[:512],
             time=node_writes.write_time(ps.now),
             until=until,
+            boot_id=seen.boot_id if seen is not None else "",
         ),
     )
     extended = seen is not None and seen.quarantined
