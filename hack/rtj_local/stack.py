@@ -43,8 +43,9 @@ def install_chart(
     values: Sequence[Path] = (),
 ) -> None:
     """`helm upgrade --install` with the trainer ServiceAccount in `trainer_namespaces` (which must
-    exist). Without `values`, operator.replicas=0 (the operator runs as an OperatorProcess); with
-    values files (e.g. KUBELET_VALUES on kubelet nodes), as they say: the operator runs as its pod."""
+    exist). Without `values`, operator.replicas=0 (the operator runs as an OperatorProcess) and no
+    uninstall hook; with values files (e.g. KUBELET_VALUES on kubelet nodes), as they say: the operator
+    runs as its pod, and `helm uninstall` runs the uninstall hook."""
     cmd = [
         str(bin_path("helm")), "upgrade", "--install", release, str(CHART),
         f"--kubeconfig={cluster.kubeconfig}", f"--namespace={namespace}", "--create-namespace",
@@ -54,7 +55,9 @@ def install_chart(
     for path in values:
         cmd += ["-f", str(path)]
     if not values:
-        cmd += ["--set", "operator.replicas=0"]
+        # No pod of the chart runs: the operator is a process, and the uninstall hook's Job (which needs
+        # the GPU toleration on these nodes) is off; tests/e2e/test_helm_uninstall_hook.py turns it on.
+        cmd += ["--set", "operator.replicas=0", "--set", "uninstallCleanup.enabled=false"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
     if proc.returncode != 0:
         raise RuntimeError(f"helm install failed ({proc.returncode}): {proc.stderr.strip()}")

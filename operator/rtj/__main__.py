@@ -6,6 +6,9 @@ Both take kopf's options (--namespace/--all-namespaces, --liveness, --standalone
 and both read the same RTJ_* settings (rtj.settings): nothing depends on which one started it, but
 only this one elects a leader. A standby blocks here, before kopf is imported into action; once
 leading, kopf runs; when kopf returns (SIGTERM: a clean stop), the Lease is released at once.
+
+`python -m rtj uninstall-cleanup [options]` is not the operator: it undoes what an uninstalled
+operator leaves behind, quarantines and finalizers (rtj.uninstall; the chart's post-delete hook).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import sys
 
 from kopf import cli
 
-from rtj import leader_election
+from rtj import leader_election, uninstall
 from rtj.settings import Settings
 
 
@@ -36,6 +39,8 @@ def election(settings: Settings) -> leader_election.Election | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == [uninstall.COMMAND]:
+        sys.exit(uninstall.main(args[1:]))
     settings = Settings.from_env()
     elected = None if "--help" in args else election(settings)
     if elected is not None:

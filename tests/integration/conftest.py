@@ -143,8 +143,8 @@ def install_chart(
     rtj_chart: ChartRelease, helm: Tool, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., ChartRelease]]:
     """Installs extra releases of the chart (`install_chart(release, namespace, "key=value", ...)`, without
-    the CRD, which `rtj_chart` owns, and with no operator pod by default) and uninstalls them after the
-    test: their ClusterRoles and bindings are cluster-scoped."""
+    the CRD, which `rtj_chart` owns, and with no operator pod nor uninstall hook by default) and
+    uninstalls them after the test: their ClusterRoles and bindings are cluster-scoped."""
     installed: list[ChartRelease] = []
 
     def install(
@@ -154,7 +154,8 @@ def install_chart(
         # ClusterRoles behind, which must not block the next run's install.
         release = f"{release}-{namespace.rsplit('-', 1)[-1]}"
         args = ["install", release, str(CHART), "--namespace", namespace, "--skip-crds", "--timeout", "2m"]
-        args += ["--set", "operator.replicas=0"]
+        # No pod of the chart: nor the uninstall hook's Job, which KWOK's p5 nodes (GPU taint) would not run.
+        args += ["--set", "operator.replicas=0", "--set", "uninstallCleanup.enabled=false"]
         if values:
             path = tmp_path_factory.mktemp("values") / f"{release}.yaml"
             path.write_text(yaml.safe_dump(values))

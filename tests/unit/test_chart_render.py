@@ -183,6 +183,14 @@ def test_namespaced_mode_passes_namespace_flags_and_binds_roles_there() -> None:
     assert not any("namespaces" in r["resources"] for r in cluster_rules)
 
 
+def is_hook(doc: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in (doc["metadata"].get("annotations") or {})
+
+
+def not_hooks(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if not is_hook(d)]
+
+
 def all_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
 
@@ -271,7 +279,7 @@ def test_trainer_role_only_touches_leases() -> None:
 
 
 def test_every_rbac_rule_is_commented() -> None:
-    for template in ("rbac-operator.yaml", "rbac-trainer.yaml", "rbac-aggregate.yaml"):
+    for template in ("rbac-operator.yaml", "rbac-trainer.yaml", "rbac-aggregate.yaml", "uninstall-hook.yaml"):
         lines = (CHART / "templates" / template).read_text().splitlines()
         for i, line in enumerate(lines):
             if line.strip().startswith("- apiGroups:"):
@@ -425,7 +433,8 @@ def test_job_users_get_jobs_through_the_aggregated_edit_and_view_roles() -> None
 def test_an_external_service_account_must_be_named() -> None:
     unnamed = helm("template", "rtj", str(CHART), "--set", "serviceAccount.create=false", check=False)
     assert unnamed.returncode != 0 and "serviceAccount.name is required" in unnamed.stderr
-    docs = render("serviceAccount.create=false", "serviceAccount.name=platform-operator")
+    # The uninstall hook's own ServiceAccount and bindings exist only while it runs (not the operator's).
+    docs = not_hooks(render("serviceAccount.create=false", "serviceAccount.name=platform-operator"))
     assert not by_kind(docs, "ServiceAccount")
     subjects = [s for d in by_kind(docs, "ClusterRoleBinding") for s in d["subjects"]]
     assert subjects and all(s["name"] == "platform-operator" for s in subjects)
@@ -506,3 +515,145 @@ def test_on_local_kubelet_nodes_the_operator_leaves_a_dead_node_within_seconds()
     noexecute = {t["key"]: t.get("tolerationSeconds") for t in tolerations if t["effect"] == "NoExecute"}
     assert set(noexecute) == {"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"}
     assert all(0 < s <= 15 for s in noexecute.values()), noexecute
+
+
+# --- the uninstall hook (templates/uninstall-hook.yaml, rtj.uninstall) ------------------------------------
+def flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def uninstall_hook(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        d for d in docs if d["metadata"]["labels"].get("app.kubernetes.io/component") == "uninstall-cleanup"
+    ]
+
+
+def hook_job(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (job,) = by_kind(uninstall_hook(docs), "Job")
+    return job
+
+
+def test_uninstall_hook_runs_the_cleanup_command_after_the_release_is_deleted() -> None:
+    from rtj import uninstall
+
+    docs = render()
+    hook = uninstall_hook(docs)
+    assert sorted(d["kind"] for d in hook) == [
+        "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Job", "ServiceAccount",
+    ]  # fmt: skip
+    # Every object is a post-delete hook, replaced by the next uninstall's and deleted once it succeeded;
+    # its ServiceAccount and RBAC (lower weight) exist before the Job.
+    for d in hook:
+        annotations = d["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "post-delete", d["metadata"]["name"]
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    weight = {d["kind"]: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for d in hook}
+    assert max(w for kind, w in weight.items() if kind != "Job") < weight["Job"]
+    others = {d["metadata"]["annotations"]["helm.sh/hook"] for d in docs if is_hook(d) and d not in hook}
+    assert others == {"test"}  # the one other hook: `helm test`
+    job = hook_job(docs)
+    assert 0 < job["spec"]["activeDeadlineSeconds"] <= 300 and 0 <= job["spec"]["backoffLimit"] <= 3
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    (sa,) = by_kind(hook, "ServiceAccount")
+    assert pod["serviceAccountName"] == sa["metadata"]["name"] != "default"
+    assert sa["metadata"]["namespace"] == job["metadata"]["namespace"] == "rtj-system"
+    (c,) = pod["containers"]
+    assert c["image"] == image_of(docs)  # the operator image: it has `python -m rtj`
+    assert c["command"] == ["python", "-m", "rtj", uninstall.COMMAND]
+    # The command accepts the chart's arguments: all namespaces; no PV rights without fsx.enabled.
+    args = uninstall.parse_args(c.get("args") or [])
+    assert args.namespace == [] and args.keep_pvs is True
+    (fsx_container,) = hook_job(render("fsx.enabled=true"))["spec"]["template"]["spec"]["containers"]
+    args = uninstall.parse_args(fsx_container.get("args") or [])
+    assert args.namespace == [] and args.keep_pvs is False
+    spec = hook_job(render("operator.watchNamespaces={ml-a,ml-b}"))["spec"]["template"]["spec"]
+    assert uninstall.parse_args(spec["containers"][0]["args"]).namespace == ["ml-a", "ml-b"]
+    # Outside every selector of the release (the Deployment's ReplicaSet, the metrics Service).
+    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_uninstall_hook_pod_meets_the_restricted_pod_security_standard() -> None:
+    pod = hook_job(render())["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"].get("runAsUser", 65532) != 0
+    assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC", "volumes"))
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["runAsNonRoot"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["readOnlyRootFilesystem"] is True and sc.get("privileged") is not True
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+
+
+@pytest.mark.parametrize("fsx", [False, True], ids=["fsx-off", "fsx-on"])
+@pytest.mark.parametrize("watch", [[], ["ml-a", "ml-b"]], ids=["all-namespaces", "watch-namespaces"])
+def test_uninstall_hook_rbac_grants_exactly_what_the_command_uses(fsx: bool, watch: list[str]) -> None:
+    args = [f"fsx.enabled={str(fsx).lower()}"] + ([f"operator.watchNamespaces={{{','.join(watch)}}}"] if watch
+                                                   else [])  # fmt: skip
+    hook = uninstall_hook(render(*args))
+    sa = by_kind(hook, "ServiceAccount")[0]["metadata"]
+    subject = {"kind": "ServiceAccount", "name": sa["name"], "namespace": "rtj-system"}
+    roles = {d["metadata"]["name"]: d for d in by_kind(hook, "ClusterRole")}
+    assert not by_kind(hook, "Role")
+
+    def grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+        return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+                for v in rule["verbs"]}  # fmt: skip
+
+    # Cluster-wide: nodes (every quarantine lifted) and, with FSx only, the PV of a job being deleted.
+    (cluster_binding,) = by_kind(hook, "ClusterRoleBinding") if watch else [
+        b for b in by_kind(hook, "ClusterRoleBinding") if b["roleRef"]["name"] == sa["name"]
+    ]  # fmt: skip
+    assert cluster_binding["subjects"] == [subject]
+    expected = {("", "nodes", v) for v in ("get", "list", "patch")}
+    if fsx:
+        expected |= {("", "persistentvolumes", v) for v in ("get", "delete")}
+    assert grants(roles[cluster_binding["roleRef"]["name"]]) == expected
+    # The jobs' finalizers: where the operator watches jobs (everywhere, or each watched namespace).
+    jobs_role = roles[next(n for n in roles if n != cluster_binding["roleRef"]["name"])]
+    assert grants(jobs_role) == {("training.resilient.dev", "resilienttrainingjobs", v)
+                                 for v in ("get", "list", "patch")}  # fmt: skip
+    bindings = [b for b in by_kind(hook, "ClusterRoleBinding") + by_kind(hook, "RoleBinding")
+                if b["roleRef"]["name"] == jobs_role["metadata"]["name"]]  # fmt: skip
+    assert all(b["subjects"] == [subject] for b in bindings)
+    if watch:
+        assert sorted((b["kind"], b["metadata"]["namespace"]) for b in bindings) == [
+            ("RoleBinding", ns) for ns in watch
+        ]
+    else:
+        assert [b["kind"] for b in bindings] == ["ClusterRoleBinding"]
+
+
+def test_uninstall_hook_is_on_by_default_and_can_be_turned_off() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["uninstallCleanup"] == {"enabled": True}
+    assert uninstall_hook(render())
+    off = render("uninstallCleanup.enabled=false")
+    assert not uninstall_hook(off)
+    assert not [
+        d for d in off if "delete" in (d["metadata"].get("annotations") or {}).get("helm.sh/hook", "")
+    ]
+    assert (
+        helm("template", "rtj", str(CHART), "--set", "uninstallCleanup.bogus=1", check=False).returncode != 0
+    )
+    # NOTES.txt says what `helm uninstall` does, and what to run instead when the hook is off.
+    notes = helm("install", "rtj", str(CHART), "--dry-run=client", "-n", "rtj-system").stdout
+    assert "its post-delete hook then lifts every node quarantine" in flat(notes)
+    notes = helm("install", "rtj", str(CHART), "--dry-run=client", "-n", "rtj-system",
+                 "--set", "uninstallCleanup.enabled=false").stdout  # fmt: skip
+    assert "kubectl taint nodes --all training.resilient.dev/quarantined-" in notes
+
+
+def test_uninstall_hook_runs_where_the_operator_may() -> None:
+    docs = render(values=CHART / "ci" / "kubelet-values.yaml")
+    operator_pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    pod = hook_job(docs)["spec"]["template"]["spec"]
+    assert pod["tolerations"] == operator_pod["tolerations"]
+    assert pod["containers"][0]["imagePullPolicy"] == "Never"
+    docs = render("operator.nodeSelector.pool=system", "imagePullSecrets[0].name=regcred")
+    pod = hook_job(docs)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "system"} and pod["imagePullSecrets"] == [{"name": "regcred"}]

@@ -68,3 +68,22 @@ namespace's `default` ServiceAccount would hand the operator's ClusterRoles to e
 {{- printf "%s:%s" .Values.image.repository $tag }}
 {{- end }}
 {{- end }}
+
+{{/*
+Labels of the uninstall hook's objects (templates/uninstall-hook.yaml). Not the selector labels: the
+hook's pod must match no selector of the release (a ReplicaSet would adopt it, a Service route to it).
+*/}}
+{{- define "rto.uninstallLabels" -}}
+helm.sh/chart: {{ include "rto.chart" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: resilient-training-operator
+app.kubernetes.io/component: uninstall-cleanup
+{{- end }}
+
+{{/* The uninstall hook's annotations; the argument is its weight (RBAC before the Job). */}}
+{{- define "rto.uninstallHook" -}}
+helm.sh/hook: post-delete
+helm.sh/hook-weight: {{ . | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}
