@@ -177,6 +177,7 @@ def job_manifest(
     fault_tolerance: dict[str, Any] | None = None,
     checkpoint: dict[str, Any] | None = None,
     resources: dict[str, Any] | None = None,
+    placement: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     ft = {
         "heartbeatIntervalSeconds": 1,
@@ -208,7 +209,7 @@ def job_manifest(
                 *(("--fault-inject", faults) if faults else ()),
             ],
             "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
-            "placement": {"nodeSelector": node_selector},
+            "placement": {"nodeSelector": node_selector, **(placement or {})},
             "checkpoint": {
                 "pvc": {"claimName": claim},
                 "intervalSteps": interval,
@@ -431,6 +432,18 @@ def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def operator_leader(raw: RawApi) -> tuple[str, set[str]]:
+    """The chart's operator pod holding the leader Lease (identity `<pod name>_<random>`), and every
+    operator pod of the release."""
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    pods = raw.request("GET", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", labelSelector=selector)
+    names = {p["metadata"]["name"] for p in pods["items"] if not p["metadata"].get("deletionTimestamp")}
+    leases = raw.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{OPERATOR_NAMESPACE}/leases")
+    holders = {((x.get("spec") or {}).get("holderIdentity") or "").rsplit("_", 1)[0] for x in leases["items"]}
+    leaders = holders & names
+    return (next(iter(leaders)) if len(leaders) == 1 else ""), names
+
+
 def succeeded(snap: Snapshot) -> bool:
     return snap.is_true("Succeeded")
 
@@ -524,16 +537,22 @@ class Jobs:
         # of pod faults (another job's fault there within the hour would quarantine it): tests start
         # from healthy nodes with clean records, as an admin leaves them after repairing them.
         for node in self.stack.nodes:
-            obj = raw.get(f"/api/v1/nodes/{node}")
-            if obj is None:
-                continue
-            taints = obj.get("spec", {}).get("taints") or []
-            kept = [t for t in taints if t["key"] != QUARANTINE_TAINT_KEY]
-            annotations = obj["metadata"].get("annotations") or {}
-            ours = [a for a in (QUARANTINE_ANNOTATION, NODE_FAULTS_ANNOTATION) if a in annotations]
-            if len(kept) != len(taints) or ours:
-                patch = {"metadata": {"annotations": dict.fromkeys(ours)}, "spec": {"taints": kept}}
-                raw.request("PATCH", f"/api/v1/nodes/{node}", patch, MERGE)
+            lift_quarantine(raw, node)
+
+
+def lift_quarantine(raw: RawApi, node: str) -> None:
+    """What an admin does after repairing `node`: its quarantine taint lifted, its quarantine record and
+    its record of pod faults removed (nothing to do when it has none)."""
+    obj = raw.get(f"/api/v1/nodes/{node}")
+    if obj is None:
+        return
+    taints = obj.get("spec", {}).get("taints") or []
+    kept = [t for t in taints if t["key"] != QUARANTINE_TAINT_KEY]
+    annotations = obj["metadata"].get("annotations") or {}
+    ours = [a for a in (QUARANTINE_ANNOTATION, NODE_FAULTS_ANNOTATION) if a in annotations]
+    if len(kept) != len(taints) or ours:
+        patch = {"metadata": {"annotations": dict.fromkeys(ours)}, "spec": {"taints": kept}}
+        raw.request("PATCH", f"/api/v1/nodes/{node}", patch, MERGE)
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,14 @@ restarts.disruptions, no pod budget spent); a Node condition saying its GPU fail
 there and quarantines that node. Each row is also a row of the session's blame matrix
 (JobRun.blame; the fault-matrix rows add theirs), printed with its totals at the end.
 
-On kubelet nodes (`make test-e2e-nodes`) three more rows run: an image that does not exist (Waiting
+On kubelet nodes (`make test-e2e-nodes`) more rows run: an image that does not exist (Waiting
 naming it, then Failed/ImagePullFailed after containerWaitTimeoutSeconds), a container OOM-killed
-by its own memory limit (Failed/ContainerOOMKilled, no node blamed), and a pod whose traffic to its
+by its own memory limit (Failed/ContainerOOMKilled, no node blamed), a pod whose traffic to its
 peers is dropped while its Lease renews (found by the reach probe, replaced as PodPartitioned, no
 node blamed; each pod there has an IP of its own, routed by this host, so iptables can cut one off),
-and a kubelet stopped while its containers run (the old incarnation fenced, one live per slot).
+a kubelet stopped while its containers run (the old incarnation fenced, one live per slot), and a
+node two jobs share dying (one taint, one quarantine record with both jobs' evidence, one Event per
+job; two jobs' pods can share a node only where each pod has a network namespace of its own).
 The node agent runs no images, enforces no limits and gives every pod the host's network (its pods
 are processes of the project's virtualenv): there the unit tier (tests/unit/test_ladder_blame.py,
 test_ladder_partition.py) covers them, and the integration tier the partition's probes.
@@ -22,23 +24,33 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from e2e_helpers import (
     FAULT_MID_RUN_STEPS,
+    JOBS_PATH,
     NAMESPACE,
+    OPERATOR_NAMESPACE,
+    JobRun,
     all_training,
     failed,
+    lift_quarantine,
     node_record,
     only_on_kubelet_nodes,
+    operator_leader,
     succeeded,
 )
 from rtj.api.status_slots import every_slot
+from rtj.contract import QUARANTINE_TAINT_KEY
 from rtj.reasons import (
     CONTAINER_OOM_KILLED,
     IMAGE_PULL_FAILED,
     IMAGE_PULL_RETRYING,
+    NODE_NOT_READY,
+    NODE_QUARANTINE_EXTENDED,
+    NODE_QUARANTINED,
     NODE_UNHEALTHY,
     POD_DELETED,
     POD_PARTITIONED,
@@ -47,6 +59,7 @@ from rtj.reasons import (
     UNSCHEDULABLE,
 )
 from rtj_local.rawapi import SMP
+from rtj_local.timeline import Snapshot
 from rtj_local.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -332,3 +345,178 @@ def test_a_kubelet_stopped_with_its_containers_running_leaves_one_live_incarnati
         print(f"fencing: kubelet stopped -> old incarnation's processes gone {stopped - stopped_at:.1f}s")
     finally:  # the kubelet back (it removes what the API server no longer has)
         nodes.up(len(nodes.node_names()))
+
+
+# --- two jobs on one node (kubelet nodes: every pod has a network namespace of its own) -------------
+#: Heartbeat timeout of the shared-node row: longer than the node lifecycle controller takes to see a
+#: node's Lease lapse (20 s here), so that the node's death, not its pods' silence, is what each job
+#: sees (as test_fault_matrix.NODE_DEATH_HEARTBEAT_TIMEOUT).
+SHARED_NODE_HEARTBEAT_TIMEOUT = 60
+#: Each pod's CPU in the shared-node row (2 CPUs allocatable per kubelet node, this host's): two workers
+#: of different jobs, a rendezvous pod (250m) and an operator pod (100m) fit on one node, and after the
+#: node's death both replacements still find room on the three left (with 1 CPU each they did not).
+SHARED_NODE_POD_CPU = "500m"
+
+
+def node_preference(operator: str, nodes: list[str]) -> dict:
+    """placement.affinity: prefer (not require) nodes `nodes` (`In`) or every node but them (`NotIn`),
+    so that a replacement still finds another node."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": operator, "values": nodes}]}
+    return {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "preference": term}
+    ]}}}  # fmt: skip
+
+
+def rendezvous_node(snap) -> str:
+    return next((p["node"] for n, p in snap.pods.items() if n.endswith("-rdzv")), "")
+
+
+def wait_all(
+    jobs: list[tuple[JobRun, Callable[[Snapshot], bool]]], timeout: float, what: str, together: bool = False
+) -> dict[str, Snapshot]:
+    """Polls every job each second (so that each one's history, and its blame row's seconds, has no
+    gaps) until each one's predicate has held, at the same poll if `together`; returns the snapshot of
+    each job that satisfied it (the first one unless `together`), by job name."""
+    met: dict[str, Snapshot] = {}
+
+    def check() -> dict[str, Snapshot] | None:
+        if together:
+            met.clear()
+        for job, pred in jobs:
+            snap = job.poll()
+            if job.name not in met and pred(snap):
+                met[job.name] = snap
+        return dict(met) if len(met) == len(jobs) else None
+
+    return wait_for(
+        check,
+        timeout=timeout,
+        interval=1.0,
+        message=lambda: "\n".join([what, *(j.explain() for j, _ in jobs)]),
+    )
+
+
+@only_on_kubelet_nodes
+@pytest.mark.timeout(600)
+def test_two_jobs_sharing_a_node_that_dies_quarantine_it_once_with_both_jobs_evidence(
+    run_job, e2e_stack
+) -> None:
+    """The quarantine is the node's, not a job's (issue 25), end to end: two jobs each have a worker on
+    the node that dies. Each job replaces its own pod there (NodeNotReady) and posts its own Event
+    (NodeQuarantined, or NodeQuarantineExtended when it found the other job's taint there); the node
+    carries one taint and one record with both jobs' evidence, no other node is tainted, both jobs
+    succeed, and deleting the first job leaves the node quarantined. The scheduler is helped to put
+    them together (preferred node affinity): the shared node is one of the first job's workers' nodes,
+    neither job's rendezvous pod nor the active operator runs there."""
+    raw, nodes = e2e_stack.raw, e2e_stack.agent
+    leader = wait_for(lambda: operator_leader(raw)[0], timeout=90, interval=1.0, message="an operator leader")
+    leader_node = raw.get(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{leader}")["spec"]["nodeName"]
+    common: dict[str, Any] = {
+        "steps": 300,
+        "interval": 10,
+        "resources": {"cpu": SHARED_NODE_POD_CPU},
+        "fault_tolerance": {"heartbeatTimeoutSeconds": SHARED_NODE_HEARTBEAT_TIMEOUT},
+    }
+    first = run_job("sharea", placement=node_preference("NotIn", [leader_node]), **common)
+
+    def scheduled(s) -> bool:
+        return len(s.pods) == 3 and all(p["node"] for p in s.pods.values())
+
+    placed = first.wait(scheduled, 90, "sharea's pods scheduled")
+    workers_a = {p["node"] for n, p in placed.pods.items() if not n.endswith("-rdzv")}
+    candidates = sorted(workers_a - {rendezvous_node(placed), leader_node})
+    assert candidates, f"no worker node of sharea without its rendezvous pod or the operator: {placed.pods}"
+    shared = candidates[0]
+    second = run_job("shareb", placement=node_preference("In", [shared]), **common)
+    placed = second.wait(scheduled, 90, "shareb's pods scheduled")
+    assert rendezvous_node(placed) != shared, f"shareb's rendezvous pod is on {shared}: {placed.pods}"
+    assert shared in {p["node"] for p in placed.pods.values()}, f"no pod of shareb on {shared}: {placed.pods}"
+    jobs = (first, second)
+
+    def training(s) -> bool:
+        return all_training(s) and (s.checkpoint_step or 0) >= 10
+
+    snaps = wait_all([(job, training) for job in jobs], START, "both jobs training past a checkpoint", True)
+    victims = {}
+    for job in jobs:
+        snap = snaps[job.name]
+        there = [s for s in every_slot(snap.status) if s["node"] == shared]
+        assert len(there) == 1, f"{job.name}: one worker on {shared}: {snap.pods}"
+        assert rendezvous_node(snap) != shared, f"{job.name}'s rendezvous pod is on {shared}: {snap.pods}"
+        assert not (succeeded(snap) or failed(snap)), f"{job.name} ended before the fault"
+        victims[job.name] = there[0]
+    print(
+        f"shared node {shared}: {', '.join(v['pod'] for v in victims.values())} (operator on {leader_node})"
+    )
+    killed_at = time.time()
+    killed = nodes.kill_node(shared)
+    try:
+        assert {f"{NAMESPACE}/{v['pod']}" for v in victims.values()} <= set(killed), killed
+
+        def replaced_elsewhere(name: str) -> Callable[[Snapshot], bool]:
+            victim = victims[name]
+
+            def check(s) -> bool:
+                slot = next(x for x in every_slot(s.status) if x.get("slot") == victim["slot"])
+                return (
+                    slot["pod"] != victim["pod"] and slot.get("node") not in ("", shared) and all_training(s)
+                )
+
+            return check
+
+        wait_all(
+            [(job, replaced_elsewhere(job.name)) for job in jobs], 240, "each job's pod replaced elsewhere"
+        )
+        replaced = time.time() - killed_at
+        last = wait_all(
+            [(job, lambda s: succeeded(s) or failed(s)) for job in jobs], FINISH, "both jobs to finish"
+        )
+        told = {NODE_QUARANTINED, NODE_QUARANTINE_EXTENDED}
+        said: dict[str, list[str]] = {}
+        for job in jobs:
+            snap = last[job.name]
+            assert succeeded(snap), f"{job.name} ended Failed: {snap.condition('Failed')}"
+            assert snap.restarts["podReschedules"] == 1, (job.name, snap.restarts)
+            assert NODE_NOT_READY in job.event_reasons(), (job.name, sorted(job.event_reasons()))
+            assert "HeartbeatTimeout" not in job.event_reasons(), (job.name, sorted(job.event_reasons()))
+            assert snap.status.get("quarantinedNodes") == [shared], (
+                job.name,
+                snap.status.get("quarantinedNodes"),
+            )
+            said[job.name] = [ev.get("reason", "") for ev in job.timeline.events if ev.get("reason") in told]
+            assert len(said[job.name]) == 1, (job.name, job.events_about("NodeQuarantine"))
+            assert any(f"node {shared} quarantined" in t for t in job.events_about("NodeQuarantine")), (
+                job.name, job.events_about("NodeQuarantine"),
+            )  # fmt: skip
+        # Both passes may see the node untainted in the same instant: each Event then says
+        # NodeQuarantined, and the node still has one taint and one record.
+        assert any(NODE_QUARANTINED in r for r in said.values()), said
+        node = raw.get(f"/api/v1/nodes/{shared}")
+        ours = [t for t in node["spec"].get("taints") or [] if t["key"] == QUARANTINE_TAINT_KEY]
+        assert [(t.get("value"), t["effect"]) for t in ours] == [(NODE_NOT_READY, "NoSchedule")], ours
+        record = node_record(raw, shared)
+        assert record.quarantine is not None and record.quarantine.reason == NODE_NOT_READY, record
+        both = {f"{NAMESPACE}/{job.name}" for job in jobs}
+        assert sorted(e.job for e in record.quarantine.evidence) == sorted(both), record
+        others = [n for n in e2e_stack.nodes if n != shared and node_record(raw, n).taint]
+        assert not others, f"only the dead node is quarantined: {others}"
+        for job in jobs:
+            row = job.blame("node dies, 2 jobs on it", killed_at, "Replaced", quarantined=[shared])
+            assert row.right_action and not row.false_quarantines and not row.missed_quarantines, row
+            job.assert_checkpoints_never_lost_or_backwards()
+        # The quarantine outlives the job that took it (and the other's evidence stays).
+        raw.request("DELETE", f"{JOBS_PATH}/{first.name}")
+        wait_for(
+            lambda: raw.get(f"{JOBS_PATH}/{first.name}") is None,
+            timeout=60,
+            interval=1.0,
+            message="sharea deleted",
+        )
+        time.sleep(5.0)  # the operator's passes after the deletion
+        after = node_record(raw, shared)
+        assert after.taint == NODE_NOT_READY, after
+        assert after.quarantine is not None and {e.job for e in after.quarantine.evidence} == both, after
+        print(f"shared node: killed -> both replaced and training {replaced:.1f}s")
+    finally:  # the node back (its kubelet removes what the API server no longer has), then repaired
+        nodes.up(len(nodes.node_names()))
+        lift_quarantine(raw, shared)

@@ -18,13 +18,13 @@ from e2e_helpers import (
     FAULT_MID_RUN_STEPS,
     NAMESPACE,
     OPERATOR_NAMESPACE,
-    RELEASE,
     BlameRow,
     JobRun,
     all_training,
     failed,
     node_record,
     only_on_kubelet_nodes,
+    operator_leader,
     succeeded,
 )
 from kubernetes.client.rest import ApiException
@@ -569,18 +569,6 @@ def test_pod_budget_exhausted_fails_the_job_and_restarts_nothing(run_job, e2e_st
     assert not last.status.get("quarantinedNodes"), "silence is no evidence against a node"
     assert_blamed(job.blame("pod hung, no pod budget", stopped_at, "Failed"))
     job.assert_checkpoints_never_lost_or_backwards()
-
-
-def operator_leader(raw) -> tuple[str, set[str]]:
-    """The chart's operator pod holding the leader Lease (identity `<pod name>_<random>`), and every
-    operator pod of the release."""
-    selector = f"app.kubernetes.io/instance={RELEASE}"
-    pods = raw.request("GET", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", labelSelector=selector)
-    names = {p["metadata"]["name"] for p in pods["items"] if not p["metadata"].get("deletionTimestamp")}
-    leases = raw.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{OPERATOR_NAMESPACE}/leases")
-    holders = {((x.get("spec") or {}).get("holderIdentity") or "").rsplit("_", 1)[0] for x in leases["items"]}
-    leaders = holders & names
-    return (next(iter(leaders)) if len(leaders) == 1 else ""), names
 
 
 def training_under_two_operators(run_job, raw, name: str):
