@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
-from rtj import contract, reasons
+from rtj import builders, contract, reasons
 from rtj_local.cluster import LocalCluster
 from rtj_local.stack import OperatorProcess
 from rtj_local.versions import REPO_ROOT, bin_path
@@ -150,8 +150,10 @@ def one_run(api: client.ApiClient, kubeconfig: Path, run_dir: Path, index: int, 
             custom.patch_namespaced_custom_object(
                 *args, job["metadata"]["name"], {"metadata": {"finalizers": None}}
             )
+            # Its FSx PVs, by the labels that name the job (whatever the PV's name).
+            selector = builders.fsx_pv_selector(namespace, job["metadata"]["name"])
             with contextlib.suppress(client.ApiException):
-                core.delete_persistent_volume(f"rtj-{namespace}-{job['metadata']['name']}-fsx")
+                core.delete_collection_persistent_volume(label_selector=selector)
         core.delete_namespace(namespace)
         for node in nodes:
             core.delete_node(node)

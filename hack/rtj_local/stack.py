@@ -106,10 +106,13 @@ class OperatorProcess:
         self.starts = 0
 
     @classmethod
-    def for_namespace(cls, kubeconfig: Path, namespace: str, log_path: Path, **env: str) -> OperatorProcess:
-        """`python -m rtj --namespace=<namespace>` (RTJ_* settings from `env` override the defaults)."""
+    def for_namespace(
+        cls, kubeconfig: Path, namespace: str, log_path: Path, also: Sequence[str] = (), **env: str
+    ) -> OperatorProcess:
+        """`python -m rtj --namespace=<namespace>`, and each namespace of `also` (RTJ_* settings from
+        `env` override the defaults)."""
         health, metrics = free_port(), free_port()
-        argv = [sys.executable, "-m", "rtj", f"--namespace={namespace}",
+        argv = [sys.executable, "-m", "rtj", *(f"--namespace={ns}" for ns in (namespace, *also)),
                 f"--liveness=http://127.0.0.1:{health}/healthz", "--log-format=plain"]  # fmt: skip
         settings = {
             "KUBECONFIG": str(kubeconfig),

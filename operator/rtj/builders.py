@@ -87,7 +87,72 @@ def pvc_name(job: ResilientTrainingJob) -> str:
 
 
 def fsx_pv_name(namespace: str, job_name: str) -> str:
-    return f"rtj-{namespace}-{job_name}-fsx"
+    """The name of the job's FSx PV: `rtj-<namespace>.<job>-fsx`, never another job's.
+
+    PVs are cluster-scoped, so the name must tell the namespace from the job's name. The dot does: a
+    namespace is a DNS label (no dot), so the first dot ends it whatever the job's name holds. The
+    name before, `rtj-<namespace>-<job>-fsx`, gave namespace `a-b`/job `c` and namespace `a`/job `b-c`
+    the same PV. Readable in `kubectl get pv`, and bounded without a hash: at most 4 + 63 + 1 + 58 + 4
+    = 130 characters (namespace 63, job name MAX_JOB_NAME 58), a valid DNS subdomain (each part
+    between dots starts and ends with a letter or digit). Only creating needs the name: the job's PVs
+    are found by their labels (`fsx_pv_labels`), so one named the earlier way is still the job's."""
+    return f"rtj-{namespace}.{job_name}-fsx"
+
+
+def fsx_pv_labels(namespace: str, job_name: str) -> dict[str, str]:
+    """The labels that make a PV the job's: the only thing the job's cleanup goes by (`fsx_pvs_to_delete`)."""
+    return {contract.LABEL_JOB: job_name, LABEL_JOB_NAMESPACE: namespace}
+
+
+def fsx_pv_selector(namespace: str, job_name: str) -> str:
+    """The label selector of the job's PVs (the LIST its cleanup and its create decision send)."""
+    return ",".join(f"{key}={value}" for key, value in fsx_pv_labels(namespace, job_name).items())
+
+
+def _is_jobs_pv(pv: dict[str, Any], namespace: str, job_name: str) -> bool:
+    labels = (pv.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(key) == value for key, value in fsx_pv_labels(namespace, job_name).items())
+
+
+def fsx_pvs_to_delete(pvs: list[dict[str, Any]], namespace: str, job_name: str) -> list[tuple[str, str]]:
+    """(name, uid) of each PV the job's cleanup deletes: every PV whose labels name this job, whatever
+    its name (`fsx_pv_name`, or `rtj-<namespace>-<job>-fsx` of an earlier operator, or both after an
+    upgrade), and not already being deleted. A PV whose labels name another job is never one, even
+    under this job's name. The uid goes into the delete's precondition: a PV replaced since it was
+    listed is not deleted."""
+    doomed = []
+    for pv in pvs:
+        meta = pv.get("metadata") or {}
+        mine = _is_jobs_pv(pv, namespace, job_name) and meta.get("name") and meta.get("uid")
+        if mine and not meta.get("deletionTimestamp"):
+            doomed.append((str(meta["name"]), str(meta["uid"])))
+    return doomed
+
+
+def fsx_pv_to_create(job: ResilientTrainingJob, pvs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The FSx PV to create for the job, given the job's PVs (listed by `fsx_pv_selector`): None without
+    `checkpoint.fsx`, and None while the job's PVC is bound to one of them.
+
+    Why not create it then: after an upgrade from the name `rtj-<namespace>-<job>-fsx`, a running
+    job's PVC stays bound to its PV of that name (a PVC's volumeName never changes). A PV under the new
+    name would never bind (its claimRef names a PVC bound to another PV): it would sit Available until
+    the job's cleanup deleted it. Bound is read on the PVs' side (phase Bound, claimRef naming the
+    job's PVC), from the LIST the cleanup needs anyway, so the operator needs no read right on PVCs.
+    A job whose PVC is not bound to a PV of its own gets the PV as a new job does (AlreadyExists is
+    success)."""
+    pv = fsx_persistent_volume(job)
+    if pv is None:
+        return None
+    claim = (_ns(job), pvc_name(job))
+    for other in pvs:
+        ref = (other.get("spec") or {}).get("claimRef") or {}
+        if (
+            _is_jobs_pv(other, _ns(job), _name(job))
+            and (other.get("status") or {}).get("phase") == "Bound"
+            and (ref.get("namespace"), ref.get("name")) == claim
+        ):
+            return None
+    return pv
 
 
 def trainer_config(job: ResilientTrainingJob, standby: bool = False) -> contract.TrainerConfig:
@@ -531,8 +596,9 @@ def replica_service(job: ResilientTrainingJob, slot: int) -> dict[str, Any] | No
 
 
 def fsx_persistent_volume(job: ResilientTrainingJob) -> dict[str, Any] | None:
-    """The static PV for an FSx checkpoint volume (cluster-scoped: no owner reference; the
-    operator's finalizer deletes it; reclaim policy Retain never touches the file system)."""
+    """The static PV for an FSx checkpoint volume (cluster-scoped: no owner reference; the job's
+    delete handler, under the operator's finalizer, deletes it by its labels; reclaim policy Retain
+    never touches the file system)."""
     fsx = job.spec.checkpoint.fsx
     if fsx is None:
         return None
@@ -541,7 +607,7 @@ def fsx_persistent_volume(job: ResilientTrainingJob) -> dict[str, Any] | None:
         "kind": "PersistentVolume",
         "metadata": {
             "name": fsx_pv_name(_ns(job), _name(job)),
-            "labels": {contract.LABEL_JOB: _name(job), LABEL_JOB_NAMESPACE: _ns(job)},
+            "labels": fsx_pv_labels(_ns(job), _name(job)),
         },
         "spec": {
             "capacity": {"storage": fsx.storage_capacity},

@@ -61,8 +61,17 @@ ROLE_SPARE = "spare"
 ROLE_RENDEZVOUS = "rendezvous"
 #: Label of a hot spare's index. Reader: operator ladder (observe).
 LABEL_SPARE_INDEX = f"{API_GROUP}/spare-index"
-#: Label on the cluster-scoped FSx PV naming the job's namespace (the job name is LABEL_JOB).
+#: Label on the cluster-scoped FSx PV naming the job's namespace (the job name is LABEL_JOB). Writer:
+#: the operator's PV builder; readers: the operator's delete handler and `rtj.uninstall`, which delete a
+#: PV only when these two labels name the job (whatever the PV's name), and users (`kubectl get pv -l`).
 LABEL_JOB_NAMESPACE = f"{API_GROUP}/job-namespace"
+
+# --- The job's finalizer (writer: kopf in the operator; removers: kopf, rtj.uninstall) -------------
+#: kopf's finalizer (rtj.handlers: settings.persistence.finalizer), put only on jobs holding what
+#: garbage collection cannot remove (their FSx PV: rtj.handlers.holds_cluster_state). kopf removes it
+#: once the delete handler deleted that PV; `python -m rtj uninstall-cleanup` (rtj.uninstall) removes
+#: it from every job when the operator is uninstalled.
+FINALIZER = f"{API_GROUP}/cleanup"
 
 # --- Pods (writer: operator pod builders and spare promotion; reader: operator ladder) ------------
 #: The training container's name in worker and spare pods (its status is the pod's outcome).

@@ -12,9 +12,10 @@
   a 1 s timer per job was most of the operator's CPU at 300 jobs, and a timer alone put 1-2
   intervals between a missed heartbeat deadline and the replacement pod.
 - create/resume: validate the spec (rtj.validation: PermanentError + Failed/InvalidSpec) and ensure
-  the checkpoint volume; delete: remove what garbage collection cannot (the cluster-scoped FSx PV and
-  our node taints), hence kopf's finalizer, on jobs that have those only (`holds_cluster_state`).
-  Everything else is owned by the job and garbage collected.
+  the checkpoint volume; delete: remove what garbage collection cannot (the cluster-scoped FSx PV),
+  hence kopf's finalizer (contract.FINALIZER), on jobs that have one only (`holds_cluster_state`).
+  Everything else is owned by the job and garbage collected. A node quarantine is the node's, not the
+  job's (rtj.ladder.quarantine): deleting a job leaves it.
 - The settings (SETTINGS) and the clock (`_now`) are read here and passed down; kopf's memos are
   read through their typed views (rtj.memo).
 
@@ -111,7 +112,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
-    settings.persistence.finalizer = f"{GROUP}/cleanup"
+    settings.persistence.finalizer = contract.FINALIZER
     operator = OperatorMemo(memo)
     operator.kube = k = kube.Kube.from_environment(SETTINGS.request_timeout_seconds)
     if (election := leader_election.current()) is not None:
@@ -347,11 +348,15 @@ async def admit(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if job is None:
         await validation.mark_invalid(k, body, message, _now())
         raise kopf.PermanentError(f"invalid spec: {message}")
-    pv, pvc = builders.fsx_persistent_volume(job), builders.fsx_persistent_volume_claim(job)
+    pvc = builders.fsx_persistent_volume_claim(job)
     try:
-        for obj in (pv, pvc):
-            if obj is not None:
-                await k.create(obj)
+        if pvc is not None:
+            # No PV while the job's PVC is bound to one of its own (builders.fsx_pv_to_create: after an
+            # upgrade, the PV of the name before); else ours, then the PVC naming it.
+            pvs = await k.fsx_pvs(str(job.metadata["namespace"]), str(job.metadata["name"]))
+            for obj in (builders.fsx_pv_to_create(job, pvs), pvc):
+                if obj is not None:
+                    await k.create(obj)
     except kube.KubeError as exc:
         if exc.invalid:
             message = f"the API server refused the job's checkpoint volume: {exc.message}"
@@ -361,24 +366,33 @@ async def admit(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 def holds_cluster_state(spec: kopf.Spec, **_: Any) -> bool:
-    """The job has what garbage collection cannot undo: a cluster-scoped FSx PV. Only then does the
-    job carry kopf's finalizer (kopf adds it when this turns true and removes it when false): every
-    other child is owned by the job and collected by garbage collection, so a job without one is
+    """The job may have what garbage collection cannot undo: a cluster-scoped FSx PV. Only then does
+    the job carry kopf's finalizer (kopf adds it when this turns true and removes it when false):
+    every other child is owned by the job and collected by garbage collection, so a job without one is
     deletable with no operator running (a namespace never stays Terminating for want of it). Node
-    quarantines are the nodes' (rtj.ladder.quarantine): deleting a job leaves them."""
-    return bool((spec.get("checkpoint") or {}).get("fsx"))
+    quarantines are the nodes' (rtj.ladder.quarantine): deleting a job leaves them.
+
+    Never with FSx disabled (RTJ_FSX_ENABLED false, the chart's fsx.enabled=false): such an operator
+    refuses the spec (rtj.validation) and creates no PV, and the chart grants it no right on PVs, so
+    its delete handler could only retry a Forbidden LIST forever, a job that cannot be deleted. kopf
+    then also removes the finalizer from jobs an operator with FSx put it on: their PVs, if any, stay
+    (reclaim policy Retain; `kubectl delete pv -l <builders.fsx_pv_selector>`)."""
+    return SETTINGS.fsx_enabled and bool((spec.get("checkpoint") or {}).get("fsx"))
 
 
 # kopf types `namespace` str | None for every resource; a namespaced one's is a str.
 @kopf.on.delete(GROUP, VERSION, PLURAL, when=holds_cluster_state)  # type: ignore[arg-type]
-async def cleanup(body: kopf.Body, memo: kopf.Memo, namespace: str, name: str, **_: Any) -> None:
-    """Undo what garbage collection cannot: the cluster-scoped FSx PV."""
+async def cleanup(memo: kopf.Memo, namespace: str, name: str, **_: Any) -> None:
+    """Undo what garbage collection cannot: every FSx PV whose labels name this job, under this
+    operator's name or an earlier one's (rtj.kube.Kube.delete_fsx_pvs; never a PV of another job),
+    each under its UID. pv-protection holds each until garbage collection removed the job's PVC."""
     k = JobMemo(memo).kube
     try:
-        if (body.spec.get("checkpoint") or {}).get("fsx"):
-            await k.delete("PersistentVolume", None, builders.fsx_pv_name(namespace, name))
+        deleted = await k.delete_fsx_pvs(namespace, name)
     except kube.KubeError as exc:
         raise kopf.TemporaryError(f"cleanup not finished: {exc}", delay=5) from exc
+    if deleted:
+        logger.info("job %s/%s deleted: PV %s deleted", namespace, name, ", ".join(deleted))
 
 
 # --- the pass ----------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ request layer, so nothing is lost or reshaped by its typed models.
 
 Semantics:
 - create: AlreadyExists is success (deterministic names make every create safe to repeat).
-- delete: NotFound is success; pods are deleted with a UID precondition, so a pass computed from
-  an old observation never deletes a newer pod of the same name.
+- delete: NotFound is success; pods and PVs are deleted with a UID precondition, so a pass computed
+  from an old observation never deletes a newer object of the same name.
 - status: one merge patch per pass carrying the resourceVersion it was computed from; a Conflict
   means the pass saw stale state and is dropped (the next pass recomputes).
 """
@@ -25,7 +25,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from rtj import contract
+from rtj import builders, contract
 from rtj.ladder import kueue_admission
 
 logger = logging.getLogger(__name__)
@@ -241,6 +241,29 @@ class Kube:
                 return None
             raise
 
+    async def list_objects(
+        self, kind: str, namespace: str | None, label_selector: str
+    ) -> list[dict[str, Any]]:
+        """The objects of `kind` the label selector selects (one LIST)."""
+        query = {"labelSelector": label_selector}
+        listing = await self.request("GET", self._collection(kind, namespace), query=query)
+        return list(listing.get("items") or [])
+
+    # --- the job's FSx PV (cluster-scoped: no garbage collection) -------------------------------------
+    async def fsx_pvs(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        """Every PV whose labels name the job (builders.fsx_pv_selector), whatever its name."""
+        return await self.list_objects("PersistentVolume", None, builders.fsx_pv_selector(namespace, job))
+
+    async def delete_fsx_pvs(self, namespace: str, job: str) -> list[str]:
+        """Delete every PV of the job (builders.fsx_pvs_to_delete: its labels name the job; under this
+        operator's name or an earlier one's), each under its UID; the names deleted. Reclaim policy
+        Retain: the file system is never touched."""
+        deleted = []
+        for name, uid in builders.fsx_pvs_to_delete(await self.fsx_pvs(namespace, job), namespace, job):
+            if await self.delete("PersistentVolume", None, name, uid=uid):
+                deleted.append(name)
+        return deleted
+
     # --- Kueue -----------------------------------------------------------------------------------------
     async def patch_workload_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str
@@ -302,19 +325,6 @@ class Kube:
                 if not exc.conflict or attempt == NODE_PATCH_ATTEMPTS - 1:
                     raise
         return False
-
-    async def quarantined_nodes(self) -> list[dict[str, Any]]:
-        """Every node carrying our quarantine taint (one LIST; the chart's uninstall hook and the
-        operator's quarantine review use it)."""
-        listing = await self.request("GET", _PATHS["Node"])
-        return [
-            n
-            for n in listing.get("items") or []
-            if any(
-                t.get("key") == contract.QUARANTINE_TAINT_KEY
-                for t in (n.get("spec") or {}).get("taints") or []
-            )
-        ]
 
     # --- events ---------------------------------------------------------------------------------------------
     async def emit_event(

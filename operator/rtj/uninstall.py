@@ -6,15 +6,16 @@ Once the operator is uninstalled nothing would lift its quarantines, nor run its
 1. Every node loses every quarantine of ours (rtj.ladder.quarantine.lift_patch: our taint and our
    record; every other taint stays), patched under the node's resourceVersion and read again on a
    Conflict (rtj.kube.Kube.patch_node).
-2. Every job holding our finalizer (FINALIZER, kopf's, put only on jobs with an FSx PV) is released,
-   so that deleting it, or its namespace, never waits for an operator that is gone. Only our
-   finalizer is removed; other finalizers stay. No user data is lost either way:
-   - a job being deleted first gets the cleanup the operator's delete handler gives it: its FSx PV
-     deleted, if the PV is still this job's (its job labels). The PV's reclaim policy is Retain: the
-     file system and its checkpoints are never touched;
+2. Every job holding our finalizer (contract.FINALIZER, kopf's, put only on jobs with an FSx PV) is
+   released, so that deleting it, or its namespace, never waits for an operator that is gone. Only
+   our finalizer is removed; other finalizers stay. No user data is lost either way:
+   - a job being deleted first gets the cleanup the operator's delete handler gives it: every PV
+     whose labels name the job deleted (rtj.kube.Kube.delete_fsx_pvs, each under its UID), whatever
+     its name (an earlier operator's `rtj-<ns>-<job>-fsx` too); never a PV of another job. The PVs'
+     reclaim policy is Retain: the file system and its checkpoints are never touched;
    - a job not being deleted keeps its PV (its pods may still mount it); only the finalizer goes. Its
-     line names the PV, which outlives the job when the job is deleted later (`kubectl delete pv`
-     then). An operator installed again puts the finalizer back on a job that still exists.
+     line says how to delete its PVs by label once the job is deleted later. An operator installed
+     again puts the finalizer back on a job that still exists.
 One line per node and job; exit 0 when no node keeps a quarantine of ours and no job our finalizer
 (checked by listing them again at the end), else 1, the last line naming what is left.
 
@@ -35,9 +36,6 @@ from rtj import builders, contract, kube
 from rtj.ladder import quarantine
 
 COMMAND = "uninstall-cleanup"
-#: kopf's finalizer on jobs that hold cluster state (rtj.handlers: settings.persistence.finalizer,
-#: `holds_cluster_state`).
-FINALIZER = f"{contract.API_GROUP}/cleanup"
 #: Read-modify-write rounds of a job's finalizer patch before a Conflict is given up.
 JOB_PATCH_ATTEMPTS = 5
 EXIT_LEFT = 1
@@ -103,22 +101,18 @@ async def _held_jobs(k: kube.Kube, namespaces: Sequence[str]) -> list[dict[str, 
     scopes: list[str | None] = [*namespaces] or [None]  # None: every namespace
     for namespace in scopes:
         listing = await k.request("GET", _jobs_path(namespace))
-        jobs += [j for j in listing.get("items") or [] if FINALIZER in (_meta(j).get("finalizers") or [])]
+        items = listing.get("items") or []
+        jobs += [j for j in items if contract.FINALIZER in (_meta(j).get("finalizers") or [])]
     return jobs
 
 
-async def _delete_pv(k: kube.Kube, namespace: str, name: str) -> str:
-    """The cleanup a deleted job gets from the operator: its FSx PV deleted, if it is still the job's."""
-    pv_name = builders.fsx_pv_name(namespace, name)
-    pv = await k.get("PersistentVolume", None, pv_name)
-    if pv is None:
-        return f"PV {pv_name} already gone"
-    labels = _meta(pv).get("labels") or {}
-    if (labels.get(contract.LABEL_JOB), labels.get(contract.LABEL_JOB_NAMESPACE)) != (name, namespace):
-        return f"PV {pv_name} kept: its labels name another job"
-    if not await k.delete("PersistentVolume", None, pv_name, uid=_meta(pv).get("uid")):
-        return f"PV {pv_name} already gone"
-    return f"PV {pv_name} deleted (reclaim policy Retain: the file system is untouched)"
+async def _delete_pvs(k: kube.Kube, namespace: str, name: str) -> str:
+    """The cleanup a deleted job gets from the operator (rtj.handlers.cleanup): every PV whose labels
+    name the job deleted, each under its UID."""
+    deleted = await k.delete_fsx_pvs(namespace, name)
+    if not deleted:
+        return "no PV of the job left"
+    return f"PV {', '.join(deleted)} deleted (reclaim policy Retain: the file system is untouched)"
 
 
 async def _remove_finalizer(k: kube.Kube, job: dict[str, Any]) -> bool:
@@ -130,12 +124,12 @@ async def _remove_finalizer(k: kube.Kube, job: dict[str, Any]) -> bool:
         if current is None:
             return False
         finalizers = list(_meta(current).get("finalizers") or [])
-        if FINALIZER not in finalizers:
+        if contract.FINALIZER not in finalizers:
             return False
         patch = {
             "metadata": {
                 "resourceVersion": _meta(current).get("resourceVersion"),
-                "finalizers": [f for f in finalizers if f != FINALIZER],
+                "finalizers": [f for f in finalizers if f != contract.FINALIZER],
             }
         }
         try:
@@ -153,16 +147,16 @@ async def _release(k: kube.Kube, job: dict[str, Any], delete_pvs: bool) -> Outco
     subject = f"job {namespace}/{name}"
     deleting = bool(meta.get("deletionTimestamp"))
     fsx = bool(((job.get("spec") or {}).get("checkpoint") or {}).get("fsx"))
-    pv_name = builders.fsx_pv_name(namespace, name)
+    selector = builders.fsx_pv_selector(namespace, name)
     try:
         if not fsx:
             pv = "no FSx PV"
         elif not deleting:
-            pv = f"PV {pv_name} kept, the job still exists (once it is deleted: kubectl delete pv {pv_name})"
+            pv = f"its PV kept, the job still exists (once it is deleted: kubectl delete pv -l {selector})"
         elif delete_pvs:
-            pv = await _delete_pv(k, namespace, name)
+            pv = await _delete_pvs(k, namespace, name)
         else:
-            pv = f"PV {pv_name} not looked at (--keep-pvs)"
+            pv = f"its PV not looked at (--keep-pvs; kubectl delete pv -l {selector})"
         removed = await _remove_finalizer(k, job)
     except Exception as exc:
         return Outcome(subject, f"finalizer NOT removed: {_error(exc)}", ok=False)

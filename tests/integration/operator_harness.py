@@ -10,14 +10,14 @@ never see each other's pods, nodes or taints.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
-from rtj import contract
+from rtj import builders, contract
 from rtj.contract import micro_time
 from rtj_local.nodes import KWOK_ANNOTATION_KEY, KWOK_HEARTBEAT_LABEL, p5_node
 from rtj_local.rawapi import RawApi
@@ -385,15 +385,16 @@ class OperatorEnv:
 def operator_env_factory(
     kube: client.ApiClient, kubeconfig: Path, namespace: str, rtj_api: Any, log_dir: Path
 ) -> tuple[Callable[..., OperatorEnv], Callable[[], None]]:
-    """(start(nodes=4, **env), teardown)."""
+    """(start(nodes=4, also=(), **env), teardown). `also`: more namespaces the operator watches (the
+    test creates them, with their trainer ServiceAccount, and deletes them)."""
     created: list[OperatorEnv] = []
 
-    def start(nodes: int = 4, **env: str) -> OperatorEnv:
+    def start(nodes: int = 4, also: Sequence[str] = (), **env: str) -> OperatorEnv:
         core = client.CoreV1Api(kube)
         # The trainer ServiceAccount the chart creates per trainer namespace (pods need it to exist).
         core.create_namespaced_service_account(namespace, {"metadata": {"name": TRAINER_SERVICE_ACCOUNT}})
         names = make_nodes(core, namespace, nodes)
-        op = OperatorProcess.for_namespace(kubeconfig, namespace, log_dir / "operator.log", **env)
+        op = OperatorProcess.for_namespace(kubeconfig, namespace, log_dir / "operator.log", also, **env)
         created.append(OperatorEnv(kube, namespace, names, op, rtj_api))
         op.start()
         return created[-1]
@@ -422,11 +423,9 @@ def operator_env_factory(
                 job["metadata"]["name"],
                 {"metadata": {"finalizers": None}},
             )
-            try:
-                core.delete_persistent_volume(f"rtj-{namespace}-{job['metadata']['name']}-fsx")
-            except client.ApiException as exc:
-                if exc.status != 404:
-                    raise
+            # Its FSx PVs: those whose labels name it, whatever their names.
+            selector = builders.fsx_pv_selector(namespace, job["metadata"]["name"])
+            core.delete_collection_persistent_volume(label_selector=selector)
 
     return start, teardown
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +25,10 @@ from operator_harness import (
     running,
     until,
 )
-from rtj import contract, reasons
+from rtj import builders, contract, reasons
 from rtj.api.status_slots import every_slot
+from rtj_local.cluster import LocalCluster
+from rtj_local.wait import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -134,10 +137,31 @@ def test_job_created_suspended_starts_nothing_until_admitted(env: Callable[..., 
     }
 
 
-def test_fsx_job_fails_at_once_when_the_operator_has_no_fsx_support(
+def test_fsx_job_fails_at_once_when_the_operator_has_no_fsx_support_and_stays_deletable(
     env: Callable[..., OperatorEnv],
+    install_chart: Callable[..., Any],
+    cluster: LocalCluster,
+    kubectl: Any,
+    namespace: str,
+    tmp_path: Path,
 ) -> None:
-    e = env(nodes=1, RTJ_FSX_ENABLED="false")  # what the chart sets unless fsx.enabled
+    """The operator as the chart runs it without fsx.enabled: RTJ_FSX_ENABLED=false, authenticated as
+    the chart's ServiceAccount, which has no right on PersistentVolumes. The job fails at once and
+    carries no finalizer: with one, its delete handler met Forbidden for ever and the job (and its
+    namespace) could not be deleted."""
+    release = install_chart("nofsx", namespace, f"operator.watchNamespaces={{{namespace}}}")
+    sa = f"{release.name}-resilient-training-operator"
+    as_sa = f"--as=system:serviceaccount:{namespace}:{sa}"
+
+    def can_i(verb: str, resource: str) -> str:
+        return kubectl("auth", "can-i", verb, resource, "-n", namespace, as_sa, check=False).stdout.strip()
+
+    wait_for(lambda: can_i("watch", f"{contract.PLURAL}.{contract.API_GROUP}") == "yes", timeout=30,
+             message="the chart's RBAC in force")  # fmt: skip
+    assert can_i("list", "persistentvolumes") == can_i("delete", "persistentvolumes") == "no"
+    kubeconfig = cluster.service_account_kubeconfig(namespace, sa, tmp_path / "operator.kubeconfig")
+    # What the chart sets unless fsx.enabled, as the chart's ServiceAccount.
+    e = env(nodes=1, RTJ_FSX_ENABLED="false", KUBECONFIG=str(kubeconfig))
     e.create_job("fsx", 1)  # the harness's jobs checkpoint on FSx
     until(lambda: is_true(e.job("fsx"), "Failed"), None, 60, e.explain("fsx"))
     st = e.status("fsx")
@@ -145,6 +169,13 @@ def test_fsx_job_fails_at_once_when_the_operator_has_no_fsx_support(
     assert failed["reason"] == reasons.INVALID_SPEC and "fsx.enabled=true" in failed["message"]
     assert not e.trainers("fsx").pods()
     assert reasons.INVALID_SPEC in reasons_of(events(e.core, e.namespace, "fsx"))
+    # kopf had handled the job (it adds a finalizer before any handler runs): none was added.
+    assert contract.FINALIZER not in (e.job("fsx")["metadata"].get("finalizers") or [])
+
+    e.rtj.api.delete_namespaced_custom_object(
+        contract.API_GROUP, contract.API_VERSION, e.namespace, contract.PLURAL, "fsx"
+    )
+    until(lambda: e.job_gone("fsx"), None, 30, lambda: f"job fsx deleted\n{e.operator.log_tail()}")
 
 
 def test_deletion_cleans_up_children_and_leaves_the_node_quarantine(env: Callable[..., OperatorEnv]) -> None:
@@ -170,7 +201,9 @@ def test_deletion_cleans_up_children_and_leaves_the_node_quarantine(env: Callabl
         assert taint is not None and taint.value == reasons.NODE_NOT_READY, taint
         coord = client.CoordinationV1Api(e.kube)
         pvc = e.core.read_namespaced_persistent_volume_claim("train-checkpoints", e.namespace)
-        assert pvc.spec.volume_name == f"rtj-{e.namespace}-train-fsx" and pvc.status.phase == "Bound"
+        assert (
+            pvc.spec.volume_name == builders.fsx_pv_name(e.namespace, "train") and pvc.status.phase == "Bound"
+        )
         assert coord.list_namespaced_lease(e.namespace, label_selector=f"{contract.LABEL_JOB}=train").items
 
         e.rtj.api.delete_namespaced_custom_object(
@@ -205,7 +238,7 @@ def test_deletion_cleans_up_children_and_leaves_the_node_quarantine(env: Callabl
         # The finalizer deletes the FSx PV; pv-protection lets it go once GC removed its PVC.
         def pv_gone() -> bool:
             try:
-                e.core.read_persistent_volume(f"rtj-{e.namespace}-train-fsx")
+                e.core.read_persistent_volume(builders.fsx_pv_name(e.namespace, "train"))
             except client.ApiException as exc:
                 if exc.status == 404:
                     return True
@@ -320,7 +353,7 @@ def test_job_is_deletable_when_its_operator_is_gone(env: Callable[..., OperatorE
     e = env(nodes=2)
     e.create_job("plain", 1, checkpoint={"pvc": {"claimName": "ckpt"}})
     e.create_job("fsx", 1)
-    finalizer = f"{contract.API_GROUP}/cleanup"
+    finalizer = contract.FINALIZER
     until(lambda: every_slot(e.status("plain")) and every_slot(e.status("fsx")), None, 60,
           e.explain("plain"))  # fmt: skip
     until(lambda: finalizer in (e.job("fsx")["metadata"].get("finalizers") or []), None, 30, e.explain("fsx"))

@@ -25,7 +25,7 @@ OPERATOR_NAMESPACED_YES = [
     ("create", "events", ()),
 ]
 #: Only with fsx.enabled=true (the static PersistentVolume of an FSx checkpoint volume).
-FSX_CLUSTER_YES = [(v, "persistentvolumes", ()) for v in ("create", "delete")]
+FSX_CLUSTER_YES = [(v, "persistentvolumes", ()) for v in ("create", "list", "delete")]
 OPERATOR_CLUSTER_YES = [
     *[(v, "nodes", ()) for v in ("get", "list", "watch", "patch")],
     *[(v, "customresourcedefinitions.apiextensions.k8s.io", ()) for v in ("get", "list", "watch")],
@@ -59,6 +59,8 @@ OPERATOR_NO = [
     ("create", "clusterroles.rbac.authorization.k8s.io", ()),
     ("create", "rolebindings.rbac.authorization.k8s.io", ()),
     ("impersonate", "serviceaccounts", ()),
+    # PersistentVolumes (fsx.enabled): listed by a job's labels, never read by name, watched or changed.
+    *[(v, "persistentvolumes", ()) for v in ("get", "watch", "update", "patch")],
     ("create", "serviceaccounts", ("--subresource=token",)),
 ]
 #: Only with kueue.enabled=true (docs/kueue.md): the job's Workload and the flavors its admission names.

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from kubernetes import client
 from operator_harness import OperatorEnv
-from rtj import contract, uninstall
+from rtj import builders, contract, uninstall
 from rtj_local.cluster import LocalCluster
 from rtj_local.wait import wait_for
 
@@ -89,17 +89,15 @@ def test_uninstall_cleanup_lifts_our_quarantines_and_unsticks_jobs(
     core, ns = e.core, e.namespace
     e.create_job("gone", 1)
     e.create_job("live", 1)
-    pvs = {job: f"rtj-{ns}-{job}-fsx" for job in ("gone", "live")}
+    pvs = {job: builders.fsx_pv_name(ns, job) for job in ("gone", "live")}
     for job in ("gone", "live"):
-        wait_for(
-            lambda job=job: uninstall.FINALIZER in finalizers(e, job), timeout=30, message=e.explain(job)
-        )
+        wait_for(lambda job=job: contract.FINALIZER in finalizers(e, job), timeout=30, message=e.explain(job))
         wait_for(lambda job=job: pv(core, pvs[job]) is not None, timeout=30, message=f"PV {pvs[job]}")
 
     # Why the hook runs after Helm deleted the operator (post-delete), not before: while an operator
     # runs, kopf puts the finalizer back on a live job as soon as it is removed.
     e.rtj.patch(ns, "live", {"metadata": {"finalizers": []}})
-    wait_for(lambda: uninstall.FINALIZER in finalizers(e, "live"), timeout=15,
+    wait_for(lambda: contract.FINALIZER in finalizers(e, "live"), timeout=15,
              message="the running operator puts its finalizer back")  # fmt: skip
 
     e.operator.stop()  # `helm uninstall`: the operator is gone
@@ -147,8 +145,9 @@ def test_uninstall_cleanup_lifts_our_quarantines_and_unsticks_jobs(
             f"job {ns}/gone: being deleted; finalizer removed; PV {pvs['gone']} deleted "
             "(reclaim policy Retain: the file system is untouched)"
         ) in lines, out
-        live_line = f"job {ns}/live: not being deleted; finalizer removed; PV {pvs['live']} kept"
+        live_line = f"job {ns}/live: not being deleted; finalizer removed; its PV kept"
         assert any(line.startswith(live_line) for line in lines), out
+        assert f"kubectl delete pv -l {builders.fsx_pv_selector(ns, 'live')})" in out
         assert lines[-1].endswith("; nothing left"), out
         assert seconds < 30, f"{seconds:.1f} s"
 
@@ -166,7 +165,7 @@ def test_uninstall_cleanup_lifts_our_quarantines_and_unsticks_jobs(
         wait_for(lambda: pv(core, pvs["gone"]) is None, timeout=60, message=f"PV {pvs['gone']} deleted")
         # The live job keeps its PV; released, it is deleted at once with no operator (nor would its
         # namespace wait), and its PV stays (the command's line names it).
-        assert uninstall.FINALIZER not in finalizers(e, "live")
+        assert contract.FINALIZER not in finalizers(e, "live")
         live_pv = pv(core, pvs["live"])
         assert live_pv is not None and live_pv.metadata.deletion_timestamp is None
         e.rtj.api.delete_namespaced_custom_object(
@@ -182,12 +181,8 @@ def test_uninstall_cleanup_lifts_our_quarantines_and_unsticks_jobs(
         print(f"uninstall-cleanup: {seconds:.2f} s for {len(lines) - 1} line(s)")
     finally:
         kubectl("delete", "-f", str(rbac_file), "--ignore-not-found", check=False)
-        for name in pvs.values():
-            try:
-                core.delete_persistent_volume(name)
-            except client.ApiException as exc:
-                if exc.status != 404:
-                    raise
+        for job in pvs:
+            core.delete_collection_persistent_volume(label_selector=builders.fsx_pv_selector(ns, job))
 
 
 def test_the_hook_pod_is_admitted_under_the_restricted_pod_security_standard(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from ladder_testkit import make_job
 from rtj import builders, contract
+from rtj.api.resource import MAX_JOB_NAME
 from rtj.contract import CAUSE_ANNOTATION
 from rtj.ladder import pod_from_dict
 
@@ -184,7 +187,8 @@ def test_fsx_static_pv_and_bound_pvc() -> None:
     job = fsx_job()
     pv, pvc = builders.fsx_persistent_volume(job), builders.fsx_persistent_volume_claim(job)
     assert pv is not None and pvc is not None
-    assert pv["metadata"]["name"] == "rtj-ns-train-fsx"
+    assert pv["metadata"]["name"] == "rtj-ns.train-fsx"
+    assert pv["metadata"]["labels"] == {contract.LABEL_JOB: "train", contract.LABEL_JOB_NAMESPACE: "ns"}
     assert "ownerReferences" not in pv["metadata"]
     assert pv["spec"]["csi"] == {
         "driver": "fsx.csi.aws.com",
@@ -195,7 +199,7 @@ def test_fsx_static_pv_and_bound_pvc() -> None:
         },
     }
     assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
-    assert pvc["spec"]["volumeName"] == "rtj-ns-train-fsx" and pvc["spec"]["storageClassName"] == ""
+    assert pvc["spec"]["volumeName"] == "rtj-ns.train-fsx" and pvc["spec"]["storageClassName"] == ""
     assert pv["spec"]["claimRef"] == {"namespace": "ns", "name": pvc["metadata"]["name"]}
     claim = next(
         v
@@ -203,6 +207,159 @@ def test_fsx_static_pv_and_bound_pvc() -> None:
         if v["name"] == builders.CHECKPOINT_VOLUME
     )
     assert claim["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+
+
+# --- the FSx PV: its name, and which PVs a job's create and cleanup act on ------------------------------
+#: Kubernetes' DNS-1123 subdomain (apimachinery IsDNS1123Subdomain): what a PV's name must be, ≤ 253.
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def old_fsx_pv_name(namespace: str, job: str) -> str:
+    """The name operators before this one gave the PV (ambiguous: the reason for fsx_pv_name)."""
+    return f"rtj-{namespace}-{job}-fsx"
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        (("a-b", "c"), ("a", "b-c")),
+        (("team-a", "llama-7b"), ("team", "a-llama-7b")),
+        (("x", "y-z"), ("x-y", "z")),
+    ],
+    ids=["a-b/c vs a/b-c", "team-a/llama-7b vs team/a-llama-7b", "x/y-z vs x-y/z"],
+)
+def test_jobs_whose_old_pv_names_collided_get_pvs_of_their_own(
+    one: tuple[str, str], other: tuple[str, str]
+) -> None:
+    assert old_fsx_pv_name(*one) == old_fsx_pv_name(*other)  # the bug
+    assert builders.fsx_pv_name(*one) != builders.fsx_pv_name(*other)
+    assert builders.fsx_pv_name(*one) == builders.fsx_pv_name(*one)  # deterministic: created once
+    assert builders.fsx_pv_selector(*one) != builders.fsx_pv_selector(*other)
+
+
+def test_every_way_to_split_a_name_into_namespace_and_job_gives_another_pv() -> None:
+    words = ["ml", "team", "a", "llama", "70b", "run", "2"]
+    splits = [("-".join(words[:i]), "-".join(words[i:])) for i in range(1, len(words))]
+    assert len({old_fsx_pv_name(ns, job) for ns, job in splits}) == 1
+    assert len({builders.fsx_pv_name(ns, job) for ns, job in splits}) == len(splits)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "job"),
+    [("a", "b"), ("n" * 63, "j" * MAX_JOB_NAME), ("0ns-9", "j0-b"), ("9" * 63, "a")],
+    ids=["shortest", "longest", "digits-and-dashes", "numeric-namespace"],
+)
+def test_the_pv_name_is_a_bounded_dns_subdomain(namespace: str, job: str) -> None:
+    name = builders.fsx_pv_name(namespace, job)
+    assert DNS_SUBDOMAIN.match(name), name
+    assert len(name) <= 4 + 63 + 1 + MAX_JOB_NAME + 4 == 130 <= 253
+
+
+def pv_obj(
+    name: str,
+    labels: dict[str, str] | None,
+    uid: str = "u",
+    phase: str = "Available",
+    claim: tuple[str, str] | None = ("ns", "train-checkpoints"),
+    deleting: bool = False,
+) -> dict[str, object]:
+    meta: dict[str, object] = {"name": name, "uid": uid}
+    if labels is not None:
+        meta["labels"] = labels
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-05T10:00:00Z"
+    spec = {"claimRef": {"namespace": claim[0], "name": claim[1]}} if claim else {}
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+OURS = {contract.LABEL_JOB: "train", contract.LABEL_JOB_NAMESPACE: "ns"}
+
+
+@pytest.mark.parametrize(
+    ("pvs", "deleted"),
+    [
+        ([pv_obj("rtj-ns.train-fsx", OURS, "u1")], [("rtj-ns.train-fsx", "u1")]),
+        ([pv_obj("rtj-ns-train-fsx", OURS, "u0")], [("rtj-ns-train-fsx", "u0")]),
+        (
+            [pv_obj("rtj-ns-train-fsx", OURS, "u0"), pv_obj("rtj-ns.train-fsx", OURS, "u1")],
+            [("rtj-ns-train-fsx", "u0"), ("rtj-ns.train-fsx", "u1")],
+        ),
+        (
+            [
+                pv_obj(
+                    "rtj-ns-train-fsx", {contract.LABEL_JOB: "ns-train", contract.LABEL_JOB_NAMESPACE: "rtj"}
+                )
+            ],
+            [],
+        ),
+        (
+            [pv_obj("rtj-ns.train-fsx", {contract.LABEL_JOB: "train", contract.LABEL_JOB_NAMESPACE: "ns-b"})],
+            [],
+        ),
+        ([pv_obj("rtj-ns.train-fsx", {contract.LABEL_JOB: "train"})], []),
+        ([pv_obj("rtj-ns.train-fsx", None)], []),
+        ([pv_obj("rtj-ns.train-fsx", OURS, deleting=True)], []),
+        ([pv_obj("rtj-ns.train-fsx", OURS, uid="")], []),
+        ([], []),
+    ],
+    ids=[
+        "ours",
+        "ours-under-the-old-name",
+        "both-after-an-upgrade",
+        "another-jobs-under-our-old-name",
+        "same-job-name-other-namespace",
+        "no-namespace-label",
+        "no-labels",
+        "already-being-deleted",
+        "no-uid-no-precondition",
+        "none",
+    ],
+)
+def test_the_cleanup_deletes_only_the_pvs_whose_labels_name_the_job(
+    pvs: list[dict[str, object]], deleted: list[tuple[str, str]]
+) -> None:
+    assert builders.fsx_pvs_to_delete(pvs, "ns", "train") == deleted
+
+
+@pytest.mark.parametrize(
+    ("pvs", "creates"),
+    [
+        ([], True),
+        ([pv_obj("rtj-ns-train-fsx", OURS, phase="Bound")], False),
+        ([pv_obj("rtj-ns.train-fsx", OURS, phase="Bound")], False),
+        ([pv_obj("rtj-ns-train-fsx", OURS, phase="Available")], True),
+        ([pv_obj("rtj-ns-train-fsx", OURS, phase="Released")], True),
+        ([pv_obj("rtj-ns-train-fsx", OURS, phase="Bound", claim=("ns", "other"))], True),
+        ([pv_obj("rtj-ns-train-fsx", OURS, phase="Bound", claim=None)], True),
+        (
+            [
+                pv_obj(
+                    "rtj-ns-train-fsx",
+                    {contract.LABEL_JOB: "x", contract.LABEL_JOB_NAMESPACE: "ns"},
+                    phase="Bound",
+                )
+            ],
+            True,
+        ),
+    ],
+    ids=[
+        "a-new-job",
+        "upgrade-pvc-bound-to-the-old-pv",
+        "pvc-bound-to-ours",
+        "old-pv-not-bound",
+        "old-pv-released",
+        "bound-to-another-claim",
+        "no-claim-ref",
+        "another-jobs-pv-bound-to-our-claim-name",
+    ],
+)
+def test_no_pv_is_created_while_the_jobs_pvc_is_bound_to_one_of_its_own(
+    pvs: list[dict[str, object]], creates: bool
+) -> None:
+    job = fsx_job()
+    pv = builders.fsx_pv_to_create(job, pvs)
+    assert pv == (builders.fsx_persistent_volume(job) if creates else None)
+    assert builders.fsx_pv_to_create(make_job().obj(), []) is None  # a PVC job has no PV
 
 
 def test_pod_template_overrides_and_service_account() -> None:

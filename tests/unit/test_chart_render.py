@@ -239,9 +239,10 @@ def test_operator_rbac_grants_exactly_what_the_operator_uses(fsx: bool, kueue: b
         | g("apiextensions.k8s.io", "customresourcedefinitions", "get", "list", "watch")
         | g("", "namespaces", "list", "watch")
     )
-    # Cluster-wide PersistentVolume rights only for FSx checkpoints, which need them.
+    # Cluster-wide PersistentVolume rights only for FSx checkpoints, which need them: the job's PVs listed
+    # by its labels (admit, cleanup), created, deleted under their UID; never get, watch, update, patch.
     if fsx:
-        expected |= g("", "persistentvolumes", "create", "delete")
+        expected |= g("", "persistentvolumes", "create", "list", "delete")
     # Kueue's Workloads only with the integration on: created and watched, status patched (Finished,
     # admission cleared after an eviction), ResourceFlavors read by name; never update or delete.
     if kueue:
@@ -611,7 +612,7 @@ def test_uninstall_hook_rbac_grants_exactly_what_the_command_uses(fsx: bool, wat
     assert cluster_binding["subjects"] == [subject]
     expected = {("", "nodes", v) for v in ("get", "list", "patch")}
     if fsx:
-        expected |= {("", "persistentvolumes", v) for v in ("get", "delete")}
+        expected |= {("", "persistentvolumes", v) for v in ("list", "delete")}
     assert grants(roles[cluster_binding["roleRef"]["name"]]) == expected
     # The jobs' finalizers: where the operator watches jobs (everywhere, or each watched namespace).
     jobs_role = roles[next(n for n in roles if n != cluster_binding["roleRef"]["name"])]

@@ -532,3 +532,106 @@ def test_a_quarantine_issued_again_after_a_crash_patches_the_node_once() -> None
     again = FakeKube({("GET", "/api/v1/nodes/node-1"): tainted})
     act(again, Decision(actions=[taint]))
     assert [(c.method, c.path) for c in again.calls] == [("GET", "/api/v1/nodes/node-1")]
+
+
+# --- admit and cleanup: the job's FSx PV ---------------------------------------------------------------
+PVS = "/api/v1/persistentvolumes"
+PVCS = "/api/v1/namespaces/ns/persistentvolumeclaims"
+SELECTOR = {"labelSelector": f"{contract.LABEL_JOB}=train,{contract.LABEL_JOB_NAMESPACE}=ns"}
+PV_LABELS = {contract.LABEL_JOB: "train", contract.LABEL_JOB_NAMESPACE: "ns"}
+FSX = {
+    "fileSystemId": "fs-0123456789abcdef0",
+    "dnsName": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+    "mountName": "abcdefgh",
+}
+
+
+def fsx_body(deleting: bool = False) -> kopf.Body:
+    raw = dict(job_body(make_job().spec(checkpoint={"fsx": FSX}).obj()))
+    if deleting:
+        raw["metadata"] = {**raw["metadata"], "deletionTimestamp": "2026-01-01T12:00:00Z"}
+    return kopf.Body(raw)
+
+
+def labelled_pv(name: str, uid: str, labels: dict[str, str], phase: str = "Bound") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": uid, "labels": labels},
+        "spec": {"claimRef": {"namespace": "ns", "name": "train-checkpoints", "uid": "pvc-uid"}},
+        "status": {"phase": phase},
+    }
+
+
+def memo_of(fake: FakeKube) -> kopf.Memo:
+    memo = kopf.Memo()
+    memo.kube = fake
+    return memo
+
+
+def test_admit_lists_the_jobs_pvs_then_creates_its_pv_and_the_pvc_naming_it() -> None:
+    fake = FakeKube({("GET", PVS): {"items": []}})
+    asyncio.run(handlers.admit(body=fsx_body(), memo=memo_of(fake)))
+    assert [(c.method, c.path, c.query) for c in fake.calls] == [
+        ("GET", PVS, SELECTOR),
+        ("POST", PVS, FM),
+        ("POST", PVCS, FM),
+    ]
+    pv, pvc = fake.calls[1].body, fake.calls[2].body
+    assert pv["metadata"] == {"name": "rtj-ns.train-fsx", "labels": PV_LABELS}
+    assert pvc["spec"]["volumeName"] == "rtj-ns.train-fsx"
+
+
+def test_admit_after_an_upgrade_creates_no_pv_while_the_pvc_is_bound_to_the_old_one() -> None:
+    """The PVC made by an earlier operator stays bound to `rtj-<ns>-<job>-fsx`: a PV under the new name
+    would never bind, so none is made (builders.fsx_pv_to_create)."""
+    old = labelled_pv("rtj-ns-train-fsx", "old-uid", PV_LABELS)
+    exists = kube.KubeError(409, "Conflict", '{"reason":"AlreadyExists"}')  # the PVC of the operator before
+    fake = FakeKube({("GET", PVS): {"items": [old]}, ("POST", PVCS): exists})
+    asyncio.run(handlers.admit(body=fsx_body(), memo=memo_of(fake)))
+    assert [(c.method, c.path) for c in fake.calls] == [("GET", PVS), ("POST", PVCS)]
+
+
+def test_admit_of_a_pvc_job_reads_no_pv() -> None:
+    fake = FakeKube()
+    asyncio.run(handlers.admit(body=job_body(make_job().obj()), memo=memo_of(fake)))
+    assert fake.calls == []
+
+
+def test_cleanup_deletes_every_pv_its_labels_name_under_its_uid_and_no_other() -> None:
+    """Listed by the job's labels, whatever their names (the old one too); a PV the server would not
+    select is checked again, never deleted."""
+    other = labelled_pv(
+        "rtj-ns-train-fsx", "x-uid", {contract.LABEL_JOB: "train", contract.LABEL_JOB_NAMESPACE: "n"}
+    )
+    old = labelled_pv("rtj-ns-train-fsx", "old-uid", PV_LABELS)
+    new = labelled_pv("rtj-ns.train-fsx", "new-uid", PV_LABELS)
+    pvs = [old, new, other]
+    fake = FakeKube({("GET", PVS): {"items": pvs}})
+    asyncio.run(
+        handlers.cleanup(memo=memo_of(fake), namespace="ns", name="train", body=fsx_body(deleting=True))
+    )
+    assert [(c.method, c.path, c.query) for c in fake.calls] == [
+        ("GET", PVS, SELECTOR),
+        ("DELETE", f"{PVS}/rtj-ns-train-fsx", None),
+        ("DELETE", f"{PVS}/rtj-ns.train-fsx", None),
+    ]
+    assert [c.body["preconditions"] for c in fake.calls[1:]] == [{"uid": "old-uid"}, {"uid": "new-uid"}]
+
+
+def test_cleanup_retries_while_the_pvs_cannot_be_listed() -> None:
+    fake = FakeKube({("GET", PVS): kube.KubeError(503, "Service Unavailable")})
+    with pytest.raises(kopf.TemporaryError):
+        asyncio.run(handlers.cleanup(memo=memo_of(fake), namespace="ns", name="train"))
+
+
+@pytest.mark.parametrize(
+    ("fsx_enabled", "checkpoint", "holds"),
+    [(True, {"fsx": FSX}, True), (True, {"pvc": {"claimName": "c"}}, False), (False, {"fsx": FSX}, False)],
+    ids=["fsx-job", "pvc-job", "fsx-job-with-fsx-disabled"],
+)
+def test_only_an_fsx_job_under_an_operator_with_fsx_holds_the_finalizer(
+    monkeypatch: pytest.MonkeyPatch, fsx_enabled: bool, checkpoint: dict[str, Any], holds: bool
+) -> None:
+    """With FSx disabled the operator creates no PV and has no right on PVs (the chart): a finalizer
+    would leave its delete handler retrying a Forbidden LIST forever, a job that cannot be deleted."""
+    monkeypatch.setattr(handlers, "SETTINGS", Settings(fsx_enabled=fsx_enabled))
+    assert handlers.holds_cluster_state(kopf.Spec(kopf.Body({"spec": {"checkpoint": checkpoint}}))) is holds

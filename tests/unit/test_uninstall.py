@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -20,7 +20,8 @@ NODES = "/api/v1/nodes"
 GROUP = f"/apis/{contract.API_GROUP}/{contract.API_VERSION}"
 ALL_JOBS = f"{GROUP}/{contract.PLURAL}"
 PVS = "/api/v1/persistentvolumes"
-OURS = uninstall.FINALIZER
+OURS = contract.FINALIZER
+SELECTOR = f"{contract.LABEL_JOB}=gone,{contract.LABEL_JOB_NAMESPACE}=ns"
 FOREIGN_TAINT = {"key": "example.com/maintenance", "value": "x", "effect": "NoSchedule"}
 RECORD = contract.Quarantine(
     reason="NodeNotReady", since="2026-12-01T00:00:00Z", until="2026-12-01T01:00:00Z"
@@ -37,6 +38,7 @@ class Call:
     method: str
     path: str
     body: Any = None
+    query: Any = field(default=None, compare=False)
 
 
 class FakeKube(kube.Kube):
@@ -56,7 +58,7 @@ class FakeKube(kube.Kube):
         query: dict[str, Any] | None = None,
         content_type: str | None = None,
     ) -> dict[str, Any]:
-        self.calls.append(Call(method, path, copy.deepcopy(body)))
+        self.calls.append(Call(method, path, copy.deepcopy(body), copy.deepcopy(query)))
         queue = self.answers.get((method, path)) or [{}]
         answer = queue.pop(0) if len(queue) > 1 else queue[0]
         if isinstance(answer, kube.KubeError):
@@ -84,9 +86,9 @@ def job(name: str, finalizers: list[str], deleting: bool, fsx: bool = True, rv: 
     return {"metadata": meta, "spec": {"checkpoint": checkpoint}}
 
 
-def pv(job_name: str, namespace: str = "ns", uid: str = "pv-uid") -> dict[str, Any]:
+def pv(job_name: str, namespace: str = "ns", uid: str = "pv-uid", name: str = "") -> dict[str, Any]:
     labels = {contract.LABEL_JOB: job_name, contract.LABEL_JOB_NAMESPACE: namespace}
-    return {"metadata": {"name": f"rtj-ns-{job_name}-fsx", "uid": uid, "labels": labels}}
+    return {"metadata": {"name": name or f"rtj-{namespace}.{job_name}-fsx", "uid": uid, "labels": labels}}
 
 
 def conflict() -> kube.KubeError:
@@ -154,24 +156,34 @@ def test_a_node_changed_meanwhile_is_read_and_patched_again() -> None:
 
 
 # --- jobs -------------------------------------------------------------------------------------------------
-def test_a_job_being_deleted_gets_its_pv_deleted_then_only_our_finalizer_removed() -> None:
+def test_a_job_being_deleted_gets_its_pvs_deleted_then_only_our_finalizer_removed() -> None:
+    """Every PV whose labels name the job, under this operator's name and an earlier one's
+    (`rtj-<ns>-<job>-fsx`), each under its UID."""
     gone = job("gone", ["example.com/keep", OURS], deleting=True)
+    old, new = pv("gone", uid="old-uid", name="rtj-ns-gone-fsx"), pv("gone", uid="new-uid")
     fake = FakeKube({
         ("GET", NODES): [items()],
         ("GET", ALL_JOBS): [items(gone), items()],
-        ("GET", f"{PVS}/rtj-ns-gone-fsx"): [pv("gone")],
+        ("GET", PVS): [items(old, new)],
     })  # fmt: skip
     lines, code = run(fake)
-    delete, patch = fake.writes()
-    assert (delete.method, delete.path) == ("DELETE", f"{PVS}/rtj-ns-gone-fsx")
-    assert delete.body["preconditions"] == {"uid": "pv-uid"}  # that PV, not a namesake created since
+    [listed] = [c for c in fake.calls if c.path == PVS]
+    assert listed.query == {"labelSelector": SELECTOR}
+    delete_old, delete_new, patch = fake.writes()
+    assert (delete_old.method, delete_old.path) == ("DELETE", f"{PVS}/rtj-ns-gone-fsx")
+    assert (delete_new.method, delete_new.path) == ("DELETE", f"{PVS}/rtj-ns.gone-fsx")
+    # That PV, not a namesake created since.
+    assert [d.body["preconditions"] for d in (delete_old, delete_new)] == [
+        {"uid": "old-uid"},
+        {"uid": "new-uid"},
+    ]
     assert patch == Call(
         "PATCH",
         f"{GROUP}/namespaces/ns/{contract.PLURAL}/gone",
         {"metadata": {"resourceVersion": "7", "finalizers": ["example.com/keep"]}},
     )
     assert lines[0] == (
-        "job ns/gone: being deleted; finalizer removed; PV rtj-ns-gone-fsx deleted "
+        "job ns/gone: being deleted; finalizer removed; PV rtj-ns-gone-fsx, rtj-ns.gone-fsx deleted "
         "(reclaim policy Retain: the file system is untouched)"
     )
     assert code == 0
@@ -186,33 +198,50 @@ def test_a_job_not_being_deleted_keeps_its_pv_and_loses_only_the_finalizer() -> 
                                                                                    "finalizers": []}})
     ]  # fmt: skip
     assert not [c for c in fake.calls if c.path.startswith(PVS)]  # its PV is not even read
-    assert "not being deleted; finalizer removed; PV rtj-ns-live-fsx kept" in lines[0]
-    assert "kubectl delete pv rtj-ns-live-fsx" in lines[0]
+    assert "not being deleted; finalizer removed; its PV kept" in lines[0]
+    selector = f"{contract.LABEL_JOB}=live,{contract.LABEL_JOB_NAMESPACE}=ns"
+    assert lines[0].endswith(f"(once it is deleted: kubectl delete pv -l {selector})")
     assert code == 0
 
 
 @pytest.mark.parametrize(
-    ("the_pv", "delete_pvs", "said"),
+    ("listed", "delete_pvs", "said"),
     [
-        (pv("other", namespace="ns-x"), True, "PV rtj-ns-gone-fsx kept: its labels name another job"),
-        (None, True, "PV rtj-ns-gone-fsx already gone"),
-        (pv("gone"), False, "PV rtj-ns-gone-fsx not looked at (--keep-pvs)"),
+        ([pv("other", namespace="ns-x", name="rtj-ns.gone-fsx")], True, "no PV of the job left"),
+        ([pv("gone", namespace="ns-x")], True, "no PV of the job left"),
+        ([], True, "no PV of the job left"),
+        ([pv("gone")], False, f"its PV not looked at (--keep-pvs; kubectl delete pv -l {SELECTOR})"),
     ],
-    ids=["another-jobs-pv", "pv-gone", "keep-pvs"],
+    ids=["another-jobs-pv-under-its-name", "same-name-other-namespace", "pv-gone", "keep-pvs"],
 )
-def test_a_pv_that_is_not_the_jobs_is_never_deleted(the_pv: Any, delete_pvs: bool, said: str) -> None:
+def test_a_pv_that_is_not_the_jobs_is_never_deleted(
+    listed: list[dict[str, Any]], delete_pvs: bool, said: str
+) -> None:
+    """The API server selects by label; a PV it answers that the labels do not name is still kept."""
     gone = job("gone", [OURS], deleting=True)
-    pv_answer = the_pv if the_pv is not None else kube.KubeError(404, "Not Found")
     fake = FakeKube({
         ("GET", NODES): [items()],
         ("GET", ALL_JOBS): [items(gone), items()],
-        ("GET", f"{PVS}/rtj-ns-gone-fsx"): [pv_answer],
+        ("GET", PVS): [items(*listed)],
     })  # fmt: skip
     lines, code = run(fake, delete_pvs=delete_pvs)
     assert [c.method for c in fake.writes()] == ["PATCH"]  # the finalizer only
     assert lines[0].endswith(said) and code == 0
     if not delete_pvs:
         assert not [c for c in fake.calls if c.path.startswith(PVS)]
+
+
+def test_a_pv_deleted_or_replaced_meanwhile_is_not_reported_deleted() -> None:
+    """The delete's UID precondition fails (409) or the PV is gone (404): nothing of another is deleted."""
+    gone = job("gone", [OURS], deleting=True)
+    fake = FakeKube({
+        ("GET", NODES): [items()],
+        ("GET", ALL_JOBS): [items(gone), items()],
+        ("GET", PVS): [items(pv("gone"))],
+        ("DELETE", f"{PVS}/rtj-ns.gone-fsx"): [conflict()],
+    })  # fmt: skip
+    lines, code = run(fake)
+    assert lines[0].endswith("finalizer removed; no PV of the job left") and code == 0
 
 
 def test_jobs_without_our_finalizer_are_left_alone_and_namespaces_scope_the_jobs() -> None:
@@ -246,7 +275,7 @@ def test_a_job_changed_meanwhile_is_read_again_and_a_job_gone_meanwhile_is_done(
         ("PATCH", path): [kube.KubeError(404, "Not Found")],
     })  # fmt: skip
     lines, code = run(fake)
-    assert lines[0].startswith("job ns/a: not being deleted; finalizer already gone; PV rtj-ns-a-fsx kept")
+    assert lines[0].startswith("job ns/a: not being deleted; finalizer already gone; its PV kept")
     assert code == 0
 
 

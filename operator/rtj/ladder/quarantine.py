@@ -12,8 +12,9 @@ A quarantine is the node's, not a job's (rtj.ladder.blame decides when there is 
   taint) is lifted as soon as it passes the same health check, not at `until`; while it still shows
   evidence it stays quarantined, extended only at `until` like any other. A replaced node is a new
   Node object, without the taint.
-Deleting a job never lifts a quarantine. Nothing lifts one once the operator is uninstalled:
-docs/fault-classes.md gives the one command that does.
+Deleting a job never lifts a quarantine. Uninstalling the operator lifts every one: the chart's
+post-delete hook runs `python -m rtj uninstall-cleanup` (rtj.uninstall), which applies `lift_patch`
+to every node.
 
 The same node failing pods of different jobs is evidence too: each job's pod faults without node
 evidence are recorded on the node (NODE_FAULTS_ANNOTATION, entries older than
