@@ -23,6 +23,7 @@ from e2e_helpers import (
     all_training,
     failed,
     node_record,
+    nodes_schedulable,
     only_on_kubelet_nodes,
     operator_leader,
     succeeded,
@@ -626,6 +627,12 @@ def test_the_active_operators_node_dies_the_standby_takes_over_and_recovers_the_
     # once it expires, and the job's pods on the dead node are replaced (NodeNotReady); no healthy
     # pod's heartbeat is read as lost. The node is restarted afterwards (the next rows need it).
     raw = e2e_stack.raw
+    # The node-death rows before this one leave their nodes dead (see conftest.KUBELET_NODES): with two
+    # of four left, the pods of the operator's node would have nowhere to go. Every node back first.
+    e2e_stack.agent.up(len(e2e_stack.agent.node_names()))
+    wait_for(
+        lambda: nodes_schedulable(raw, e2e_stack.nodes), timeout=120, interval=1.0, message="every node Ready"
+    )
     job, first, leader = training_under_two_operators(run_job, raw, "opnode")
     node = raw.get(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{leader}")["spec"]["nodeName"]
     there = [s for s in every_slot(first.status) if s.get("node") == node]
