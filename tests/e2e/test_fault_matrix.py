@@ -572,9 +572,9 @@ def test_pod_budget_exhausted_fails_the_job_and_restarts_nothing(run_job, e2e_st
     job.assert_checkpoints_never_lost_or_backwards()
 
 
-def training_under_two_operators(run_job, raw, name: str):
+def training_under_two_operators(run_job, raw, name: str, **spec):
     """A job training past a checkpoint, and the one leader of the chart's two operator pods."""
-    job = run_job(name, steps=FAULT_MID_RUN_STEPS, interval=5)
+    job = run_job(name, steps=FAULT_MID_RUN_STEPS, interval=5, **spec)
     first = job.wait(lambda s: all_training(s) and (s.checkpoint_step or 0) >= 5, START, "a checkpoint")
     leader, operators = operator_leader(raw)
     assert leader and len(operators) == 2, f"one leader of two operator pods: {leader!r}, {operators}"
@@ -633,7 +633,12 @@ def test_the_active_operators_node_dies_the_standby_takes_over_and_recovers_the_
     wait_for(
         lambda: nodes_schedulable(raw, e2e_stack.nodes), timeout=120, interval=1.0, message="every node Ready"
     )
-    job, first, leader = training_under_two_operators(run_job, raw, "opnode")
+    # The node's death, not its pods' silence, is what the operator acts on (as in the node-death
+    # rows): a 12 s heartbeat timeout would replace a silent pod before NodeNotReady, the scheduler
+    # could put it on the dying node, and NodeNotReady would replace it again.
+    job, first, leader = training_under_two_operators(
+        run_job, raw, "opnode", fault_tolerance={"heartbeatTimeoutSeconds": NODE_DEATH_HEARTBEAT_TIMEOUT}
+    )
     node = raw.get(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{leader}")["spec"]["nodeName"]
     there = [s for s in every_slot(first.status) if s.get("node") == node]
     rdzv_there = any(n.endswith("-rdzv") and p["node"] == node for n, p in first.pods.items())

@@ -5,11 +5,14 @@ non-root user that does not clash with Ubuntu 24.04's UID 1000."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
 from rtj.api import crdgen
+from rtj_trainer import runtime_env
 
 pytestmark = pytest.mark.unit
 
@@ -70,3 +73,19 @@ def test_runs_as_a_numeric_non_root_user_other_than_ubuntus() -> None:
     uid, gid = (int(x) for x in user.split(":"))
     assert uid not in (0, 1000) and gid not in (0, 1000)
     assert f"--uid {uid}" in DOCKERFILE and f"--gid {gid}" in DOCKERFILE
+
+
+def test_the_installed_package_has_the_autoreport_bootstrap(tmp_path) -> None:
+    """The image installs the project non-editable (`pip install .`) from what it copies: the wheel
+    must carry the sitecustomize the entrypoint puts on the ranks' PYTHONPATH, or a plain script
+    reports no step. Built from a copy of exactly those sources (a checkout's egg-info would list it)."""
+    src, skip = tmp_path / "src", shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for part in ("operator", "trainer-image/rtj_trainer"):
+        shutil.copytree(ROOT / part, src / part, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    wheel_cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    subprocess.run([*wheel_cmd, "-w", str(tmp_path), str(src)], check=True, capture_output=True)
+    [wheel] = tmp_path.glob("*.whl")
+    site = runtime_env.AUTOREPORT_BOOTSTRAP_DIR.split("rtj_trainer/", 1)[1]
+    assert f"rtj_trainer/{site}/sitecustomize.py" in zipfile.ZipFile(wheel).namelist()

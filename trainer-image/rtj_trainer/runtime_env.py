@@ -199,7 +199,7 @@ def _resolve_backend(value: str) -> str:
 #: reports nothing itself still reports its steps and checkpoints (not imported here: that package
 #: imports this module).
 AUTOREPORT_BOOTSTRAP_DIR = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "integrations", "bootstrap"
+    os.path.dirname(os.path.abspath(__file__)), "integrations", "autoreport-site"
 )
 
 

@@ -37,7 +37,7 @@ from typing import Any
 ENV_AUTO_REPORT = "RTJ_AUTO_REPORT"
 #: The directory holding the `sitecustomize.py` that installs this module in every rank (the same
 #: as runtime_env.AUTOREPORT_BOOTSTRAP_DIR, which the entrypoint puts on the ranks' PYTHONPATH).
-BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "autoreport-site")
 _WRAPPED = "__rtj_autoreport__"
 
 
