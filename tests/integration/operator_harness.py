@@ -130,6 +130,16 @@ def lift_quarantine(core: client.CoreV1Api, node: str) -> None:
     core.patch_node(node, patch)
 
 
+def read_pv(core: client.CoreV1Api, name: str) -> client.V1PersistentVolume | None:
+    """The PV, or None once it is gone (404)."""
+    try:
+        return core.read_persistent_volume(name)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 def metric_value(text: str, name: str, **labels: str) -> float:
     """The sum of the samples of metric `name` (Prometheus text) whose labels include `labels`."""
     total = 0.0

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 from kubernetes import client
-from operator_harness import TRAINER_SERVICE_ACCOUNT, OperatorEnv, job_manifest, until
+from operator_harness import TRAINER_SERVICE_ACCOUNT, OperatorEnv, job_manifest, read_pv, until
 from rtj import builders, contract
 from rtj.api.models import ResilientTrainingJob
 from rtj.api.resource import MAX_JOB_NAME
@@ -26,15 +26,6 @@ HANDLED = f"{contract.API_GROUP}/last-handled-configuration"
 def old_pv_name(namespace: str, job: str) -> str:
     """The name operators before this one gave a job's PV."""
     return f"rtj-{namespace}-{job}-fsx"
-
-
-def read_pv(core: client.CoreV1Api, name: str) -> client.V1PersistentVolume | None:
-    try:
-        return core.read_persistent_volume(name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
 
 
 def pvs_of(core: client.CoreV1Api, namespace: str, job: str) -> set[str]:

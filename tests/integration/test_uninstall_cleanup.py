@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from operator_harness import OperatorEnv
+from operator_harness import OperatorEnv, read_pv
 from rtj import builders, contract, uninstall
 from rtj_local.cluster import LocalCluster
 from rtj_local.wait import wait_for
@@ -73,15 +73,6 @@ def finalizers(e: OperatorEnv, job: str) -> list[str]:
     return list(e.job(job)["metadata"].get("finalizers") or [])
 
 
-def pv(core: client.CoreV1Api, name: str) -> client.V1PersistentVolume | None:
-    try:
-        return core.read_persistent_volume(name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
 def test_uninstall_cleanup_lifts_our_quarantines_and_unsticks_jobs(
     env: Callable[..., OperatorEnv], helm: Any, kubectl: Any, cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -92,7 +83,7 @@ def test_uninstall_cleanup_lifts_our_quarantines_and_unsticks_jobs(
     pvs = {job: builders.fsx_pv_name(ns, job) for job in ("gone", "live")}
     for job in ("gone", "live"):
         wait_for(lambda job=job: contract.FINALIZER in finalizers(e, job), timeout=30, message=e.explain(job))
-        wait_for(lambda job=job: pv(core, pvs[job]) is not None, timeout=30, message=f"PV {pvs[job]}")
+        wait_for(lambda job=job: read_pv(core, pvs[job]) is not None, timeout=30, message=f"PV {pvs[job]}")
 
     # Why the hook runs after Helm deleted the operator (post-delete), not before: while an operator
     # runs, kopf puts the finalizer back on a live job as soon as it is removed.
@@ -162,17 +153,17 @@ def test_uninstall_cleanup_lifts_our_quarantines_and_unsticks_jobs(
             assert any(t.key == FOREIGN["key"] for t in node.spec.taints)
         # The job being deleted is gone; its PV too once garbage collection removed the job's PVC.
         wait_for(lambda: e.job_gone("gone"), timeout=10, message="job gone deleted")
-        wait_for(lambda: pv(core, pvs["gone"]) is None, timeout=60, message=f"PV {pvs['gone']} deleted")
+        wait_for(lambda: read_pv(core, pvs["gone"]) is None, timeout=60, message=f"PV {pvs['gone']} deleted")
         # The live job keeps its PV; released, it is deleted at once with no operator (nor would its
         # namespace wait), and its PV stays (the command's line names it).
         assert contract.FINALIZER not in finalizers(e, "live")
-        live_pv = pv(core, pvs["live"])
+        live_pv = read_pv(core, pvs["live"])
         assert live_pv is not None and live_pv.metadata.deletion_timestamp is None
         e.rtj.api.delete_namespaced_custom_object(
             contract.API_GROUP, contract.API_VERSION, ns, contract.PLURAL, "live"
         )
         wait_for(lambda: e.job_gone("live"), timeout=10, message="job live deleted without an operator")
-        assert pv(core, pvs["live"]) is not None
+        assert read_pv(core, pvs["live"]) is not None
 
         again, _ = run_hook_command(hook_job, hook_kubeconfig)  # safe to run twice
         assert again.returncode == 0 and again.stdout.splitlines()[-1].endswith("; nothing left"), (
