@@ -242,11 +242,13 @@ class Kube:
             raise
 
     async def list_objects(
-        self, kind: str, namespace: str | None, label_selector: str
+        self, kind: str, namespace: str | None, label_selector: str = ""
     ) -> list[dict[str, Any]]:
-        """The objects of `kind` the label selector selects (one LIST)."""
-        query = {"labelSelector": label_selector}
-        listing = await self.request("GET", self._collection(kind, namespace), query=query)
+        """The objects of `kind` the label selector selects (all without one), in `namespace` or, for a
+        namespaced kind with None, in every namespace (one LIST)."""
+        path = _PATHS[kind].replace("/namespaces/{ns}", "") if namespace is None else None
+        query = {"labelSelector": label_selector} if label_selector else None
+        listing = await self.request("GET", path or self._collection(kind, namespace), query=query)
         return list(listing.get("items") or [])
 
     # --- the job's FSx PV (cluster-scoped: no garbage collection) -------------------------------------

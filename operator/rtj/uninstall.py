@@ -39,7 +39,6 @@ COMMAND = "uninstall-cleanup"
 #: Read-modify-write rounds of a job's finalizer patch before a Conflict is given up.
 JOB_PATCH_ATTEMPTS = 5
 EXIT_LEFT = 1
-_JOBS = f"/apis/{contract.API_GROUP}/{contract.API_VERSION}"
 
 
 @dataclass(frozen=True)
@@ -58,10 +57,6 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     return obj.get("metadata") or {}
 
 
-def _jobs_path(namespace: str | None) -> str:
-    return f"{_JOBS}/namespaces/{namespace}/{contract.PLURAL}" if namespace else f"{_JOBS}/{contract.PLURAL}"
-
-
 def _error(exc: Exception) -> str:
     if isinstance(exc, kube.KubeError):
         return f"{exc.server_reason}: {exc.message}"
@@ -70,8 +65,7 @@ def _error(exc: Exception) -> str:
 
 # --- nodes ----------------------------------------------------------------------------------------------
 async def _quarantined_nodes(k: kube.Kube) -> list[dict[str, Any]]:
-    listing = await k.request("GET", "/api/v1/nodes")
-    return [n for n in listing.get("items") or [] if quarantine.lift_patch(n) is not None]
+    return [n for n in await k.list_objects("Node", None) if quarantine.lift_patch(n) is not None]
 
 
 async def _lift(k: kube.Kube, node: dict[str, Any]) -> Outcome:
@@ -100,8 +94,7 @@ async def _held_jobs(k: kube.Kube, namespaces: Sequence[str]) -> list[dict[str, 
     jobs: list[dict[str, Any]] = []
     scopes: list[str | None] = [*namespaces] or [None]  # None: every namespace
     for namespace in scopes:
-        listing = await k.request("GET", _jobs_path(namespace))
-        items = listing.get("items") or []
+        items = await k.list_objects("Job", namespace)
         jobs += [j for j in items if contract.FINALIZER in (_meta(j).get("finalizers") or [])]
     return jobs
 
