@@ -170,12 +170,13 @@ class CheckpointManager:
         ring = self._p.ring
         if ring is not None:
             ring.claim(step, agreed.nonce)  # the copy lands in the memory tier's slot itself
-        host, ready = self._p.staging.copy_to_host(tensors, optimizer)
+        host, ready, drain = self._p.staging.copy_to_host(tensors, optimizer)
         self.last_snapshot_s = time.perf_counter() - t0
         # Replicated only when no rank's replicator is busy: every rank offers the same steps, so a
         # lost pod's replicas are of a step the survivors hold too (coalescing per rank would not).
         replicate = self._p.replication is not None and not agreed.any_replicating
         snap = Snapshot(step, agreed.nonce, skeleton, host, ready, dict(extra or {}), replicate)
+        snap.drain = drain
         if ring is not None and ring.partial is not None:
             snap.partial, snap.entries, snap.slot = ring.partial, ring.entries, ring.slot
         self._p.control.abort.clear()

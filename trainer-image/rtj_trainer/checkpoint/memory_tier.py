@@ -49,6 +49,7 @@ from ..checkpoint_format import (
     write_file_atomic,
     write_local_meta,
 )
+from .device_stage import DeviceStage
 from .events import CheckpointEvent, EventLog, now
 from .persistent import Shard
 from .shard_io import WriteControl, read_index, read_shard, shard_state, view_shard, write_shard
@@ -86,6 +87,8 @@ class MemoryTier:
         self.last_write_s = 0.0  # this rank's last snapshot write (read by the training thread)
         #: The snapshot files as host buffers (`snapshot_ring`); None: snapshots are copied in.
         self.ring: SnapshotRing | None = None
+        #: The GPU staging buffer's way back (`device_stage`): a restarted rank's load goes through it.
+        self.device: DeviceStage | None = None
         os.makedirs(self.dir, exist_ok=True)
         # Only the partials a killed predecessor left: its committed snapshots are the candidates
         # of the resume (a lost peer's replica may be of an older one than the newest two).
@@ -301,5 +304,10 @@ class MemoryTier:
         if self.ring is None:
             return manifest, read_shard(snap_dir, self.rank, manifest)
         index, size = read_index(snap_dir, self.rank, manifest)
-        whole = self.ring.mapped(self.slot_file(snap_dir), size)
-        return manifest, (shard_state(index), view_shard(whole, index, size, self.slot_file(snap_dir)))
+        path = self.slot_file(snap_dir)
+        whole = self.ring.mapped(path, size)
+        if self.device is not None and torch.cuda.is_initialized():  # the state lives on the GPU
+            on_gpu = self.device.load(whole, torch.cuda.current_device())
+            if on_gpu is not None:  # loaded device-to-device from it; dropped after the load
+                whole = on_gpu
+        return manifest, (shard_state(index), view_shard(whole, index, size, path))

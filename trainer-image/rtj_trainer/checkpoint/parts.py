@@ -6,8 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from .agreement import RankAgreement
 from .config import CheckpointConfig
+from .device_stage import DeviceStage
 from .events import CheckpointEvent, EventLog, Reporter
 from .memory_tier import MemoryTier
 from .persistent import PersistentTier
@@ -73,6 +76,7 @@ def build_parts(
     memory: MemoryTier | None = None
     replication: ReplicationHook | None = None
     ring: SnapshotRing | None = None
+    device: DeviceStage | None = None
     if cfg.memory_tier_root is not None:
         memory = MemoryTier(
             cfg.memory_tier_root,
@@ -86,11 +90,13 @@ def build_parts(
         if cfg.peer_endpoint:
             replication = ReplicationHook(cfg.peer_endpoint, cfg.rank, memory.lock, events)
         ring = memory.ring = SnapshotRing(memory)
+        if torch.cuda.is_available():
+            device = memory.device = DeviceStage(cfg.memory_snapshot_write_threads)
     parts = Parts(
         events=events,
         control=control,
         agreement=agreement,
-        staging=HostStaging(ring),
+        staging=HostStaging(ring, device),
         schedule=schedule,
         persistent=persistent,
         memory=memory,

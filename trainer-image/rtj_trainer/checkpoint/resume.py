@@ -106,10 +106,20 @@ class ResumeSelection:
                 )
                 if ok == 1:
                     assert shard is not None
-                    return self._apply(model, optimizer, step, SOURCE_PEER if no_peer == 0 else source, shard)
+                    used = SOURCE_PEER if no_peer == 0 else source
+                    resumed = self._apply(model, optimizer, step, used, shard)
+                    del shard
+                    self._release_device_buffer()
+                    return resumed
         if self._memory is not None:
             self._memory.drop_after(-1)
         return None
+
+    def _release_device_buffer(self) -> None:
+        """A memory snapshot loaded through a GPU buffer (`device_stage`): give that memory back to
+        the driver, so that whether a staging buffer fits is judged after training's first steps."""
+        if self._memory is not None and self._memory.device is not None and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
 
     def _candidates(self) -> Candidates:
         mine_local: list[tuple[int, int]] = []

@@ -19,6 +19,8 @@ done again by every restarted process; bench/d2h_floor.py measures both.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import threading
 from collections.abc import Sequence
@@ -28,8 +30,8 @@ from typing import Protocol
 import torch
 
 from ..checkpoint_format import TensorEntry
+from .device_stage import entry_views
 from .staging import PinnedBuffers
-from .state_tree import dtype_named
 
 
 class RingTier(Protocol):
@@ -43,6 +45,9 @@ class RingTier(Protocol):
 
 #: Each tensor starts on this boundary in the file (views stay aligned; DMA likes it).
 ALIGN = 4096
+PAGE = mmap.PAGESIZE
+#: <linux/mman.h>; the mmap module names it only where Python was built against such headers.
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
 def layout(specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]:
@@ -54,6 +59,21 @@ def layout(specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]:
         entries.append(TensorEntry(str(t.dtype).removeprefix("torch."), tuple(t.shape), offset, nbytes))
         offset += -(-nbytes // ALIGN) * ALIGN
     return entries, offset
+
+
+def populate(whole: torch.Tensor) -> None:
+    """Map every page of a shared file mapping writable now (in `prepare`'s background thread), not
+    page by page inside the first copy into it: one madvise(MADV_POPULATE_WRITE) (Linux 5.14);
+    where the kernel refuses it, a write of one byte per page (its own value: a committed snapshot
+    keeps its bytes)."""
+    n = whole.numel()
+    if n == 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.madvise(ctypes.c_void_p(whole.data_ptr()), ctypes.c_size_t(n), MADV_POPULATE_WRITE) == 0:
+        return
+    pages = whole[::PAGE]
+    pages.copy_(pages.clone())
 
 
 @dataclass
@@ -77,31 +97,53 @@ class SnapshotRing:
         self.slot: list[torch.Tensor] | None = None
         #: Pinned staging on a GPU, and where a snapshot lands when no slot could be had.
         self.fallback = PinnedBuffers()
+        #: Where a snapshot staged on the GPU drains when no slot could be had (`flat`).
+        self._private: torch.Tensor | None = None
 
     # --- the training thread -----------------------------------------------------------------------
     def claim(self, step: int, nonce: int) -> None:
         """The next `buffers` call is for snapshot (step, nonce)."""
         self._claim = (step, nonce)
 
-    def buffers(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> list[torch.Tensor]:
-        """The claimed snapshot's slot (recycled, or new), as one host tensor per state tensor."""
+    def layout(self, specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]:
+        return layout(specs)
+
+    def _claimed_slot(self, specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], torch.Tensor | None]:
+        """The claimed snapshot's slot mapped (recycled, or new), or None (reported) when none
+        could be had: /dev/shm full, most likely; the snapshot then goes through private buffers."""
         if self._claim is None:
             raise RuntimeError("SnapshotRing.buffers without a claim")
         step, nonce = self._claim
         self._claim = None
         self.partial, self.entries = None, []
-        entries, size = layout(specs)
         self.slot = None
+        entries, size = layout(specs)
         try:
             partial = self._tier.claim(step, nonce)
             whole = self._mapped(self._tier.slot_file(partial), size)
-        except OSError as e:  # /dev/shm full, most likely: this snapshot through private buffers
+        except OSError as e:
             self._tier.report_failure(step, f"no memory-tier slot for step {step}: {e!r}")
-            return self.fallback.buffers(specs, pin)
-        views = [
-            whole[e.offset : e.offset + e.nbytes].view(dtype_named(e.dtype)).reshape(e.shape) for e in entries
-        ]
+            return entries, None
         self.partial, self.entries = partial, entries
+        return entries, whole
+
+    def flat(self, specs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The claimed snapshot's slot as flat bytes and the tensors' views of them (a snapshot
+        staged on the GPU drains into it); private pageable bytes when no slot could be had."""
+        entries, whole = self._claimed_slot(specs)
+        if whole is None:
+            size = layout(specs)[1]
+            if self._private is None or self._private.numel() != size:
+                self._private = torch.empty(size, dtype=torch.uint8)
+            whole = self._private
+        return whole, entry_views(whole, entries)
+
+    def buffers(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> list[torch.Tensor]:
+        """The claimed snapshot's slot (recycled, or new), as one host tensor per state tensor."""
+        entries, whole = self._claimed_slot(specs)
+        if whole is None:
+            return self.fallback.buffers(specs, pin)
+        views = entry_views(whole, entries)
         if any(pin):  # device-to-host into pinned memory; the writer fills the slot from it
             self.slot = views
             return self.fallback.buffers(specs, pin)
@@ -113,7 +155,7 @@ class SnapshotRing:
         tier holds fewer than `keep`, so that no save maps, reserves or pins in the training thread."""
         _entries, size = layout(specs)
         for path in self._tier.ring_files(size):
-            self._mapped(path, size)
+            populate(self._mapped(path, size))
         if any(pin):
             self.fallback.prepare(specs, pin)
 

@@ -1,24 +1,29 @@
 """Host staging: the rank's state copied into reused host buffers, the only part training waits for.
 
-On GPU the copy runs on a side CUDA stream into pinned buffers, and the training stream waits for
-it only right before the next `optimizer.step()` (an optimizer pre-hook calls `fence`), so the copy
-overlaps the next forward/backward. On CPU it is a plain copy.
+With the memory tier on a GPU that has room for it, the state is staged on the GPU (`device_stage`):
+training waits for a device-to-device copy only and the writer thread drains it into the memory
+tier's file. Otherwise, on GPU, the copy runs on a side CUDA stream into pinned buffers, and the
+training stream waits for it only right before the next `optimizer.step()` (an optimizer pre-hook
+calls `fence`), so the copy overlaps the next forward/backward. On CPU it is a plain copy.
 
 Where the bytes land is a `HostBuffers`: `PinnedBuffers` (private pinned memory, allocated once and
 reused) without a memory tier; with one, `snapshot_ring.SnapshotRing`: the memory tier's own files
-mapped (on CPU the copy lands there; on a GPU in pinned buffers the writer copies into them).
+mapped (on CPU the copy lands there; on a GPU the writer copies into them, from the GPU staging
+buffer or from pinned buffers).
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
+from ..checkpoint_format import TensorEntry
+from .device_stage import DeviceStage
 from .state_tree import flatten, state_of
 
 
@@ -40,15 +45,33 @@ class Snapshot:
     entries: list[Any] | None = None
     #: The slot's tensors when `host` are pinned staging buffers the writer copies into it (a GPU).
     slot: list[torch.Tensor] | None = None
+    #: Staged on the GPU (`device_stage`): brings the state into `host`, in the writer thread.
+    drain: Callable[[], None] | None = None
+    _drain_error: BaseException | None = None
 
     @property
     def tree(self) -> dict[str, Any]:
         """What the shard's index holds besides the tensors."""
         return {"state": self.skeleton, "extra": self.extra}
 
+    @property
+    def lost(self) -> bool:
+        """Bringing the state into `host` failed: it is not written anywhere (reported once)."""
+        return self._drain_error is not None
+
     def wait_copied(self) -> None:
+        """Return once `host` holds the state (raises if bringing it there failed)."""
         if self.ready is not None:
             self.ready.synchronize()
+        if self._drain_error is not None:  # `host` holds no complete state: never written anywhere
+            raise self._drain_error
+        if self.drain is not None:
+            drain, self.drain = self.drain, None
+            try:
+                drain()
+            except BaseException as e:
+                self._drain_error = e
+                raise
 
 
 class HostBuffers(Protocol):
@@ -61,6 +84,17 @@ class HostBuffers(Protocol):
 
     def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> None:
         """Do ahead, in a background thread, what `buffers` would allocate, map or pin."""
+        ...
+
+
+class FlatHostBuffers(HostBuffers, Protocol):
+    """Host buffers that can also be had as one flat byte tensor laid out like the memory tier's
+    slot file (`snapshot_ring.SnapshotRing`): what a snapshot staged on the GPU drains into."""
+
+    def layout(self, specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]: ...
+
+    def flat(self, specs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The claimed snapshot's flat bytes and the tensors' views of them."""
         ...
 
 
@@ -92,8 +126,10 @@ class HostStaging:
     """The device-to-host copy of a snapshot, the fence that keeps it consistent, and the
     background allocation of the buffers (`prepare`)."""
 
-    def __init__(self, buffers: HostBuffers | None = None) -> None:
+    def __init__(self, buffers: HostBuffers | None = None, device: DeviceStage | None = None) -> None:
         self.buffers: HostBuffers = buffers if buffers is not None else PinnedBuffers()
+        #: Staging on the GPU (`device_stage`), used while it holds a buffer of the state's layout.
+        self.device = device
         self.preparer: threading.Thread | None = None  # allocating the pinned host buffers
         self._stream: Any = None
         self._fence_event: Any = None
@@ -113,23 +149,40 @@ class HostStaging:
         device = torch.cuda.current_device() if cuda else None
 
         def allocate() -> None:
+            pin = [cuda] * len(specs)
             if device is not None:
                 torch.cuda.set_device(device)
-            self.buffers.prepare(specs, [cuda] * len(specs))
+                flat = self._flat_buffers()
+                if (
+                    flat is not None
+                    and self.device is not None
+                    and self.device.prepare(flat.layout(specs)[1], device)
+                ):
+                    pin = [False] * len(specs)  # drained through the stage's own pinned chunks
+            self.buffers.prepare(specs, pin)
 
         self.preparer = threading.Thread(target=allocate, name="rtj-ckpt-prepare", daemon=True)
         self.preparer.start()
 
+    def _flat_buffers(self) -> FlatHostBuffers | None:
+        return self.buffers if hasattr(self.buffers, "flat") else None  # type: ignore[return-value]
+
     def copy_to_host(
         self, tensors: list[torch.Tensor], optimizer: torch.optim.Optimizer | None
-    ) -> tuple[list[torch.Tensor], Any]:
-        """(the host buffers holding `tensors`, the CUDA event marking the copy done or None: on
-        CPU the copy is done on return)."""
+    ) -> tuple[list[torch.Tensor], Any, Callable[[], None] | None]:
+        """(the host buffers that hold or will hold `tensors`, the CUDA event marking the copy done
+        or None: on CPU the copy is done on return, and the drain the writer thread runs to bring
+        a snapshot staged on the GPU into the host buffers, or None)."""
+        flat = self._flat_buffers()
+        if self.device is not None and flat is not None and any(t.is_cuda for t in tensors):
+            entries, size = flat.layout(tensors)
+            if self.device.size() == size:
+                return self._stage_on_device(flat, tensors, entries)
         host = self.buffers.buffers(tensors, [t.is_cuda for t in tensors])
         if not any(t.is_cuda for t in tensors):
             for buf, t in zip(host, tensors, strict=True):
                 buf.copy_(t)
-            return host, None
+            return host, None, None
         if self._stream is None:
             self._stream = torch.cuda.Stream()
         stream = self._stream
@@ -148,7 +201,29 @@ class HostStaging:
         if optimizer is not None and optimizer not in self._hooked:
             optimizer.register_step_pre_hook(lambda *_: self.fence())
             self._hooked.add(optimizer)
-        return host, ready
+        return host, ready, None
+
+    def _stage_on_device(
+        self, flat: FlatHostBuffers, tensors: list[torch.Tensor], entries: list[TensorEntry]
+    ) -> tuple[list[torch.Tensor], Any, Callable[[], None]]:
+        """The CUDA tensors copied into the GPU staging buffer on the current stream (nothing to
+        fence: training's next kernels come after it on that stream); the CPU ones (an optimizer's
+        step counts) cloned now. The drain brings both into the claimed slot's flat bytes."""
+        assert self.device is not None
+        whole, host = flat.flat(tensors)
+        on_gpu = [i for i, t in enumerate(tensors) if t.is_cuda]
+        start, staged = self.device.stage([tensors[i] for i in on_gpu], [entries[i] for i in on_gpu])
+        on_cpu = [(host[i], tensors[i].clone()) for i, t in enumerate(tensors) if not t.is_cuda]
+        device = self.device
+
+        def drain() -> None:
+            device.drain(whole, staged)
+            for view, saved in on_cpu:  # after the drain: it wrote its (unused) bytes there too
+                view.copy_(saved)
+
+        self._fence_event = None
+        self._copy_events = (start, staged)
+        return host, staged, drain
 
     def fence(self) -> None:
         """Make the current CUDA stream wait for the last snapshot copy (before mutating state)."""
@@ -157,7 +232,8 @@ class HostStaging:
             torch.cuda.current_stream().wait_event(ev)
 
     def copy_seconds(self) -> float | None:
-        """GPU time of the last snapshot's device-to-host copy, once it has finished (else None)."""
+        """GPU time of the last snapshot's copy the training stream waited for or overlapped
+        (device-to-host, or device-to-device when staged on the GPU), once done (else None)."""
         if self._copy_events is None or not self._copy_events[1].query():
             return None
         start, end = self._copy_events

@@ -59,7 +59,7 @@ class SnapshotWriter:
         assert self._memory is not None
         final = self._memory.commit(snap) if snap.partial is not None else self._memory.write(snap)
         if final is None:
-            if persist:
+            if persist and not snap.lost:  # else the host buffers hold no complete state
                 self._persist_from_host(snap)
             return
         if self._replication is not None and snap.replicate:
