@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -87,7 +88,13 @@ from .reach import start_responder
 from .rendezvous_host import serve_rendezvous
 from .rendezvous_loss import WAIT_SECONDS as RENDEZVOUS_WAIT_SECONDS
 from .rendezvous_loss import LostStoreWatch, max_relaunches, wait_for_rendezvous
-from .runtime_env import GRACEFUL_STOP_FILE, memory_tier_root, rank_env_vars
+from .runtime_env import (
+    GRACEFUL_STOP_EXIT_MARGIN_S,
+    GRACEFUL_STOP_FILE,
+    memory_tier_root,
+    rank_env_vars,
+    write_graceful_stop,
+)
 from .warm_launcher import ENV_PREWARM_MODULE, prewarm_module
 
 log = logging.getLogger("rtj_trainer")
@@ -95,6 +102,9 @@ log = logging.getLogger("rtj_trainer")
 #: Seconds between SIGTERM and SIGKILL for the launcher's process group on a graceful stop,
 #: when the pod does not set ENV_GRACEFUL_STOP_SECONDS.
 DEFAULT_GRACEFUL_STOP_SECONDS = 30.0
+#: Seconds of the graceful stop kept back from ft_launcher's term timeout (its SIGTERM -> SIGKILL
+#: of the ranks), for the launcher's own exit before the entrypoint kills its process group.
+LAUNCHER_EXIT_SECONDS = 5
 #: Seconds ft_launcher waits between SIGTERM and SIGKILL when it stops ranks to restart them.
 WORKERS_STOP_TIMEOUT_SECONDS = 10
 GPU_MEMORY_POLL_SECONDS = 0.1
@@ -155,6 +165,17 @@ def nvrx_version() -> str:
         return importlib.metadata.version("nvidia-resiliency-ext")
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+def launcher_term_timeout(graceful_stop_seconds: float) -> int:
+    """ft_launcher's --term-timeout (whole seconds) on a graceful stop of `graceful_stop_seconds`."""
+    return max(1, int(graceful_stop_seconds - LAUNCHER_EXIT_SECONDS))
+
+
+def ranks_deadline(signalled: float, graceful_stop_seconds: float) -> float:
+    """The wall-clock time by which the ranks must have exited after the pod's SIGTERM at `signalled`
+    (`time.time()`): the launcher's SIGKILL less the ranks' exit margin (pure; unit-tested)."""
+    return signalled + launcher_term_timeout(graceful_stop_seconds) - GRACEFUL_STOP_EXIT_MARGIN_S
 
 
 def build_launcher_argv(
@@ -331,7 +352,7 @@ class _LauncherRuns:
             launcher=launcher_command(standby),
             local_addr=self.pod.pod_ip,
             progress_file=self.progress_file,
-            term_timeout_seconds=max(1.0, self.graceful_stop_seconds - 5),
+            term_timeout_seconds=launcher_term_timeout(self.graceful_stop_seconds),
             rank_forkserver=self.forkserver_path if self.forkserver else None,
         )
 
@@ -339,8 +360,13 @@ class _LauncherRuns:
         if not self.terminate.is_set():
             log.info("received %s: stopping training gracefully", signal.Signals(signum).name)
             self.terminate.set()
-            with contextlib.suppress(OSError):  # the ranks save before they exit (rtj_trainer.graceful)
-                Path(self.status_dir, GRACEFUL_STOP_FILE).touch()
+            # The ranks save before they exit (rtj_trainer.graceful), by this deadline.
+            deadline = ranks_deadline(time.time(), self.graceful_stop_seconds)
+            try:
+                write_graceful_stop(self.status_dir, deadline)
+            except OSError:
+                with contextlib.suppress(OSError):  # a graceful stop all the same, without a deadline
+                    Path(self.status_dir, GRACEFUL_STOP_FILE).touch()
             if self.proc is not None:
                 signal_launcher(self.proc, signal.SIGTERM)
 

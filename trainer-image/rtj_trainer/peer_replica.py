@@ -432,6 +432,22 @@ class Replicator:
             if deadline is not None and time.monotonic() >= deadline:
                 return not t.is_alive()
 
+    def cancel(self, timeout: float) -> bool:
+        """Drop the pending offer and cut the stream in flight (the peer drops its partial and keeps
+        the replica it committed last; neither counts as a failure); True once the sender has ended,
+        within `timeout` seconds (it notices between two chunks)."""
+        with self._cv:
+            self._pending = None
+            self.abort.set()
+            self._cv.notify()  # a sender waiting to retry ends at once
+            t = self._thread
+        try:
+            if t is not None:
+                t.join(timeout)
+            return t is None or not t.is_alive()
+        finally:
+            self.abort.clear()
+
     def _run(self) -> None:
         while True:
             with self._cv:
@@ -449,6 +465,9 @@ class Replicator:
                 send_snapshot(self.endpoint, offer.path, self.rank, abort=self.abort)
             except (OSError, ReplicaError, CheckpointError, ValueError, KeyError) as e:
                 error = e
+            if error is not None and self.abort.is_set():
+                self._protect(None)  # cut by `cancel`: not retried
+                continue
             self._on_done(offer, time.monotonic() - t0, error)
             if error is None:
                 self._protect(None)

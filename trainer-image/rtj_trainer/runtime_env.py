@@ -15,6 +15,7 @@ Only the standard library and the contract are imported, so this is cheap to imp
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,8 +55,15 @@ ENV_HANG_DETECTION_MEDIAN_MULTIPLE = "RTJ_HANG_DETECTION_MEDIAN_MULTIPLE"
 #: Written by the entrypoint into the pod's status dir when the pod is asked to stop (SIGTERM),
 #: before it forwards the signal to ft_launcher: a rank that gets SIGTERM while it exists saves
 #: and persists its state (rtj_trainer.graceful); one that gets SIGTERM without it is being stopped
-#: by ft_launcher for an in-job restart and goes at once.
+#: by ft_launcher for an in-job restart and goes at once. Its content (`write_graceful_stop`,
+#: `stop_deadline`) is the wall-clock time by which the ranks must have exited; an empty or
+#: unreadable content is a graceful stop without a deadline.
 GRACEFUL_STOP_FILE = "graceful-stop"
+#: Seconds between the ranks' graceful-stop deadline and ft_launcher's SIGKILL of the ranks (its
+#: --term-timeout after the signal). A rank's emergency save returns by the deadline, and the rank
+#: still writes its "stopped" record and exits within this margin. The launcher gets the signal
+#: after the entrypoint wrote the deadline, so its SIGKILL never comes earlier than the margin.
+GRACEFUL_STOP_EXIT_MARGIN_S = 1.0
 #: "gloo" or "nccl"; "auto" (default) picks nccl when CUDA is available.
 ENV_DIST_BACKEND = "RTJ_DIST_BACKEND"
 #: Seconds for collective timeouts (process group); must stay well under the in-process hard timeout.
@@ -175,6 +183,28 @@ class RankEnv:
             # restarts in-process) long before the hard timeout kills the rank.
             collective_timeout_seconds=_float(ENV_COLLECTIVE_TIMEOUT, max(1.0, hard_timeout / 3)),
         )
+
+
+def write_graceful_stop(status_dir: str, deadline: float) -> None:
+    """Mark this pod's stop for its ranks (`GRACEFUL_STOP_FILE`) with the wall-clock `deadline`
+    (`time.time()`) by which they must have exited: whole or absent (tmp + rename), and no fsync
+    (the entrypoint writes it in its signal handler; nothing reads it after a crash)."""
+    path = os.path.join(status_dir, GRACEFUL_STOP_FILE)
+    with open(f"{path}.tmp", "w") as f:
+        json.dump({"deadline": deadline}, f)
+    os.replace(f"{path}.tmp", path)
+
+
+def stop_deadline(text: str) -> float | None:
+    """The deadline in a `GRACEFUL_STOP_FILE`'s content; None when it holds none (empty, as an older
+    entrypoint left it, or not what `write_graceful_stop` writes): never raises."""
+    try:
+        deadline = json.loads(text)["deadline"]
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+    if isinstance(deadline, bool) or not isinstance(deadline, int | float) or not math.isfinite(deadline):
+        return None
+    return float(deadline)
 
 
 def memory_tier_root(memory_dir: str, job_name: str) -> str:

@@ -1,10 +1,11 @@
 """Asynchronous checkpoints with an atomic cross-rank commit that never stall training on storage.
 
-What training waits for (the stall) is only a snapshot of the rank's state into host memory
-(`staging`): model + optimizer local shards (FSDP2 DTensors are saved as their local tensors)
-copied into reused, pinned host buffers on a side CUDA stream (a plain copy on CPU), which the
-training stream waits for only right before the next `optimizer.step()`. A background thread then
-writes the files and commits (`writer`); training never joins it.
+What training waits for (the stall) is only a snapshot of the rank's state (`staging`): model +
+optimizer local shards (FSDP2 DTensors are saved as their local tensors) copied, with the memory
+tier on a GPU that has room for it, into one GPU buffer (`device_stage`: a device-to-device copy,
+milliseconds), else into reused, pinned host buffers on a side CUDA stream, which the training
+stream waits for only right before the next `optimizer.step()` (a plain copy on CPU). A background
+thread then brings it to the host, writes the files and commits (`writer`); training never joins it.
 
 At a due step all ranks agree, with one tiny all-reduce on a CPU (gloo) group in the training loop
 (`agreement`), whether to save (nobody's previous save is still draining) and on a nonce naming

@@ -169,25 +169,30 @@ class DeviceStage:
         return True
 
     # --- the training thread -------------------------------------------------------------------------
-    def stage(self, tensors: Sequence[torch.Tensor], entries: Sequence[TensorEntry]) -> tuple[Any, Any]:
-        """Copy `tensors` (CUDA) into the buffer at `entries`, on the current stream; (start, done)
-        CUDA events of the copy."""
-        assert self.flat is not None
+    def stage(
+        self, tensors: Sequence[torch.Tensor], entries: Sequence[TensorEntry]
+    ) -> tuple[torch.Tensor, Any, Any]:
+        """Copy `tensors` (CUDA) into the buffer at `entries`, on the current stream: (the buffer,
+        the start and end CUDA events of the copy). The drain is handed that buffer: a `prepare`
+        meanwhile for another layout replaces `flat`, never the bytes of a snapshot in flight."""
+        flat = self.flat
+        assert flat is not None
         stream = torch.cuda.current_stream()
         if self._drained is not None:  # the previous snapshot has left the buffer (long since)
             stream.wait_event(self._drained)
         start, done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record(stream)
         if tensors:
-            torch._foreach_copy_(entry_views(self.flat, entries), list(tensors))
+            torch._foreach_copy_(entry_views(flat, entries), list(tensors))
         done.record(stream)
-        return start, done
+        return flat, start, done
 
     # --- the writer thread ---------------------------------------------------------------------------
-    def drain(self, dst: torch.Tensor, staged: Any) -> None:
-        """The staged snapshot (after the CUDA event `staged`) into the flat host bytes `dst`."""
-        assert self.flat is not None and self.pipe is not None
-        self._drained = self.pipe.to_host(self.flat, dst, after=staged)
+    def drain(self, flat: torch.Tensor, dst: torch.Tensor, staged: Any) -> None:
+        """The snapshot staged in `flat` (after the CUDA event `staged`) into the flat host bytes
+        `dst`; returns once every byte is there."""
+        assert self.pipe is not None
+        self._drained = self.pipe.to_host(flat, dst, after=staged)
 
     # --- a restarted rank ------------------------------------------------------------------------------
     def load(self, whole: torch.Tensor, device: int) -> torch.Tensor | None:

@@ -19,6 +19,10 @@ from .events import CheckpointEvent, EventLog, now
 
 log = logging.getLogger(__name__)
 
+#: Seconds `cancel` waits for the stream in flight to stop (it stops between two 64 MiB chunks);
+#: past it the stream goes on and the next save is not offered.
+CANCEL_TIMEOUT_S = 1.0
+
 
 class ReplicationHook:
     def __init__(self, peer_endpoint: str, rank: int, lock: threading.Lock, events: EventLog) -> None:
@@ -41,6 +45,11 @@ class ReplicationHook:
 
     def wait(self, timeout: float | None) -> bool:
         return self.replicator.wait(timeout)
+
+    def cancel(self, timeout: float = CANCEL_TIMEOUT_S) -> bool:
+        """Cut the stream in flight and drop the pending offer (an emergency save replaces them with
+        its own step); True once nothing is streaming, so the next save may be offered."""
+        return self.replicator.cancel(timeout)
 
     def _protect(self, path: str | None) -> bool:
         """The replicator's hold on the snapshot it streams: not pruned nor recycled meanwhile."""

@@ -212,12 +212,14 @@ class HostStaging:
         assert self.device is not None
         whole, host = flat.flat(tensors)
         on_gpu = [i for i, t in enumerate(tensors) if t.is_cuda]
-        start, staged = self.device.stage([tensors[i] for i in on_gpu], [entries[i] for i in on_gpu])
+        staged_in, start, staged = self.device.stage(
+            [tensors[i] for i in on_gpu], [entries[i] for i in on_gpu]
+        )
         on_cpu = [(host[i], tensors[i].clone()) for i, t in enumerate(tensors) if not t.is_cuda]
         device = self.device
 
         def drain() -> None:
-            device.drain(whole, staged)
+            device.drain(staged_in, whole, staged)
             for view, saved in on_cpu:  # after the drain: it wrote its (unused) bytes there too
                 view.copy_(saved)
 
