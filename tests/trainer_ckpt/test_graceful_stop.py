@@ -1,6 +1,7 @@
 """rtj_trainer.graceful in a real process: a SIGTERM that the entrypoint marked as the pod's own stop
-is held for the emergency save (and given up after its timer); an unmarked SIGTERM (ft_launcher
-stopping the survivors for an in-job restart) ends the rank at once, as before the handler."""
+is held for the emergency save (and given up after its timer, or at the pod's deadline if that comes
+first); an unmarked SIGTERM (ft_launcher stopping the survivors for an in-job restart) ends the rank
+at once, as before the handler; a rank whose save began but never ends goes at its deadline."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from rtj.contract import ExitCode
-from rtj_trainer.runtime_env import GRACEFUL_STOP_FILE
+from rtj_trainer.runtime_env import GRACEFUL_STOP_EXIT_MARGIN_S, GRACEFUL_STOP_FILE, write_graceful_stop
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(120)]
 
@@ -23,15 +24,26 @@ stop = GracefulStop.install(give_up_after_s=2.0, status_dir=sys.argv[1])
 print("ready", flush=True)
 while not stop.requested:
     time.sleep(0.01)
-print("stop requested", flush=True)
+print("stop requested, deadline", stop.deadline, flush=True)
+if sys.argv[2] == "hang-in-save":
+    stop.saving()  # the save begins ... and never ends (a collective after it that never returns)
 time.sleep(60)  # a save that never starts: the give-up timer must end the process
 """
 
 
-def _rank(status_dir: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", RANK, str(status_dir)], stdout=subprocess.PIPE, text=True)
+def _rank(status_dir: Path, mode: str = "no-save") -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RANK, str(status_dir), mode], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
+
+
+def _deadline_read(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    assert line.startswith("stop requested, deadline "), line
+    return line.removeprefix("stop requested, deadline ")
 
 
 def test_unmarked_sigterm_ends_the_rank_at_once(tmp_path: Path) -> None:
@@ -43,10 +55,21 @@ def test_unmarked_sigterm_ends_the_rank_at_once(tmp_path: Path) -> None:
 
 
 def test_marked_sigterm_is_held_for_the_save_then_given_up_after_the_timer(tmp_path: Path) -> None:
-    (tmp_path / GRACEFUL_STOP_FILE).touch()  # what the entrypoint writes before forwarding
+    (tmp_path / GRACEFUL_STOP_FILE).touch()  # what an entrypoint without deadlines wrote
     proc = _rank(tmp_path)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "stop requested"
+    assert _deadline_read(proc) == "None"
     assert proc.wait(20) == ExitCode.TERMINATED
     assert 1.5 < time.monotonic() - t0 < 15
+
+
+@pytest.mark.parametrize("mode", ["no-save", "hang-in-save"])
+def test_a_rank_is_gone_by_the_pods_deadline(tmp_path: Path, mode: str) -> None:
+    proc = _rank(tmp_path, mode)
+    deadline = time.time() + 0.8  # sooner than the 2 s give-up timer
+    write_graceful_stop(str(tmp_path), deadline)  # what the entrypoint writes before forwarding
+    proc.send_signal(signal.SIGTERM)
+    assert float(_deadline_read(proc)) == deadline
+    assert proc.wait(20) == ExitCode.TERMINATED
+    assert time.time() <= deadline + GRACEFUL_STOP_EXIT_MARGIN_S  # before the launcher's SIGKILL

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from fsdp_job import FsdpJob, segments, stop
 from rtj_trainer.checkpoint import latest_committed
+from rtj_trainer.entrypoint import ranks_deadline
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(900)]
 
@@ -134,6 +135,11 @@ def test_sigterm_persists_the_current_step_and_the_resume_loses_nothing(tmp_path
     assert len(stopped) == 2 and stopped[0]["step"] == stopped[1]["step"], stopped
     stop_step = stopped[0]["step"]
     assert all(r["persisted"] for r in stopped), stopped
+    # The step is in the pod's memory too (one pod: no peer replica), and the ranks saved by the
+    # deadline the entrypoint gave them (its graceful stop is the job's RTJ_GRACEFUL_STOP_SECONDS).
+    assert all(r["memory"] and not r["replica"] for r in stopped), stopped
+    most = ranks_deadline(0, float(job.env(0)["RTJ_GRACEFUL_STOP_SECONDS"]))
+    assert all(0 < r["seconds_left"] < most for r in stopped), stopped
     last_trained = max(r["step"] for rank in (0, 1) for r in job.records(rank) if "loss" in r)
     assert last_trained == stop_step
     assert latest_committed(str(job.ckpt_dir)) == stop_step

@@ -7,39 +7,52 @@ once: it finishes its step, and all ranks stop *at the same step* so that the em
 slightly different moments, so `agreed()` is one tiny MAX all-reduce per step on a CPU (gloo)
 group (tens of microseconds), after which every rank knows the same answer.
 
-    stop = GracefulStop.install()
+    stop = GracefulStop.install(status_dir=env.status_dir)
     for step in ...:
         ...train one step...
         if stop.agreed(group):
-            stop.saving()
-            ckpt.emergency_save(step + 1, model, optim)
-            os._exit(ExitCode.TERMINATED)
+            stop.save_and_exit(ckpt, step + 1, model, optim, group=group, reporter=reporter, log=log)
 
 ft_launcher also sends SIGTERM to the surviving ranks when it restarts the workers after a rank
 failed (an in-job restart). There is nothing to save then (a peer is gone, the step cannot
 complete), and the rank must go at once, as it did without a handler. The entrypoint tells the two
 apart: it writes `GRACEFUL_STOP_FILE` into the pod's status dir before it forwards its own SIGTERM;
 a SIGTERM without that file takes the default action at once. Outside the trainer runtime (no
-status dir) every SIGTERM is a graceful stop. As a safety net, `died_with_peer()` turns a training
-exception after the signal into an immediate exit, and a rank that has not begun its emergency save
-`give_up_after_s` seconds after the signal exits from a timer.
+status dir) every SIGTERM is a graceful stop.
+
+The file holds the wall-clock deadline by which the ranks must have exited (the launcher's
+SIGKILL less `runtime_env.GRACEFUL_STOP_EXIT_MARGIN_S`), read when the signal arrives (`deadline`,
+`seconds_left`): the emergency save commits the step to memory first and waits for its replica
+and its persist only until just before it, so a grace too short to persist still leaves the step
+in memory (and at the peer), and the rank says which tiers hold it. As a safety net,
+`died_with_peer()` turns a training exception after the signal into an immediate exit; a rank that
+has not begun its emergency save `give_up_after_s` seconds after the signal exits from a timer,
+and so does one still here at its deadline (the save not begun yet, or a collective after it that
+never returns).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
-from rtj.contract import ExitCode
+from rtj.contract import ExitCode, PodState
 
-from .runtime_env import GRACEFUL_STOP_FILE
+from .checkpoint import CheckpointManager, EmergencySave
+from .runtime_env import GRACEFUL_STOP_FILE, stop_deadline
 
 #: Seconds after the signal by which the ranks must have agreed to stop and begun saving.
 DEFAULT_GIVE_UP_AFTER_S = 5.0
+#: Seconds before the deadline by which the emergency save returns: the rank's exit after it (every
+#: rank meeting at a barrier, its "stopped" record, os._exit) takes milliseconds.
+EXIT_AFTER_SAVE_S = 0.25
 
 
 class GracefulStop:
@@ -50,6 +63,9 @@ class GracefulStop:
         self.give_up_after_s = give_up_after_s
         self._marker = os.path.join(status_dir, GRACEFUL_STOP_FILE) if status_dir else None
         self.signal_name: str | None = None
+        #: Wall-clock time (`time.time()`) by which this rank must have exited; None: not known
+        #: (no signal yet, no status dir, or an entrypoint that wrote none).
+        self.deadline: float | None = None
         self._timer: threading.Timer | None = None
 
     @classmethod
@@ -67,23 +83,40 @@ class GracefulStop:
         return stop
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        if self._marker is not None and not os.path.exists(self._marker):
-            signal.signal(signum, signal.SIG_DFL)  # ft_launcher restarts the workers: go now
-            os.kill(os.getpid(), signum)
-            return
+        deadline = None
+        if self._marker is not None:
+            try:
+                with open(self._marker) as f:
+                    deadline = stop_deadline(f.read())
+            except OSError:
+                signal.signal(signum, signal.SIG_DFL)  # ft_launcher restarts the workers: go now
+                os.kill(os.getpid(), signum)
+                return
         self.signal_name = signal.Signals(signum).name
         if self._requested.is_set():
             return
+        self.deadline = deadline
         self._requested.set()
-        self._timer = threading.Timer(self.give_up_after_s, _exit_terminated)
-        self._timer.daemon = True
-        self._timer.start()
+        left = self.seconds_left()
+        self._exit_after(self.give_up_after_s if left is None else min(self.give_up_after_s, left))
 
-    def saving(self) -> None:
-        """The ranks agreed to stop and the emergency save begins: no more give-up timer (the
-        launcher's term timeout bounds the save)."""
+    def seconds_left(self) -> float | None:
+        """Seconds until `deadline` (negative once past it); None without a deadline."""
+        return None if self.deadline is None else self.deadline - time.time()
+
+    def _exit_after(self, seconds: float | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        self._timer = None
+        if seconds is not None:
+            self._timer = threading.Timer(max(0.0, seconds), _exit_terminated)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def saving(self) -> None:
+        """The ranks agreed to stop and the emergency save begins: no more give-up timer; with a
+        deadline, the rank exits from a timer at the deadline if it is still here."""
+        self._exit_after(self.seconds_left())
 
     def died_with_peer(self) -> None:
         """Call when training raised: after the signal that means a peer is gone; exit now."""
@@ -108,6 +141,46 @@ class GracefulStop:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
         return bool(t.item())
 
+    def save_and_exit(
+        self,
+        ckpt: CheckpointManager | None,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        *,
+        extra: dict[str, Any] | None = None,
+        group: Any = None,
+        reporter: Any = None,
+        log: Callable[..., None] | None = None,
+    ) -> NoReturn:
+        """The end of an agreed stop, the same in every integration: the emergency save of `step` by
+        the deadline, every rank met, a "stopped" record (`log`) and a line saying which tiers hold
+        the step, then exit TERMINATED at once (never 0: not finished; the in-process wrapper's and
+        the interpreter's teardown took 10 s of the grace period on CPU). `reporter`: the rank's
+        RankReporter (state Checkpointing meanwhile)."""
+        self.saving()
+        if reporter is not None:
+            reporter.state(PodState.CHECKPOINTING)
+        t0 = time.time()
+        deadline = None if self.deadline is None else self.deadline - EXIT_AFTER_SAVE_S
+        saved = (
+            ckpt.emergency_save(step, model, optimizer, extra=extra or {}, deadline=deadline)
+            if ckpt is not None
+            else EmergencySave(step, memory=False, replica=False, persisted=False)
+        )
+        with contextlib.suppress(Exception):
+            dist.barrier(group=group)  # every rank's part is written (rank 0 returns once committed)
+        seconds = round(time.time() - t0, 3)
+        left = self.seconds_left()
+        tiers = {"memory": saved.memory, "replica": saved.replica, "persisted": saved.persisted}
+        if log is not None:
+            log(event="stopped", step=step, **tiers, seconds=seconds,
+                seconds_left=None if left is None else round(left, 3), t=time.time())  # fmt: skip
+        held = " ".join(f"{name}={yes}" for name, yes in tiers.items())
+        before = "" if left is None else f", {left:.1f} s before the deadline"
+        print(f"[rtj] graceful stop at step {step}: {held} in {seconds} s{before}", flush=True)
+        _exit_terminated()
 
-def _exit_terminated() -> None:
+
+def _exit_terminated() -> NoReturn:
     os._exit(ExitCode.TERMINATED)

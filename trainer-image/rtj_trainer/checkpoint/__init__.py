@@ -21,8 +21,10 @@ interval) commits each snapshot per rank with one rename at memory speed; persis
 a committed snapshot to root in a second thread, so a slow store never holds up the memory tier.
 Each committed snapshot may be streamed to another pod (`replication`, `rtj_trainer.peer_replica`).
 A restart resumes from the newest step that every rank can load, from its memory, a peer's memory
-or root (`resume`). `emergency_save` (SIGTERM, a graceful stop) abandons an in-flight persist of an
-older step, snapshots the current step, persists it at once and returns when it committed.
+or root (`resume`). `emergency_save` (SIGTERM, a graceful stop) abandons an in-flight persist and
+replica stream of an older step, snapshots the current step into memory, replicates and persists it
+at once, and returns when it committed or at the pod's deadline, saying which tiers hold the step
+(`EmergencySave`).
 
 Why not torch DCP or NVRx async checkpointing (measured on 2xH200 on 2026-11-30, FSDP2 with 6.85 GB
 of state per rank; docs/benchmarks.md, "Checkpoint stall"): DCP `save` blocks for the whole write
@@ -46,7 +48,7 @@ from __future__ import annotations
 from ..checkpoint_format import CheckpointError, latest_valid
 from .config import DEFAULT_LOCAL_WRITE_THREADS, CheckpointConfig
 from .events import CheckpointEvent, Reporter
-from .manager import CheckpointManager
+from .manager import CheckpointManager, EmergencySave
 from .resume import SOURCE_LOCAL, SOURCE_PEER, SOURCE_PERSISTENT, Resumed
 from .schedule import MAX_SNAPSHOT_WIDENING, SNAPSHOT_WRITE_MARGIN, snapshot_every
 from .shard_io import map_shard as _map_shard
@@ -66,6 +68,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointEvent",
     "CheckpointManager",
+    "EmergencySave",
     "Reporter",
     "Resumed",
     "_flatten",

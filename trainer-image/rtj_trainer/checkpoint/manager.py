@@ -18,6 +18,24 @@ from .staging import Snapshot
 from .state_tree import flatten, state_of
 
 
+@dataclasses.dataclass(frozen=True)
+class EmergencySave:
+    """Which tiers hold the step of an emergency save when `emergency_save` returned."""
+
+    step: int
+    #: Committed in this rank's memory tier: an in-job or in-place restart resumes from it; it goes
+    #: with the pod's memory.
+    memory: bool
+    #: The peer committed its replica of that memory snapshot: it outlives this pod.
+    replica: bool
+    #: Committed on the checkpoint volume (every rank's shard): it outlives the job's pods.
+    persisted: bool
+
+    def __bool__(self) -> bool:
+        """Persisted: what `emergency_save` returned before it said more."""
+        return self.persisted
+
+
 class CheckpointManager:
     """One per rank process; survives in-process restarts (call `set_group` after each re-entry).
 
@@ -191,19 +209,44 @@ class CheckpointManager:
         optimizer: torch.optim.Optimizer | None = None,
         extra: dict[str, Any] | None = None,
         timeout: float | None = None,
-    ) -> bool:
-        """Snapshot and persist `step` now, on every rank (a graceful stop); True once committed.
+        *,
+        deadline: float | None = None,
+    ) -> EmergencySave:
+        """Save `step` now, on every rank (a graceful stop), and return by `deadline` (wall clock,
+        `time.time()`: `GracefulStop.deadline`) or after `timeout` seconds, whichever comes first
+        (neither given: `commit_timeout_s`), saying which tiers hold the step by then.
 
-        An in-flight persist of an older step is abandoned: the newest state replaces it.
+        The saves in flight of older steps are abandoned (a persist, a replica stream: the newest
+        state replaces them). Then the memory snapshot of `step` is committed first (memory speed),
+        and its peer replica (when configured) and its persist run concurrently, each waited for
+        only until the deadline. A persist still running then is left as its partial when the rank
+        exits: never loaded, removed by rank 0 at the next start.
         """
-        deadline = time.monotonic() + (timeout if timeout is not None else self.commit_timeout_s)
-        self.wait_local(max(0.0, deadline - time.monotonic()))
-        self.abort_inflight(timeout=max(0.0, deadline - time.monotonic()))
+        limits = [self.commit_timeout_s] if timeout is None and deadline is None else []
+        limits += [timeout] if timeout is not None else []
+        limits += [deadline - time.time()] if deadline is not None else []
+        end = time.monotonic() + max(0.0, min(limits))
+
+        def left() -> float:
+            return max(0.0, end - time.monotonic())
+
+        self.wait_local(left())
+        self.abort_inflight(timeout=left())
+        if self._p.replication is not None:
+            self._p.replication.cancel(left())
         self._p.schedule.pending_memory = self._p.schedule.pending = False
         if not self.save(step, model, optimizer, extra, force_persist=True):
-            return False
-        self.wait(max(0.0, deadline - time.monotonic()))
-        return self.last_committed == step
+            return EmergencySave(step, memory=False, replica=False, persisted=False)
+        self.wait_local(left())  # the memory snapshot (or, without a memory tier, the whole persist)
+        self.wait(left())  # the persist and the commit of every rank's shard
+        if self._p.replication is not None:
+            self.wait_replicated(left())
+        return EmergencySave(
+            step,
+            memory=self._p.memory is not None and self.last_local == step,
+            replica=self._p.replication is not None and self.last_replicated == step,
+            persisted=self.last_committed == step,
+        )
 
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Allocate the pinned host buffers now, not inside the first save, and in the background:

@@ -46,10 +46,11 @@ class ReplicationHook:
     def wait(self, timeout: float | None) -> bool:
         return self.replicator.wait(timeout)
 
-    def cancel(self, timeout: float = CANCEL_TIMEOUT_S) -> bool:
+    def cancel(self, timeout: float) -> bool:
         """Cut the stream in flight and drop the pending offer (an emergency save replaces them with
-        its own step); True once nothing is streaming, so the next save may be offered."""
-        return self.replicator.cancel(timeout)
+        its own step), waiting at most `timeout` and CANCEL_TIMEOUT_S seconds; True once nothing is
+        streaming, so the next save may be offered."""
+        return self.replicator.cancel(min(timeout, CANCEL_TIMEOUT_S))
 
     def _protect(self, path: str | None) -> bool:
         """The replicator's hold on the snapshot it streams: not pruned nor recycled meanwhile."""

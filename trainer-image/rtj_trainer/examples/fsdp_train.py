@@ -18,9 +18,10 @@ Every resilience piece comes through the integration API any script can use
 - Memory snapshots (`--memory-snapshot-interval`, RankEnv's memory tier): every N steps the state
   is also committed in the pod's memory (/dev/shm); in-job restarts resume from the newest step
   every rank can load, in memory or persisted.
-- A graceful stop (SIGTERM from ft_launcher): the ranks agree on a step, save and persist it
-  (`CheckpointManager.emergency_save`) and exit at once with ExitCode.TERMINATED (never 0: the
-  launcher must not take it for the end of training); the resume loses nothing.
+- A graceful stop (SIGTERM from ft_launcher): the ranks agree on a step, snapshot it into memory
+  and persist it by the pod's deadline (`CheckpointManager.emergency_save`), and exit at once with
+  ExitCode.TERMINATED (never 0: the launcher must not take it for the end of training); a resume
+  from a tier that holds the step loses nothing.
 - Step/checkpoint/fault reports and NVRx heartbeats (hang detection) through RankReporter,
   asynchronous checkpoints (`rtj_trainer.checkpoint`), resume from the last committed one.
 - Fault injection for tests (rtj_trainer.examples.faults), `--fault-inject` or env

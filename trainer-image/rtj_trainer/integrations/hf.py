@@ -13,8 +13,9 @@ the callback adds what the Trainer lacks, through its own hooks:
   Trainer skips batches only on its own `resume_from_checkpoint`).
 - `on_step_end`: an asynchronous checkpoint and/or memory snapshot when due (never waits on
   storage), the step report (the pod heartbeat's step, NVRx's rank heartbeat: hang detection) and
-  the graceful stop: after the pod's SIGTERM the ranks agree on a step, `emergency_save` persists
-  it and the rank exits with ExitCode.TERMINATED.
+  the graceful stop: after the pod's SIGTERM the ranks agree on a step, `emergency_save` keeps it
+  (memory, peer replica, volume, as far as the pod's deadline allows) and the rank exits with
+  ExitCode.TERMINATED (`GracefulStop.save_and_exit`).
 - `on_train_end`: the last save drains; the rank reports Finished.
 
 An exception or a lost rank restarts the workers in-job (ft_launcher), and they resume from the
@@ -25,13 +26,12 @@ With env RTJ_TRAIN_LOG_DIR each rank writes the step log the local tools read st
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from typing import Any
 
 import torch.distributed as dist
-from rtj.contract import ExitCode, PodState
+from rtj.contract import PodState
 from transformers import TrainerCallback
 
 from rtj_trainer.checkpoint import CheckpointConfig, CheckpointManager
@@ -101,13 +101,10 @@ class ResilienceCallback(TrainerCallback):
             step=step, loss=self._loss, save=outcome, restart=self.env.restart_count, t=time.time()
         )
         if self.stop.agreed(self.group):
-            self.stop.saving()
-            self.reporter.state(PodState.CHECKPOINTING)
-            saved = self.ckpt.emergency_save(step, model, optim, extra=extra)
-            with contextlib.suppress(Exception):
-                dist.barrier(group=self.group)
-            self.log.write(event="stopped", step=step, persisted=saved, t=time.time())
-            os._exit(ExitCode.TERMINATED)
+            self.stop.save_and_exit(
+                self.ckpt, step, model, optim, extra=extra, group=self.group, reporter=self.reporter,
+                log=self.log.write,
+            )  # fmt: skip
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self.ckpt is not None:

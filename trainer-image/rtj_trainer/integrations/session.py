@@ -23,9 +23,10 @@ exception on any rank re-enters `train` in the same processes; the model and opt
 kept in memory (`kept_state`), so `resume` adopts them and no step is lost; asynchronous
 checkpoints and the node-local memory tier (`checkpoint.CheckpointManager`), which in-job restarts
 resume from; step, checkpoint and fault reports plus NVRx's rank heartbeat (`report`); a graceful
-stop on the pod's SIGTERM (`graceful`): the ranks agree on a step, `emergency_save` persists it
-and the rank exits with ExitCode.TERMINATED. With `log_dir` (default env RTJ_TRAIN_LOG_DIR) each
-rank writes the step log that the local tools read steps lost from (`rtj_local.train_log`).
+stop on the pod's SIGTERM (`graceful`): the ranks agree on a step, `emergency_save` keeps it (in
+memory first, then at the peer and on the volume, as far as the pod's deadline allows) and the rank
+exits with ExitCode.TERMINATED. With `log_dir` (default env RTJ_TRAIN_LOG_DIR) each rank writes
+the step log that the local tools read steps lost from (`rtj_local.train_log`).
 
 Checkpoints are in our format (rtj_trainer.checkpoint_format); `dcp_export.export_dcp` writes one
 as a torch.distributed.checkpoint checkpoint.
@@ -43,7 +44,7 @@ from typing import Any, NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
-from rtj.contract import ENV_POD_NAME, ExitCode, PodState
+from rtj.contract import ENV_POD_NAME
 
 from rtj_trainer.checkpoint import DEFAULT_LOCAL_WRITE_THREADS, CheckpointManager
 from rtj_trainer.graceful import GracefulStop
@@ -334,18 +335,10 @@ class Attempt:
         extra: dict[str, Any] | None,
     ) -> NoReturn:
         res = self.res
-        res.stop.saving()
-        res.reporter.state(PodState.CHECKPOINTING)
-        t0 = time.time()
-        saved = res.ckpt.emergency_save(step, model, optimizer, extra=extra or {}) if res.ckpt else False
-        with contextlib.suppress(Exception):
-            dist.barrier(group=self.group)  # every rank's part is written (rank 0 returns once committed)
-        seconds = round(time.time() - t0, 3)
-        self.log(event="stopped", step=step, persisted=saved, seconds=seconds, t=time.time())
-        print(f"[rtj] graceful stop at step {step}: persisted={saved} in {seconds} s", flush=True)
-        # Nothing is left to do, and the in-process wrapper's teardown plus the interpreter's took
-        # 10 s of the grace period on CPU: leave at once (TERMINATED, never 0: not finished).
-        os._exit(ExitCode.TERMINATED)
+        res.stop.save_and_exit(
+            res.ckpt, step, model, optimizer, extra=extra, group=self.group, reporter=res.reporter,
+            log=self.log,
+        )  # fmt: skip
 
 
 Build = Callable[[Attempt], tuple[torch.nn.Module, torch.optim.Optimizer]]

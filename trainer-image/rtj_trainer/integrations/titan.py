@@ -48,7 +48,6 @@ and runs the Trainer with this checkpointer on the product path (on CPU with `--
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
 import os
 import sys
@@ -56,7 +55,7 @@ import time
 from typing import Any
 
 import torch.distributed as dist
-from rtj.contract import ExitCode, PodState
+from rtj.contract import PodState
 from torchtitan.train import Trainer
 
 from rtj_trainer.checkpoint import CheckpointConfig, CheckpointManager
@@ -180,13 +179,10 @@ class RtjCheckpointer:
         self.reporter.step(curr_step)
         self.log.write(step=curr_step, loss=None, save=outcome, restart=self.env.restart_count, t=time.time())
         if self.stop.agreed(self.group):
-            self.stop.saving()
-            self.reporter.state(PodState.CHECKPOINTING)
-            saved = self.ckpt.emergency_save(curr_step, self.model, self.optimizer, extra=self._extra())
-            with contextlib.suppress(Exception):
-                dist.barrier(group=self.group)
-            self.log.write(event="stopped", step=curr_step, persisted=saved, t=time.time())
-            os._exit(ExitCode.TERMINATED)
+            self.stop.save_and_exit(
+                self.ckpt, curr_step, self.model, self.optimizer, extra=self._extra(), group=self.group,
+                reporter=self.reporter, log=self.log.write,
+            )  # fmt: skip
 
     def close(self) -> None:
         if self._closed:
