@@ -60,9 +60,10 @@ ENV_HANG_DETECTION_MEDIAN_MULTIPLE = "RTJ_HANG_DETECTION_MEDIAN_MULTIPLE"
 #: unreadable content is a graceful stop without a deadline.
 GRACEFUL_STOP_FILE = "graceful-stop"
 #: Seconds between the ranks' graceful-stop deadline and ft_launcher's SIGKILL of the ranks (its
-#: --term-timeout after the signal). A rank's emergency save returns by the deadline, and the rank
-#: still writes its "stopped" record and exits within this margin. The launcher gets the signal
-#: after the entrypoint wrote the deadline, so its SIGKILL never comes earlier than the margin.
+#: --term-timeout after the signal): the kernel's teardown of a rank that called os._exit by its
+#: deadline (its address space, pinned host memory, a CUDA context) before the launcher sees it
+#: gone. The launcher gets the signal after the entrypoint wrote the deadline, so its SIGKILL never
+#: comes earlier than this after the deadline.
 GRACEFUL_STOP_EXIT_MARGIN_S = 1.0
 #: "gloo" or "nccl"; "auto" (default) picks nccl when CUDA is available.
 ENV_DIST_BACKEND = "RTJ_DIST_BACKEND"
