@@ -1,7 +1,8 @@
 """rtj_trainer.graceful in a real process: a SIGTERM that the entrypoint marked as the pod's own stop
 is held for the emergency save (and given up after its timer, or at the pod's deadline if that comes
 first); an unmarked SIGTERM (ft_launcher stopping the survivors for an in-job restart) ends the rank
-at once, as before the handler; a rank whose save began but never ends goes at its deadline."""
+at once, as before the handler; a rank whose save began but never ends goes at its deadline; the
+ranks of pods that got no signal agree on the signalled pod's deadline."""
 
 from __future__ import annotations
 
@@ -73,3 +74,45 @@ def test_a_rank_is_gone_by_the_pods_deadline(tmp_path: Path, mode: str) -> None:
     assert float(_deadline_read(proc)) == deadline
     assert proc.wait(20) == ExitCode.TERMINATED
     assert time.time() <= deadline + GRACEFUL_STOP_EXIT_MARGIN_S  # before the launcher's SIGKILL
+
+
+AGREEING_RANK = """
+import sys, time
+import torch.distributed as dist
+from rtj_trainer.graceful import GracefulStop
+status_dir, store, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+stop = GracefulStop.install(status_dir=status_dir)
+print("ready", flush=True)
+while not stop.agreed():  # one all-reduce a step, as in training
+    time.sleep(0.01)
+print("stop agreed, deadline", stop.deadline, flush=True)
+"""
+
+
+def test_the_ranks_of_an_unsignalled_pod_agree_on_the_signalled_pods_deadline(tmp_path: Path) -> None:
+    pods = [tmp_path / "pod-0", tmp_path / "pod-1"]
+    ranks = []
+    for rank, status_dir in enumerate(pods):
+        status_dir.mkdir()
+        ranks.append(
+            subprocess.Popen(
+                [sys.executable, "-c", AGREEING_RANK, str(status_dir), str(tmp_path / "store"), str(rank)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        for proc in ranks:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        deadline = time.time() + 30
+        write_graceful_stop(str(pods[1]), deadline)  # only pod 1 is drained
+        ranks[1].send_signal(signal.SIGTERM)
+        for proc in ranks:
+            out, _ = proc.communicate(timeout=60)
+            assert proc.returncode == 0, out
+            (line,) = [x for x in out.splitlines() if x.startswith("stop agreed")]
+            assert float(line.removeprefix("stop agreed, deadline ")) == pytest.approx(deadline, abs=1e-3)
+    finally:
+        for proc in ranks:
+            proc.kill()

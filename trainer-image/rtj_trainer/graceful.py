@@ -20,15 +20,15 @@ apart: it writes `GRACEFUL_STOP_FILE` into the pod's status dir before it forwar
 a SIGTERM without that file takes the default action at once. Outside the trainer runtime (no
 status dir) every SIGTERM is a graceful stop.
 
-The file holds the wall-clock deadline by which the ranks must have exited (the launcher's
-SIGKILL less `runtime_env.GRACEFUL_STOP_EXIT_MARGIN_S`), read when the signal arrives (`deadline`,
-`seconds_left`): the emergency save commits the step to memory first and waits for its replica
-and its persist only until just before it, so a grace too short to persist still leaves the step
-in memory (and at the peer), and the rank says which tiers hold it. As a safety net,
-`died_with_peer()` turns a training exception after the signal into an immediate exit; a rank that
-has not begun its emergency save `give_up_after_s` seconds after the signal exits from a timer,
-and so does one still here at its deadline (the save not begun yet, or a collective after it that
-never returns).
+The file holds the wall-clock deadline by which the ranks must have exited (the launcher's SIGKILL
+less `runtime_env.GRACEFUL_STOP_EXIT_MARGIN_S`), read when the signal arrives (`deadline`,
+`seconds_left`; `agreed` gives every rank the earliest one, a pod without a signal included): the
+emergency save commits the step to memory first and waits for its replica and its persist only until
+just before it, so a grace too short to persist still leaves the step in memory (and at the peer),
+and the rank says which tiers hold it. As a safety net, `died_with_peer()` turns a training
+exception after the signal into an immediate exit; a rank that has not begun its emergency save
+`give_up_after_s` seconds after the signal exits from a timer, and so does one still here at its
+deadline (the save not begun yet, or a collective after it that never returns).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ DEFAULT_GIVE_UP_AFTER_S = 5.0
 #: Seconds before the deadline by which the emergency save returns: the rank's exit after it (every
 #: rank meeting at a barrier, its "stopped" record, os._exit) takes milliseconds.
 EXIT_AFTER_SAVE_S = 0.25
+_NO_DEADLINE = -(1 << 62)  # in `agreed`'s all-reduce: this rank has no deadline
 
 
 class GracefulStop:
@@ -133,13 +134,19 @@ class GracefulStop:
 
     def agreed(self, group: Any = None) -> bool:
         """Whether any rank received the signal; the same answer on every rank (a collective:
-        every rank calls it at the same steps)."""
+        every rank calls it at the same steps). The ranks agree on the earliest deadline too: the
+        pods of a job are signalled apart (a drain stops one), and a rank of a pod that got no
+        signal must save and go by the deadline of the pod that did."""
         flag = int(self._requested.is_set())
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
             return bool(flag)
-        t = torch.tensor([flag], dtype=torch.int64)
+        # MAX of -deadline (milliseconds) is the earliest deadline; a rank without one never wins.
+        mine = _NO_DEADLINE if self.deadline is None else -int(self.deadline * 1000)
+        t = torch.tensor([flag, mine], dtype=torch.int64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-        return bool(t.item())
+        if int(t[1]) != _NO_DEADLINE:
+            self.deadline = -int(t[1]) / 1000
+        return bool(t[0])
 
     def save_and_exit(
         self,
