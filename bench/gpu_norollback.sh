@@ -6,7 +6,8 @@
 # ~7 min; split with RUNS=faults,faults-persist-only then RUNS=sigterm,throughput if needed.
 # RUNS=goodput: a fault a minute, the product next to the seed's approach, GOODPUT_SECONDS each
 # (default 240: two runs must fit in one 10-minute device call; the 480 needs two calls).
-# THROUGHPUT_STEPS: steps of each throughput run (default 100).
+# THROUGHPUT_STEPS: steps of each throughput run (default 100). GRACE_SECONDS: the pod's grace period
+# in the sigterm run (default 30).
 # NPROC=1 on one GPU (the faults then hit rank 0, which holds the whole state). BENCH_TIMEOUT: seconds
 # for the benchmark (default 580). RUNS=faults,faults-plain-ranks: in-job restart phases with and without
 # the rank forkserver.
@@ -31,7 +32,7 @@ if (( $(df --output=avail -k /dev/shm | tail -1) < 48 * 1024 * 1024 )); then
   echo "memory tier on $MEMDIR"; df -h /tmp/rtj-shm | tail -1
 fi
 timeout "${BENCH_TIMEOUT:-580}" python3 bench/norollback_recovery.py --nproc "${NPROC:-2}" --only "$RUNS" --memory-interval 10 --memory-dir "$MEMDIR" \
-    --persist-interval 40 --steps 150 --exception-step 50 --sigkill-step 100 --sigterm-step 60 \
+    --persist-interval 40 --steps 150 --exception-step 50 --sigkill-step 100 --sigterm-step 60 --grace-seconds "${GRACE_SECONDS:-30}" \
     --throughput-steps "${THROUGHPUT_STEPS:-100}" --snapshot-write-threads "$THREADS" --timeout 240 \
     --goodput-seconds "${GOODPUT_SECONDS:-240}" --goodput-step-s 0.19 --out "$OUT/norollback.json" $MODEL > "$OUT/norollback.log" 2>&1
 echo "norollback rc $?"

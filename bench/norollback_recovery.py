@@ -94,6 +94,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--exception-step", type=int, default=50)
     p.add_argument("--sigkill-step", type=int, default=100)
     p.add_argument("--sigterm-step", type=int, default=60)
+    p.add_argument(
+        "--grace-seconds", type=int, default=30, help="the pod's grace period (RTJ_GRACEFUL_STOP_SECONDS)"
+    )
     p.add_argument("--throughput-steps", type=int, default=100)
     p.add_argument("--memory-interval", type=int, default=10)
     p.add_argument("--persist-interval", type=int, default=40)
@@ -191,7 +194,7 @@ class Job:
             "RTJ_POD_IP": "127.0.0.1",
             "RTJ_STATUS_DIR": str(self.dir / "status"),
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "2" if self.a.cpu else "20",  # gloo: the abort waits for it
-            "RTJ_GRACEFUL_STOP_SECONDS": "30",
+            "RTJ_GRACEFUL_STOP_SECONDS": str(self.a.grace_seconds),
             "RTJ_FAULT_INJECT": faults,
             "RTJ_RANK_FORKSERVER": "1" if forkserver else "0",
             "PYTHONUNBUFFERED": "1",
@@ -390,7 +393,9 @@ def run_sigterm(a: argparse.Namespace) -> dict[str, Any]:
         "rc_resume": rc2,
         "stop_seconds": round(t_exit - t_term, 2),
         "emergency_save_seconds": max((x["seconds"] for x in stopped), default=None),
+        "grace_seconds": a.grace_seconds,
         "persisted": all(x["persisted"] for x in stopped) and bool(stopped),
+        "in_memory": all(x.get("memory") for x in stopped) and bool(stopped),
         "stopped_at_step": last_done,
         "resume": rec,
     }
@@ -504,7 +509,8 @@ def table(res: dict[str, Any]) -> str:
     if s := res.get("sigterm"):
         r = s["resume"]
         rows.append(
-            f"| SIGTERM (stop {s['stop_seconds']} s, save {s['emergency_save_seconds']} s) "
+            f"| SIGTERM (grace {s['grace_seconds']} s, stop {s['stop_seconds']} s, save "
+            f"{s['emergency_save_seconds']} s, persisted {s['persisted']}) "
             f"| {r['recovered']} | "
             f"{r.get('seconds_to_first_step')} (from the new pod's start) | {r.get('steps_lost')} | "
             f"{r.get('resumed_from')} {r.get('resumed_from_step')} |"
