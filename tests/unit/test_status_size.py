@@ -285,6 +285,7 @@ _slot = st.builds(
     last_fault_reason=st.sampled_from(["", reasons.HEARTBEAT_TIMEOUT]),
     recovering_since=_times,
     recovering_level=st.sampled_from(["", reasons.LEVEL_POD]),
+    suspect_node=st.sampled_from(["", "node-a", "ip-10-0-1-2.ec2.internal", "a.b.c"]),
 )
 
 

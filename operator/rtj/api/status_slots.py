@@ -107,6 +107,13 @@ class NodeSlotStatus(ApiModel):
     recovering_level: str = Field(
         "", description="Ladder level of the ongoing recovery (InProcess, InJob, Pod)."
     )
+    suspect_node: str = Field(
+        "",
+        description="The node the slot's pod was last replaced from for a fault not proven its own "
+        "(silence, a failed start or run, a partition; not the training script's own error, not a "
+        "disruption). No evidence against it: nothing tainted, nothing counted; the slot's new pods "
+        "only prefer other nodes (a preferred node affinity term). The latest such node only.",
+    )
 
 
 class SlotCount(ApiModel):
@@ -159,6 +166,7 @@ class SlotTable(ApiModel):
     last_fault_reason: list[int] = _col("Reason of the last fault seen in each slot (an index into values).")
     recovering_since: list[int] = _col("Recovery detected, microseconds after epoch (-1: not recovering).")
     recovering_level: list[int] = _col("Ladder level of each slot's ongoing recovery (an index into values).")
+    suspect_node: list[str] = _col("The node each slot's new pods prefer not to run on (empty: none).")
 
 
 def _micros(delta: timedelta) -> int:
