@@ -217,7 +217,18 @@ def _tolerations(job: ResilientTrainingJob) -> list[dict[str, Any]]:
     return tols
 
 
-def _affinity(job: ResilientTrainingJob, avoid_nodes: tuple[str, ...]) -> dict[str, Any]:
+#: The weight of the preferred node affinity term against a slot's suspect node (the most a term may
+#: have): a soft preference, never a requirement (rtj.ladder.suspect_node).
+SUSPECT_NODE_WEIGHT = 100
+
+
+def _affinity(
+    job: ResilientTrainingJob, avoid_nodes: tuple[str, ...], suspect_node: str = ""
+) -> dict[str, Any]:
+    """The user's placement.affinity, plus: one pod of the job per node (required pod anti-affinity);
+    off the quarantined `avoid_nodes` (required, in every node selector term); off `suspect_node`
+    where the scheduler has a choice (a preferred term, added to the user's), unless it is avoided
+    already."""
     user = dict(job.spec.placement.affinity or {})
     spread = {
         "labelSelector": {
@@ -248,6 +259,14 @@ def _affinity(job: ResilientTrainingJob, avoid_nodes: tuple[str, ...]) -> dict[s
             {**term, "matchExpressions": [*(term.get("matchExpressions") or []), avoid]} for term in terms
         ]
         node["requiredDuringSchedulingIgnoredDuringExecution"] = required
+        affinity["nodeAffinity"] = node
+    if suspect_node and suspect_node not in avoid_nodes:
+        node = dict(affinity.get("nodeAffinity") or {})
+        elsewhere = {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": [suspect_node]}
+        node["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            *(node.get("preferredDuringSchedulingIgnoredDuringExecution") or []),
+            {"weight": SUSPECT_NODE_WEIGHT, "preference": {"matchExpressions": [elsewhere]}},
+        ]
         affinity["nodeAffinity"] = node
     return affinity
 
@@ -343,6 +362,7 @@ def _training_pod(
     standby: bool,
     settings: BuildSettings,
     in_place_restarts: int = 0,
+    suspect_node: str = "",
 ) -> dict[str, Any]:
     tpl = job.spec.pod_template
     grace = termination_grace_seconds(job, settings.termination_grace_seconds)
@@ -352,7 +372,7 @@ def _training_pod(
         "terminationGracePeriodSeconds": grace,
         "nodeSelector": job.spec.placement.node_labels(),
         "tolerations": _tolerations(job),
-        "affinity": _affinity(job, avoid_nodes),
+        "affinity": _affinity(job, avoid_nodes, suspect_node),
         "securityContext": pod_security_context(job),
         "containers": [_trainer_container(job, standby, graceful_stop_seconds(grace), in_place_restarts)],
         "volumes": _volumes(job),
@@ -426,7 +446,10 @@ def worker_pod(
     settings: BuildSettings | None = None,
     *,
     in_place_restarts: int = 0,
+    suspect_node: str = "",
 ) -> dict[str, Any]:
+    """The pod of `slot`'s `attempt`: off the quarantined `avoid_nodes` (required), and preferring
+    nodes other than the slot's `suspect_node` (rtj.ladder.suspect_node)."""
     labels = {
         contract.LABEL_JOB: _name(job),
         contract.LABEL_ROLE: contract.ROLE_WORKER,
@@ -442,6 +465,7 @@ def worker_pod(
         False,
         settings or BuildSettings(),
         in_place_restarts,
+        suspect_node,
     )
 
 

@@ -85,7 +85,7 @@ def test_restricted_admits_every_pod_the_operator_builds(kube, rtj_api, namespac
     job = stored_job(rtj_api, namespace, "secure", SPECS[case])
     pods = [
         builders.worker_pod(job, 0, 0, "Initial"),
-        builders.worker_pod(job, 1, 3, "HeartbeatTimeout", ("bad-node",)),
+        builders.worker_pod(job, 1, 3, "HeartbeatTimeout", ("bad-node",), suspect_node="silent-node"),
         builders.worker_pod(job, 1, 4, "Initial", in_place_restarts=2),  # with the in-place rule
         builders.rendezvous_pod(job),
         *(builders.spare_pod(job, i, 0) for i in range(job.spec.hot_spares)),

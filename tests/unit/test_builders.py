@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
@@ -92,6 +93,71 @@ def test_user_node_affinity_terms_each_get_the_quarantine_exclusion() -> None:
     )
     no_avoid = builders.worker_pod(job, 0, 0, "Initial")["spec"]["affinity"]
     assert no_avoid["nodeAffinity"] == affinity["nodeAffinity"]
+
+
+def away_from(node: str, weight: int = builders.SUSPECT_NODE_WEIGHT) -> dict:
+    """The preferred node affinity term against a slot's suspect node (rtj.ladder.suspect_node)."""
+    elsewhere = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [node]}
+    return {"weight": weight, "preference": {"matchExpressions": [elsewhere]}}
+
+
+def test_a_replacement_prefers_nodes_other_than_its_slots_suspect_and_never_requires_it() -> None:
+    job = make_job().obj()
+    pod = builders.worker_pod(job, 1, 1, "HeartbeatTimeout", suspect_node="silent-node")
+    assert pod["spec"]["affinity"]["nodeAffinity"] == {
+        "preferredDuringSchedulingIgnoredDuringExecution": [away_from("silent-node")]
+    }
+    assert builders.SUSPECT_NODE_WEIGHT == 100
+    # Nothing else changes: the same pod as without a suspect, less that one term.
+    plain = builders.worker_pod(job, 1, 1, "HeartbeatTimeout")
+    assert "nodeAffinity" not in plain["spec"]["affinity"]
+    del pod["spec"]["affinity"]["nodeAffinity"]
+    assert pod == plain
+
+
+def test_the_suspect_term_is_added_to_the_users_affinity_not_over_it() -> None:
+    user_prefers = {
+        "weight": 10,
+        "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+    }
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["p5"]}]}
+                ]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [user_prefers],
+        },
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 5, "podAffinityTerm": {"topologyKey": "zone", "labelSelector": {}}}
+            ]
+        },
+    }
+    job = make_job().spec(placement={"affinity": affinity}).obj()
+    before = copy.deepcopy(job.spec.placement.affinity)
+    got = builders.worker_pod(job, 0, 2, "HeartbeatTimeout", ("quarantined",), suspect_node="silent-node")
+    node = got["spec"]["affinity"]["nodeAffinity"]
+    assert node["preferredDuringSchedulingIgnoredDuringExecution"] == [user_prefers, away_from("silent-node")]
+    [term] = node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [
+        {"key": "pool", "operator": "In", "values": ["p5"]},
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["quarantined"]},
+    ]
+    assert got["spec"]["affinity"]["podAffinity"] == affinity["podAffinity"]
+    assert got["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert job.spec.placement.affinity == before, "the job's spec is not changed"
+
+
+def test_a_quarantined_suspect_needs_no_preference_the_requirement_keeps_the_pod_off() -> None:
+    pod = builders.worker_pod(make_job().obj(), 0, 1, "NodeNotReady", ("bad",), suspect_node="bad")
+    node = pod["spec"]["affinity"]["nodeAffinity"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in node
+    [term] = node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term == {
+        "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["bad"]}]
+    }
 
 
 @pytest.mark.parametrize(
@@ -411,6 +477,7 @@ def test_privileged_overrides_are_named() -> None:
 def all_pods(job) -> list[dict]:
     return [
         builders.worker_pod(job, 0, 0, "Initial"),
+        builders.worker_pod(job, 1, 1, "HeartbeatTimeout", ("bad-node",), suspect_node="silent-node"),
         builders.spare_pod(job, 0, 0),
         builders.rendezvous_pod(job),
     ]
