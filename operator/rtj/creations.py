@@ -30,9 +30,18 @@ def objects_to_create(
     success)."""
     bs = settings or builders.BuildSettings()
     match action:
-        case CreateWorkerPod(slot=slot, attempt=attempt, cause=cause, avoid_nodes=avoid, in_place_restarts=n):
+        case CreateWorkerPod(
+            slot=slot,
+            attempt=attempt,
+            cause=cause,
+            avoid_nodes=avoid,
+            in_place_restarts=n,
+            suspect_node=suspect,
+        ):
             service = builders.replica_service(job, slot)
-            pod = builders.worker_pod(job, slot, attempt, cause, avoid, bs, in_place_restarts=n)
+            pod = builders.worker_pod(
+                job, slot, attempt, cause, avoid, bs, in_place_restarts=n, suspect_node=suspect
+            )
             return [pod] if service is None else [service, pod]
         case CreateSparePod(index=index, attempt=attempt, avoid_nodes=avoid, in_place_restarts=n):
             return [builders.spare_pod(job, index, attempt, avoid, bs, in_place_restarts=n)]

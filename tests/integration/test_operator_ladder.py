@@ -128,7 +128,9 @@ def test_silence_replaces_one_pod_and_records_its_node_without_quarantine(
 ) -> None:
     """A silent pod is no evidence against its node (issue 25: a hung rank, a partition whose side
     is unknown): the pod is replaced, one reschedule spent, and the fault is recorded on the node
-    (recent-faults) for another job's fault there to make the case; nothing is quarantined."""
+    (recent-faults) for another job's fault there to make the case; nothing is quarantined. The
+    replacement only prefers another node (rtj.ladder.suspect_node): with a third node free, the
+    scheduler puts it there."""
     e = env(nodes=3)
     e.create_job("train", 2)
     t = e.trainers("train")
@@ -150,6 +152,13 @@ def test_silence_replaces_one_pod_and_records_its_node_without_quarantine(
     assert st["restarts"]["podReschedules"] == 1 and not st.get("quarantinedNodes"), st
     slot1 = next(s for s in every_slot(st) if s["slot"] == 1)
     assert slot1["attempt"] == 1 and slot1["lastFaultReason"] == reasons.HEARTBEAT_TIMEOUT
+    assert slot1["suspectNode"] == node, slot1
+    node_affinity = new[1].spec.affinity.node_affinity
+    assert node_affinity.required_during_scheduling_ignored_during_execution is None, "never required"
+    [prefer] = node_affinity.preferred_during_scheduling_ignored_during_execution
+    elsewhere = [(x.key, x.operator, x.values) for x in prefer.preference.match_expressions]
+    assert prefer.weight == 100 and elsewhere == [("kubernetes.io/hostname", "NotIn", [node])]
+    assert new[1].spec.node_name not in (node, survivor.spec.node_name), "the free third node"
     # The node's record names the job and the fault (the write follows the pass that replaced it).
     job_key = f"{e.namespace}/train"
     until(

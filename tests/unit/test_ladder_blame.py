@@ -276,8 +276,8 @@ def test_repeated_faults_on_a_node_across_jobs() -> None:
 
 
 # --- through decide(): what each class does to the job, its pods and the node ---------------------------
-def blame_create(slot: int, cause: str, avoid: tuple[str, ...] = ()) -> CreateWorkerPod:
-    return CreateWorkerPod(slot, 1, cause, avoid)
+def blame_create(slot: int, cause: str, avoid: tuple[str, ...] = (), suspect: str = "") -> CreateWorkerPod:
+    return CreateWorkerPod(slot, 1, cause, avoid, suspect_node=suspect)
 
 
 def _pending(**kw: Any) -> Any:
@@ -362,7 +362,7 @@ CASES = [
             DeletePod("train-n1-a0", "uid-train-n1-a0", 5),
             quarantined("node-1", reasons.REPEATED_NODE_FAULTS),
             recorded("node-1", reasons.POD_FAILED),
-            blame_create(1, reasons.POD_FAILED, ("node-1",)),
+            blame_create(1, reasons.POD_FAILED, ("node-1",), suspect="node-1"),
         ],
         restarts=(0, 0, 1),
         events=[reasons.POD_FAILED, reasons.NODE_QUARANTINED],

@@ -156,7 +156,7 @@ CASES = [
         [
             DeletePod("train-n2-a0", "uid-train-n2-a0", 5),
             recorded("node-2", reasons.LAUNCHER_BUDGET_EXHAUSTED),
-            CreateWorkerPod(2, 1, "LauncherBudgetExhausted"),
+            CreateWorkerPod(2, 1, "LauncherBudgetExhausted", suspect_node="node-2"),
         ],
         1,
         1,

@@ -225,7 +225,7 @@ CASES = [
         [
             DeletePod("train-n0-a0", "uid-train-n0-a0", 5),
             recorded("node-0", reasons.LAUNCHER_BUDGET_EXHAUSTED),
-            CreateWorkerPod(0, 1, reasons.LAUNCHER_BUDGET_EXHAUSTED),
+            CreateWorkerPod(0, 1, reasons.LAUNCHER_BUDGET_EXHAUSTED, suspect_node="node-0"),
         ],
         state="Recovering",
         reason=reasons.LAUNCHER_BUDGET_EXHAUSTED,
@@ -239,7 +239,7 @@ CASES = [
         [
             DeletePod("train-n1-a0", "uid-train-n1-a0", 5),
             recorded("node-1", reasons.POD_FAILED),
-            CreateWorkerPod(1, 1, reasons.POD_FAILED),
+            CreateWorkerPod(1, 1, reasons.POD_FAILED, suspect_node="node-1"),
         ],
         restarts=(0, 0, 1),
         events=[reasons.POD_FAILED],

@@ -123,7 +123,7 @@ CASES = [
         [
             DeletePod("train-n1-a0", "uid-train-n1-a0", 5),
             recorded("node-1", reasons.POD_FAILED),
-            CreateWorkerPod(1, 1, reasons.POD_FAILED),
+            CreateWorkerPod(1, 1, reasons.POD_FAILED, suspect_node="node-1"),
         ],
         restarts=(0, 0, 1),
         events=[reasons.POD_FAILED],

@@ -18,6 +18,8 @@ class CreateWorkerPod:
     avoid_nodes: tuple[str, ...] = ()
     #: In-place restarts the pod may take (rtj.ladder.in_place.pod_budget); 0: no restart rule.
     in_place_restarts: int = 0
+    #: A node the pod prefers not to run on (rtj.ladder.suspect_node); "": none.
+    suspect_node: str = ""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from rtj.api.models import (
     NodeWriteKind,
     SlotState,
 )
-from rtj.ladder import blame, in_place, incidents, job_level, missing_lease, node_writes, spares
+from rtj.ladder import blame, in_place, incidents, job_level, missing_lease, node_writes, spares, suspect_node
 from rtj.ladder import predicates as p
 from rtj.ladder.actions import (
     AssignLease,
@@ -478,6 +478,7 @@ def hard_fault(
         spent = "no budget spent"
     lease = ps.lease(pod) if pod is not None else None
     old_name, node = _replace_pod(ps, slot, pod, reason, cls.force, reasons.LEVEL_POD)
+    suspect_node.note(slot, reason, lease, node)
     level = reasons.LEVEL_DISRUPTION if cls.disruption else reasons.LEVEL_POD
     if counted:
         incidents.replaced(ps, slot, old_name, node, reason, message, level)
@@ -575,4 +576,6 @@ def fill(ps: Pass, slot: NodeSlotStatus, cause: str | None) -> None:
             slot.node, slot.state = spare.node, SlotState.STARTING
             return
     budget = in_place.pod_budget(ps.job, ps.st.in_place_restart)
-    ps.d.actions.append(CreateWorkerPod(slot.slot, slot.attempt, cause, ps.avoid_nodes(), budget))
+    ps.d.actions.append(
+        CreateWorkerPod(slot.slot, slot.attempt, cause, ps.avoid_nodes(), budget, slot.suspect_node)
+    )
