@@ -22,6 +22,7 @@ mapping its load made.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import threading
@@ -55,6 +56,8 @@ from .persistent import Shard
 from .shard_io import WriteControl, read_index, read_shard, shard_state, view_shard, write_shard
 from .snapshot_ring import SnapshotRing
 from .staging import Snapshot
+
+log = logging.getLogger("rtj_trainer")
 
 #: Spare ring slots: a snapshot's file kept, mapped, for the next snapshot (`SnapshotRing`).
 SPARE_PREFIX = "spare-"
@@ -307,7 +310,11 @@ class MemoryTier:
         path = self.slot_file(snap_dir)
         whole = self.ring.mapped(path, size)
         if self.device is not None and torch.cuda.is_initialized():  # the state lives on the GPU
-            on_gpu = self.device.load(whole, torch.cuda.current_device())
+            try:
+                on_gpu = self.device.load(whole, torch.cuda.current_device())
+            except RuntimeError as e:  # CUDA refused it: tensor by tensor from the mapped file
+                log.warning("memory snapshot of step %d loaded without GPU staging: %r", step, e)
+                on_gpu = None
             if on_gpu is not None:  # loaded device-to-device from it; dropped after the load
                 whole = on_gpu
         return manifest, (shard_state(index), view_shard(whole, index, size, path))

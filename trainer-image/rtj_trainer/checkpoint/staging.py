@@ -14,6 +14,7 @@ buffer or from pinned buffers).
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -25,6 +26,8 @@ import torch
 from ..checkpoint_format import TensorEntry
 from .device_stage import DeviceStage
 from .state_tree import flatten, state_of
+
+log = logging.getLogger("rtj_trainer")
 
 
 @dataclass
@@ -177,7 +180,11 @@ class HostStaging:
         if self.device is not None and flat is not None and any(t.is_cuda for t in tensors):
             entries, size = flat.layout(tensors)
             if self.device.size() == size:
-                return self._stage_on_device(flat, tensors, entries)
+                try:
+                    return self._stage_on_device(flat, tensors, entries)
+                except RuntimeError as e:  # CUDA refused it: the pinned path, from now on
+                    log.warning("memory snapshots leave GPU staging for pinned buffers: %r", e)
+                    self.device = None
         host = self.buffers.buffers(tensors, [t.is_cuda for t in tensors])
         if not any(t.is_cuda for t in tensors):
             for buf, t in zip(host, tensors, strict=True):
@@ -210,11 +217,11 @@ class HostStaging:
         fence: training's next kernels come after it on that stream); the CPU ones (an optimizer's
         step counts) cloned now. The drain brings both into the claimed slot's flat bytes."""
         assert self.device is not None
-        whole, host = flat.flat(tensors)
         on_gpu = [i for i, t in enumerate(tensors) if t.is_cuda]
         staged_in, start, staged = self.device.stage(
             [tensors[i] for i in on_gpu], [entries[i] for i in on_gpu]
         )
+        whole, host = flat.flat(tensors)  # claims the slot: after the one step that can raise
         on_cpu = [(host[i], tensors[i].clone()) for i, t in enumerate(tensors) if not t.is_cuda]
         device = self.device
 
