@@ -77,7 +77,7 @@ def test_a_rank_is_gone_by_the_pods_deadline(tmp_path: Path, mode: str) -> None:
 
 
 AGREEING_RANK = """
-import sys, time
+import os, sys, time
 import torch.distributed as dist
 from rtj_trainer.graceful import GracefulStop
 status_dir, store, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -87,6 +87,9 @@ print("ready", flush=True)
 while not stop.agreed():  # one all-reduce a step, as in training
     time.sleep(0.01)
 print("stop agreed, deadline", stop.deadline, flush=True)
+# As a stopping rank does (os._exit): an interpreter exit with gloo's threads still running can
+# end in std::terminate (SIGABRT), seen once in CI.
+os._exit(0)
 """
 
 
