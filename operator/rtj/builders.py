@@ -190,6 +190,7 @@ def trainer_config(job: ResilientTrainingJob, standby: bool = False) -> contract
         checkpoints_to_keep=spec.checkpoint.keep,
         memory_snapshot_interval_steps=spec.checkpoint.memory_snapshot_interval_steps,
         memory_snapshot_dir=f"{SHM_MOUNT_PATH}/rtj-snapshots",
+        memory_snapshot_gpu_staging=spec.checkpoint.memory_snapshot_gpu_staging,
         peer_replica_port=REPLICA_PORT if spec.checkpoint.peer_replica else 0,
         max_no_progress_cycles=ft.max_no_progress_cycles,
         do_not_restart_exit_codes=list(ft.do_not_restart_exit_codes),

@@ -549,6 +549,9 @@ class TrainerConfig(_Model):
     #: in-job restarts resume from them. 0 (off) when absent; then the directory may be absent too.
     memory_snapshot_interval_steps: Counter = Field(0, alias="memorySnapshotIntervalSteps")
     memory_snapshot_dir: str | None = Field(None, alias="memorySnapshotDir", min_length=1)
+    #: Stage memory snapshots on the GPU where it has room (writer: operator, from
+    #: spec.checkpoint.memorySnapshotGpuStaging; reader: ranks, via RankEnv); true when absent.
+    memory_snapshot_gpu_staging: bool = Field(True, alias="memorySnapshotGpuStaging")
     #: The peer replica (writer: operator, from spec.checkpoint.peerReplica; readers: the entrypoint,
     #: which serves replicas, and the ranks, via the status dir's PEER_REPLICA_FILE): slot s listens
     #: on this port + s and streams its memory snapshots to slot (s + 1) mod nnodes, on another node

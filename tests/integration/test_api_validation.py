@@ -309,6 +309,7 @@ def test_server_fills_in_defaults(rtj_api, namespace: str) -> None:
     )
     assert ft["inProcessRestart"]["hardTimeoutSeconds"] == 90
     assert spec["checkpoint"]["mountPath"] == "/checkpoints"
+    assert spec["checkpoint"]["memorySnapshotGpuStaging"] is True
     assert spec["podTemplate"]["securityContext"] == {
         "fsGroup": 10001,
         "fsGroupChangePolicy": "OnRootMismatch",

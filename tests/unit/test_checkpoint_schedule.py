@@ -68,6 +68,16 @@ def test_config_reads_the_rank_environment_with_the_end_to_end_names(tmp_path) -
     assert cfg.memory_tier_root == str(tmp_path / "shm" / "j") and cfg.memory_snapshot_interval_steps == 10
     assert cfg.adapt_memory_snapshot_interval and cfg.commit_timeout_s == 30.0
     assert cfg.peer_endpoint is None  # no PEER_REPLICA_FILE in a status dir
+    assert cfg.memory_snapshot_gpu_staging  # RTJ_MEMORY_SNAPSHOT_GPU_STAGING unset: on
+
+
+def test_config_reads_gpu_staging_off_from_the_rank_environment(tmp_path) -> None:
+    env = RankEnv.from_env({
+        "RTJ_CHECKPOINT_DIR": str(tmp_path / "ckpt"), "RTJ_MEMORY_SNAPSHOT_DIR": str(tmp_path / "shm"),
+        "RTJ_MEMORY_SNAPSHOT_INTERVAL_STEPS": "10", "RTJ_MEMORY_SNAPSHOT_GPU_STAGING": "0",
+    })  # fmt: skip
+    assert not env.memory_snapshot_gpu_staging
+    assert not CheckpointConfig.from_rank_env(env).memory_snapshot_gpu_staging
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ def test_a_rank_outside_a_pod_gets_the_spec_defaults() -> None:
     assert alone.checkpoints_to_keep == passed.checkpoints_to_keep
     assert alone.in_process == passed.in_process
     assert alone.hang_detection == passed.hang_detection
+    assert alone.memory_snapshot_gpu_staging == passed.memory_snapshot_gpu_staging
 
 
 def test_a_config_without_hang_detection_turns_it_off() -> None:

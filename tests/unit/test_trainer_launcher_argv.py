@@ -158,8 +158,14 @@ def test_rank_env_round_trips_through_rank_env() -> None:
     assert (r.in_process.soft_timeout_seconds, r.in_process.hard_timeout_seconds) == (60, 90)
     assert r.collective_timeout_seconds < r.in_process.hard_timeout_seconds
     assert r.dist_backend == "gloo"
-    # CFG names neither the memory tier nor standby (an operator older than the image): both off.
+    # CFG names neither the memory tier nor standby (an operator older than the image): both off;
+    # nor GPU staging: on, as before the setting existed.
     assert (r.memory_snapshot_dir, r.memory_snapshot_interval_steps, cfg.standby) == (None, 0, False)
+    assert r.memory_snapshot_gpu_staging
+    off = TrainerConfig.model_validate({**CFG, "memorySnapshotGpuStaging": False})
+    assert not RankEnv.from_env(
+        rank_env_vars(off, status_dir="/tmp/s", progress_file="/tmp/s/p")
+    ).memory_snapshot_gpu_staging
 
 
 def test_exit_watch_fires_once_after_all_ranks_finished_for_the_timeout() -> None:

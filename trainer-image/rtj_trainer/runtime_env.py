@@ -41,6 +41,9 @@ ENV_CHECKPOINTS_TO_KEEP = "RTJ_CHECKPOINTS_TO_KEEP"
 #: /dev/shm) and the steps between two snapshots into it; 0 or unset turns the tier off.
 ENV_MEMORY_SNAPSHOT_DIR = "RTJ_MEMORY_SNAPSHOT_DIR"
 ENV_MEMORY_SNAPSHOT_INTERVAL_STEPS = "RTJ_MEMORY_SNAPSHOT_INTERVAL_STEPS"
+#: "1" (default): a snapshot is staged on the GPU where it has room (checkpoint.device_stage);
+#: "0": always copied into pinned host memory.
+ENV_MEMORY_SNAPSHOT_GPU_STAGING = "RTJ_MEMORY_SNAPSHOT_GPU_STAGING"
 #: The file holding the step of the last committed checkpoint; ft_launcher's progress tracker reads it
 #: to stop restarting when no progress is made (exit 93).
 ENV_PROGRESS_FILE = "RTJ_PROGRESS_FILE"
@@ -106,6 +109,7 @@ class RankEnv:
     #: None when the memory tier is off (no directory or interval 0).
     memory_snapshot_dir: str | None
     memory_snapshot_interval_steps: int
+    memory_snapshot_gpu_staging: bool
     progress_file: str | None
     in_process: InProcessSettings
     hang_detection: HangDetectionSettings
@@ -165,6 +169,7 @@ class RankEnv:
             checkpoints_to_keep=_int(ENV_CHECKPOINTS_TO_KEEP, DEFAULT_CHECKPOINTS_TO_KEEP),
             memory_snapshot_dir=mem_dir if mem_interval > 0 else None,
             memory_snapshot_interval_steps=mem_interval if mem_dir else 0,
+            memory_snapshot_gpu_staging=_flag(ENV_MEMORY_SNAPSHOT_GPU_STAGING),
             progress_file=env.get(ENV_PROGRESS_FILE) or None,
             in_process=InProcessSettings(
                 enabled=_flag(ENV_INPROCESS_ENABLED),
@@ -252,6 +257,7 @@ def rank_env_vars(cfg: TrainerConfig, *, status_dir: str, progress_file: str) ->
         ENV_CHECKPOINTS_TO_KEEP: str(cfg.checkpoints_to_keep),
         ENV_MEMORY_SNAPSHOT_DIR: cfg.memory_snapshot_dir or "",
         ENV_MEMORY_SNAPSHOT_INTERVAL_STEPS: str(cfg.memory_snapshot_interval_steps),
+        ENV_MEMORY_SNAPSHOT_GPU_STAGING: "1" if cfg.memory_snapshot_gpu_staging else "0",
         ENV_PROGRESS_FILE: progress_file,
         ENV_INPROCESS_ENABLED: "1" if ip.enabled else "0",
         ENV_INPROCESS_SOFT_TIMEOUT: repr(float(ip.soft_timeout_seconds)),

@@ -119,6 +119,13 @@ class Checkpoint(ApiModel):
         ge=0,
         le=10_000_000,
     )
+    memory_snapshot_gpu_staging: bool = Field(
+        True,
+        description="true: each memory snapshot is staged on the GPU when, after the first step, it has "
+        "room for a copy of the rank's state: one device-to-device copy, and the step never waits for "
+        "the host. false: always copied into pinned host memory; no extra GPU memory (for a job whose "
+        "GPU memory use grows after the first step, e.g. an evaluation with larger activations).",
+    )
     peer_replica: bool = Field(
         False,
         description="Replicate each pod's memory snapshots, in the background, to the pod of the next "

@@ -2,8 +2,9 @@
 
 Each setting keeps the name it has end to end (spec -> TrainerConfig -> RTJ_* variable -> RankEnv
 -> here) where it has one: `checkpoint_dir`, `checkpoint_interval_steps`, `checkpoints_to_keep`,
-`memory_snapshot_interval_steps`; `memory_tier_root` is `RankEnv.memory_tier_root()` (the job's
-directory in the memory volume) and the two endpoints are `RankEnv.peer_replica()`.
+`memory_snapshot_interval_steps`, `memory_snapshot_gpu_staging`; `memory_tier_root` is
+`RankEnv.memory_tier_root()` (the job's directory in the memory volume) and the two endpoints are
+`RankEnv.peer_replica()`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class CheckpointConfig:
     memory_snapshot_interval_steps: int = 0
     memory_snapshots_to_keep: int = 2
     memory_snapshot_write_threads: int = DEFAULT_LOCAL_WRITE_THREADS
+    #: Stage each memory snapshot on the GPU where it has room (`device_stage.DeviceStage`); False:
+    #: always the device-to-host copy into pinned host memory, no GPU memory taken for it.
+    memory_snapshot_gpu_staging: bool = True
     #: Widen the memory interval to what the measured write fits in (`schedule.snapshot_every`).
     adapt_memory_snapshot_interval: bool = False
     #: The peer replica (both need the memory tier): the server this rank's snapshots are streamed
@@ -84,6 +88,7 @@ class CheckpointConfig:
         adapt_local_interval: bool,
         peer_endpoint: str | None,
         replica_endpoint: str | None,
+        memory_snapshot_gpu_staging: bool,
     ) -> CheckpointConfig:
         """From `CheckpointManager`'s keyword arguments (the names it has always taken)."""
         return cls(
@@ -98,6 +103,7 @@ class CheckpointConfig:
             memory_snapshot_interval_steps=local_interval_steps or 0,
             memory_snapshots_to_keep=local_keep,
             memory_snapshot_write_threads=local_write_threads,
+            memory_snapshot_gpu_staging=memory_snapshot_gpu_staging,
             adapt_memory_snapshot_interval=adapt_local_interval,
             peer_endpoint=peer_endpoint,
             replica_endpoint=replica_endpoint,
@@ -117,6 +123,7 @@ class CheckpointConfig:
             checkpoints_to_keep=env.checkpoints_to_keep,
             memory_tier_root=root,
             memory_snapshot_interval_steps=env.memory_snapshot_interval_steps if root else 0,
+            memory_snapshot_gpu_staging=env.memory_snapshot_gpu_staging,
             adapt_memory_snapshot_interval=True,
             replica_endpoint=replica[0] if replica else None,
             peer_endpoint=replica[1] if replica else None,

@@ -50,7 +50,8 @@ class CheckpointManager:
         ckpt.close()
 
     The keyword arguments are `CheckpointConfig`'s settings under the names this class has always
-    taken (root = checkpoint_dir, interval_steps, keep, local_root = memory_tier_root, local_*);
+    taken (root = checkpoint_dir, interval_steps, keep, local_root = memory_tier_root, local_*), and
+    newer ones under their own name (memory_snapshot_gpu_staging);
     `CheckpointManager.from_config(CheckpointConfig.from_rank_env())` reads them from the rank's
     environment instead.
     """
@@ -75,11 +76,12 @@ class CheckpointManager:
         adapt_local_interval: bool = False,
         peer_endpoint: str | None = None,
         replica_endpoint: str | None = None,
+        memory_snapshot_gpu_staging: bool = True,
     ) -> None:
         config = CheckpointConfig.of_arguments(
             root, rank, world_size, interval_steps, keep, commit_timeout_s, write_bytes_per_s,
             local_root, local_interval_steps, local_keep, local_write_threads, adapt_local_interval,
-            peer_endpoint, replica_endpoint,
+            peer_endpoint, replica_endpoint, memory_snapshot_gpu_staging,
         )  # fmt: skip
         self._build(config, group, reporter, on_event)
 

@@ -49,6 +49,12 @@ class Parts:
                 part.world_size = world_size
 
 
+def wants_device_stage(cfg: CheckpointConfig, cuda_available: bool) -> bool:
+    """Whether the memory tier gets a `DeviceStage` (it stages a snapshot on the GPU only where it
+    also fits there after the first step): with CUDA, unless the config turns GPU staging off."""
+    return cfg.memory_tier and cfg.memory_snapshot_gpu_staging and cuda_available
+
+
 def build_parts(
     cfg: CheckpointConfig,
     group: Any,
@@ -90,7 +96,7 @@ def build_parts(
         if cfg.peer_endpoint:
             replication = ReplicationHook(cfg.peer_endpoint, cfg.rank, memory.lock, events)
         ring = memory.ring = SnapshotRing(memory)
-        if torch.cuda.is_available():
+        if wants_device_stage(cfg, torch.cuda.is_available()):
             device = memory.device = DeviceStage(cfg.memory_snapshot_write_threads)
     parts = Parts(
         events=events,

@@ -131,6 +131,7 @@ class Resilience:
                 replica_endpoint=replica[0] if replica else None,
                 peer_endpoint=replica[1] if replica else None,
                 local_write_threads=snapshot_write_threads or DEFAULT_LOCAL_WRITE_THREADS,
+                memory_snapshot_gpu_staging=env.memory_snapshot_gpu_staging,
             )
             if checkpoint
             else None
