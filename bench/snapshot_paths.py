@@ -124,6 +124,7 @@ def main() -> None:
     mapped.copy_(flat)
     out["d2h_pageable_file_s"] = time.perf_counter() - t0
     out["h2d_file_direct_s"] = cuda_seconds(lambda: flat.copy_(mapped), runs=1)
+    save(out, a.out)
 
     loop = Loop()
     loop.step()
@@ -144,6 +145,7 @@ def main() -> None:
         out[f"load_{th}t_s"] = time.perf_counter() - t0
         out[f"load_{th}t_exact"] = bool(torch.equal(back, flat))
         pipe.close()
+        save(out, a.out)
 
     def staged_snapshot() -> None:
         stage.stage(state, entries)
@@ -152,11 +154,16 @@ def main() -> None:
     _spent, rate = loop.beside(staged_snapshot)
     out["stage_beside_loop_relative"] = rate / base
     os.unlink(path)
+    print(save(out, a.out))
+
+
+def save(out: dict[str, object], path: str | None) -> str:
+    """The rows so far as one JSON line, also written to `path` (a run cut short keeps its rows)."""
     line = json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()})
-    print(line)
-    if a.out:
-        with open(a.out, "w") as f:
+    if path:
+        with open(path, "w") as f:
             f.write(line + "\n")
+    return line
 
 
 if __name__ == "__main__":
