@@ -2,17 +2,20 @@
 GPU, on real files: a snapshot whose drain into host memory fails is never written anywhere (no
 memory snapshot committed, no persist from half-filled buffers); a slot's pages are populated
 without changing its bytes; a claimed slot is handed out as flat bytes, and private bytes when no
-slot can be had. The GPU half (staging, the chunked drain and load) is measured by
-bench/snapshot_paths.py and the GPU smoke."""
+slot can be had. The GPU half's logic (staging into the flat buffer, the chunk ring both ways, the
+room check) runs here on the CPU through a synchronous stand-in for `device_stage.CudaOps`; its
+speed and its CUDA streams are measured by bench/snapshot_paths.py and the GPU smoke."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 import pytest
 import torch
 from rtj_trainer.checkpoint import CheckpointManager, latest_committed
+from rtj_trainer.checkpoint.device_stage import HEADROOM_BYTES, ChunkPipe, CudaOps, DeviceStage, entry_views
 from rtj_trainer.checkpoint.snapshot_ring import layout, populate
 from rtj_trainer.checkpoint.staging import Snapshot
 from rtj_trainer.checkpoint_format import local_rank_dir, local_snapshots
@@ -104,3 +107,120 @@ def test_a_claimed_slot_is_handed_out_as_flat_bytes_or_private_ones_when_none_ca
     assert ring.partial is None and private.numel() == size and not private.is_shared()
     assert [tuple(v.shape) for v in views] == [(3, 5), (7,)]
     assert len(faults) == 1 and "no memory-tier slot for step 10" in faults[0]
+
+
+class _Done:
+    """A CUDA event of the synchronous stand-in: everything has happened by the time it is asked."""
+
+    def record(self, stream: object = None) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: object) -> float:
+        return 0.0
+
+
+class _Stream:
+    def wait_event(self, event: object) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+
+class _HostOps(CudaOps):
+    """device_stage's CUDA calls on the CPU, synchronously: the same chunk ring, offsets and layout,
+    with `free` bytes of "GPU" memory. Stands in for CUDA at our own wrapper (`CudaOps`)."""
+
+    pin = False
+
+    def __init__(self, free: int = 1 << 40) -> None:
+        self.free = free
+
+    def stream(self) -> _Stream:
+        return _Stream()
+
+    def event(self, timing: bool = False) -> _Done:
+        return _Done()
+
+    def current_stream(self) -> _Stream:
+        return _Stream()
+
+    def on_device(self, device: int) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+    def on_stream(self, stream: object) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        return self.free, 16 << 30  # 5 % of it is less than HEADROOM_BYTES
+
+    def buffer(self, nbytes: int, device: int) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8)
+
+
+def _mapped(path: Path, size: int) -> torch.Tensor:
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return torch.from_file(str(path), shared=True, size=size, dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_chunk_pipe_carries_every_byte_both_ways_whatever_the_chunking(
+    tmp_path: Path, threads: int
+) -> None:
+    chunk = 64 << 10
+    # Fewer bytes than a chunk, exactly the ring, and more than two rings with a partial last chunk.
+    for n in (1000, 3 * chunk, 7 * chunk + 4097):
+        pipe = ChunkPipe(0, threads, chunk_bytes=chunk, depth=3, ops=_HostOps())
+        src = torch.randint(0, 256, (n,), dtype=torch.uint8)
+        dst = _mapped(tmp_path / f"slot-{n}.bin", n)
+        pipe.to_host(src, dst)
+        assert torch.equal(dst, src)
+        back = torch.zeros(n, dtype=torch.uint8)
+        pipe.to_device(dst, back)
+        assert torch.equal(back, src)
+        pipe.close()
+        assert (tmp_path / f"slot-{n}.bin").read_bytes() == src.numpy().tobytes()
+
+
+def test_a_staged_snapshot_lands_in_the_slot_file_as_staged_and_loads_back(tmp_path: Path) -> None:
+    ops = _HostOps()
+    state = [
+        torch.randn(33, 17),
+        torch.randn(1000).to(torch.bfloat16),
+        torch.tensor(7, dtype=torch.int64),  # a step count: shape ()
+        torch.zeros(0),
+        torch.randn(5, 3, dtype=torch.float64).t(),  # not contiguous
+    ]
+    entries, size = layout(state)
+    stage = DeviceStage(threads=2, ops=ops)
+    stage._pipe(0).chunk_bytes = 4096  # many chunks for a small state
+    assert stage.prepare(size, 0) and stage.size() == size
+    staged_in, _start, staged = stage.stage(state, entries)
+    expected = [t.clone() for t in state]
+    for t in state:  # training goes on: the snapshot keeps what was staged
+        t.add_(1) if t.dtype != torch.int64 else t.fill_(8)
+    slot = _mapped(tmp_path / "rank-00000.bin", size)
+    stage.drain(staged_in, slot, staged)
+    del slot
+    slot = torch.from_file(str(tmp_path / "rank-00000.bin"), shared=True, size=size, dtype=torch.uint8)
+    on_file = entry_views(slot, entries)
+    assert all(torch.equal(a, b) for a, b in zip(on_file, expected, strict=True))
+    loaded = stage.load(slot, 0)
+    assert loaded is not None and loaded.data_ptr() != staged_in.data_ptr()
+    assert all(torch.equal(a, b) for a, b in zip(entry_views(loaded, entries), expected, strict=True))
+
+
+def test_no_staging_buffer_where_the_gpu_lacks_room_for_it_and_its_headroom() -> None:
+    size = 1 << 20
+    stage = DeviceStage(threads=1, ops=_HostOps(free=size + HEADROOM_BYTES - 1))
+    assert not stage.prepare(size, 0) and stage.flat is None and stage.size() == -1
+    assert stage.load(torch.zeros(size, dtype=torch.uint8), 0) is None
+    roomy = DeviceStage(threads=1, ops=_HostOps(free=size + HEADROOM_BYTES))
+    assert roomy.prepare(size, 0)
+    flat = roomy.flat
+    assert roomy.prepare(size, 0) and roomy.flat is flat  # kept while the layout's size holds
+    assert roomy.prepare(size - 4096, 0) and roomy.flat is not flat  # a new layout: a new buffer
+    assert not roomy.prepare(size + 4096, 0) and roomy.flat is None  # no room for it: pinned path

@@ -18,6 +18,7 @@ snapshots take the pinned path.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -37,9 +38,40 @@ CHUNK_BYTES = 64 << 20
 CHUNKS = 4
 
 
-def fits(nbytes: int, device: int) -> bool:
+class CudaOps:
+    """The CUDA calls `ChunkPipe` and `DeviceStage` make, in one place: tests/trainer_ckpt runs the
+    same code on the CPU through a synchronous stand-in (the offsets, the chunk ring, the layout)."""
+
+    pin = True  # the chunks are pinned host memory
+
+    def stream(self) -> Any:
+        return torch.cuda.Stream()
+
+    def event(self, timing: bool = False) -> Any:
+        return torch.cuda.Event(enable_timing=timing)
+
+    def current_stream(self) -> Any:
+        return torch.cuda.current_stream()
+
+    def on_device(self, device: int) -> contextlib.AbstractContextManager[Any]:
+        return torch.cuda.device(device)
+
+    def on_stream(self, stream: Any) -> contextlib.AbstractContextManager[Any]:
+        return torch.cuda.stream(stream)
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        return torch.cuda.mem_get_info(device)
+
+    def buffer(self, nbytes: int, device: int) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", device))
+
+
+CUDA = CudaOps()
+
+
+def fits(nbytes: int, device: int, ops: CudaOps = CUDA) -> bool:
     """Whether a buffer of `nbytes` leaves the GPU its headroom (memory not reserved by torch)."""
-    free, total = torch.cuda.mem_get_info(device)
+    free, total = ops.mem_get_info(device)
     return free >= nbytes + max(HEADROOM_BYTES, int(HEADROOM_FRACTION * total))
 
 
@@ -54,9 +86,15 @@ class ChunkPipe:
     the GIL) while the next chunks cross the bus."""
 
     def __init__(
-        self, device: int, threads: int, chunk_bytes: int = CHUNK_BYTES, depth: int = CHUNKS
+        self,
+        device: int,
+        threads: int,
+        chunk_bytes: int = CHUNK_BYTES,
+        depth: int = CHUNKS,
+        ops: CudaOps = CUDA,
     ) -> None:
         self.device = device
+        self.ops = ops
         self.threads = max(1, threads)
         self.chunk_bytes = chunk_bytes
         self.depth = depth
@@ -71,11 +109,11 @@ class ChunkPipe:
         with self._lock:
             if self.chunks:
                 return
-            with torch.cuda.device(self.device):
-                self._stream = torch.cuda.Stream()
-                self._events = [torch.cuda.Event() for _ in range(self.depth)]
+            with self.ops.on_device(self.device):
+                self._stream = self.ops.stream()
+                self._events = [self.ops.event() for _ in range(self.depth)]
                 self.chunks = [
-                    torch.empty(self.chunk_bytes, dtype=torch.uint8, pin_memory=True)
+                    torch.empty(self.chunk_bytes, dtype=torch.uint8, pin_memory=self.ops.pin)
                     for _ in range(self.depth)
                 ]
 
@@ -86,7 +124,7 @@ class ChunkPipe:
         self.allocate()
         stream = self._stream
         pending: list[tuple[int, int, int]] = []  # (chunk, start, length): on its way to the host
-        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+        with self.ops.on_device(self.device), self.ops.on_stream(stream):
             if after is not None:
                 stream.wait_event(after)
             for i, start in enumerate(range(0, src.numel(), self.chunk_bytes)):
@@ -99,7 +137,7 @@ class ChunkPipe:
                 pending.append((k, start, n))
             for item in pending:
                 self._land(item, dst)
-            done = torch.cuda.Event()
+            done = self.ops.event()
             done.record(stream)
         return done
 
@@ -107,7 +145,7 @@ class ChunkPipe:
         """Copy the flat host bytes `src` into the flat CUDA bytes `dst`; returns when they are there."""
         self.allocate()
         stream = self._stream
-        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+        with self.ops.on_device(self.device), self.ops.on_stream(stream):
             for i, start in enumerate(range(0, src.numel(), self.chunk_bytes)):
                 n = min(self.chunk_bytes, src.numel() - start)
                 k = i % self.depth
@@ -141,9 +179,11 @@ class ChunkPipe:
 class DeviceStage:
     """The flat CUDA buffer a snapshot is staged in, and its way to and from the memory tier."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, ops: CudaOps = CUDA) -> None:
         self.threads = threads
+        self.ops = ops
         self.flat: torch.Tensor | None = None
+        self._device: int | None = None  # where `flat` is
         self.pipe: ChunkPipe | None = None
         self._drained: Any = None  # the last drain's reads of `flat` are done once it has happened
 
@@ -152,19 +192,20 @@ class DeviceStage:
 
     def _pipe(self, device: int) -> ChunkPipe:
         if self.pipe is None or self.pipe.device != device:
-            self.pipe = ChunkPipe(device, self.threads)
+            self.pipe = ChunkPipe(device, self.threads, ops=self.ops)
         return self.pipe
 
     # --- a background thread (`HostStaging.prepare`) -----------------------------------------------
     def prepare(self, size: int, device: int) -> bool:
         """Keep a buffer of `size` bytes on `device` if the GPU has room for it; True when kept."""
-        if self.flat is not None and self.flat.numel() == size and self.flat.device.index == device:
+        if self.flat is not None and self.flat.numel() == size and self._device == device:
             return True
         self.flat = None
-        if size == 0 or not fits(size, device):
+        if size == 0 or not fits(size, device, self.ops):
             return False
         self._pipe(device).allocate()
-        self.flat = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", device))
+        self.flat = self.ops.buffer(size, device)
+        self._device = device
         self._drained = None
         return True
 
@@ -177,10 +218,10 @@ class DeviceStage:
         meanwhile for another layout replaces `flat`, never the bytes of a snapshot in flight."""
         flat = self.flat
         assert flat is not None
-        stream = torch.cuda.current_stream()
+        stream = self.ops.current_stream()
         if self._drained is not None:  # the previous snapshot has left the buffer (long since)
             stream.wait_event(self._drained)
-        start, done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, done = self.ops.event(timing=True), self.ops.event(timing=True)
         start.record(stream)
         if tensors:
             torch._foreach_copy_(entry_views(flat, entries), list(tensors))
@@ -198,8 +239,8 @@ class DeviceStage:
     def load(self, whole: torch.Tensor, device: int) -> torch.Tensor | None:
         """The flat host bytes `whole` (a mapped snapshot) copied into a new CUDA buffer, or None
         when the GPU has no room for one. The caller drops it after the load; see the module doc."""
-        if whole.numel() == 0 or not fits(whole.numel(), device):
+        if whole.numel() == 0 or not fits(whole.numel(), device, self.ops):
             return None
-        flat = torch.empty(whole.numel(), dtype=torch.uint8, device=torch.device("cuda", device))
+        flat = self.ops.buffer(whole.numel(), device)
         self._pipe(device).to_device(whole, flat)
         return flat
