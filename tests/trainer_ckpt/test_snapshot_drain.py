@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -224,3 +226,82 @@ def test_no_staging_buffer_where_the_gpu_lacks_room_for_it_and_its_headroom() ->
     assert roomy.prepare(size, 0) and roomy.flat is flat  # kept while the layout's size holds
     assert roomy.prepare(size - 4096, 0) and roomy.flat is not flat  # a new layout: a new buffer
     assert not roomy.prepare(size + 4096, 0) and roomy.flat is None  # no room for it: pinned path
+
+
+class _CountingOps(_HostOps):
+    """The stand-in with a "device" holding every tensor but scalars (an optimizer's step counts
+    stay on the host, as on a GPU), counting what goes through it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+
+    def holds(self, t: torch.Tensor) -> bool:
+        return t.dim() > 0
+
+    def active(self) -> bool:
+        return True
+
+    def current_device(self) -> int:
+        return 0
+
+    def set_device(self, device: int) -> None:
+        self.calls["set_device"] += 1
+
+    def release(self) -> None:
+        self.calls["release"] += 1
+
+    def buffer(self, nbytes: int, device: int) -> torch.Tensor:
+        self.calls["buffer"] += 1
+        return super().buffer(nbytes, device)
+
+
+def _with_stage(mgr: CheckpointManager, ops: _CountingOps) -> DeviceStage:
+    stage = DeviceStage(threads=2, ops=ops)
+    stage._pipe(0).chunk_bytes = 4096
+    mgr._p.staging.device = mgr._p.memory.device = stage  # type: ignore[union-attr]
+    return stage
+
+
+def test_the_manager_stages_drains_commits_and_resumes_through_the_device_stage(tmp_path: Path) -> None:
+    """The whole memory-tier path of a GPU rank with staging on (`CheckpointManager` → `HostStaging`
+    → `DeviceStage` → the slot file → a restarted rank's `load_latest` through the stage), on the
+    CPU stand-in: the resumed state is the snapshot's, bit for bit, scalars kept on the host too."""
+    torch.manual_seed(0)
+
+    def train(model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
+        model(torch.randn(8, 64)).square().mean().backward()
+        optim.step()
+        optim.zero_grad()
+
+    model = torch.nn.Linear(64, 64)
+    optim = torch.optim.AdamW(model.parameters())
+    mgr, ops = _manager(tmp_path), _CountingOps()
+    stage = _with_stage(mgr, ops)
+    train(model, optim)
+    mgr.prepare(model, optim)
+    deadline = time.monotonic() + 30
+    while mgr.preparing and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stage.flat is not None and ops.calls["buffer"] == 1 and ops.calls["set_device"] == 1
+    drains: list[int] = []
+    drain = stage.drain
+    stage.drain = lambda *a: (drains.append(1), drain(*a))[1]  # type: ignore[method-assign,func-returns-value]
+    for step in range(2, 6):
+        train(model, optim)
+        mgr.maybe_save(step, model, optim)
+        assert mgr.wait(timeout=30)
+    assert drains == [1]  # the step-5 snapshot went through the stage
+    want = [t.clone() for t in (*model.parameters(), *optim.state_dict()["state"][0].values())]
+    train(model, optim)  # the live state moves on
+
+    model2 = torch.nn.Linear(64, 64)
+    optim2 = torch.optim.AdamW(model2.parameters())
+    mgr2, ops2 = _manager(tmp_path), _CountingOps()
+    _with_stage(mgr2, ops2)
+    resumed = mgr2.load_latest(model2, optim2)
+    assert resumed is not None and (resumed.step, resumed.source) == (5, "local")
+    assert ops2.calls["buffer"] == 1 and ops2.calls["release"] == 1  # loaded through a buffer, then freed
+    got = [*model2.parameters(), *optim2.state_dict()["state"][0].values()]
+    assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    assert optim2.state_dict()["state"][0]["step"].item() == 5

@@ -44,6 +44,24 @@ class CudaOps:
 
     pin = True  # the chunks are pinned host memory
 
+    def holds(self, t: torch.Tensor) -> bool:
+        """Whether `t` lives on the device (is staged there, not cloned on the host)."""
+        return t.is_cuda
+
+    def active(self) -> bool:
+        """Whether this process uses the device (a restarted rank loads through it only then)."""
+        return torch.cuda.is_initialized()
+
+    def current_device(self) -> int:
+        return torch.cuda.current_device()
+
+    def set_device(self, device: int) -> None:
+        torch.cuda.set_device(device)
+
+    def release(self) -> None:
+        """Give the memory no tensor holds back to the driver."""
+        torch.cuda.empty_cache()
+
     def stream(self) -> Any:
         return torch.cuda.Stream()
 

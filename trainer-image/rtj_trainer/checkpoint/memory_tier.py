@@ -309,9 +309,9 @@ class MemoryTier:
         index, size = read_index(snap_dir, self.rank, manifest)
         path = self.slot_file(snap_dir)
         whole = self.ring.mapped(path, size)
-        if self.device is not None and torch.cuda.is_initialized():  # the state lives on the GPU
+        if self.device is not None and self.device.ops.active():  # the state lives on the GPU
             try:
-                on_gpu = self.device.load(whole, torch.cuda.current_device())
+                on_gpu = self.device.load(whole, self.device.ops.current_device())
             except RuntimeError as e:  # CUDA refused it: tensor by tensor from the mapped file
                 log.warning("memory snapshot of step %d loaded without GPU staging: %r", step, e)
                 on_gpu = None

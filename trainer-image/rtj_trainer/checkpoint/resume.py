@@ -118,8 +118,9 @@ class ResumeSelection:
     def _release_device_buffer(self) -> None:
         """A memory snapshot loaded through a GPU buffer (`device_stage`): give that memory back to
         the driver, so that whether a staging buffer fits is judged after training's first steps."""
-        if self._memory is not None and self._memory.device is not None and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
+        device = self._memory.device if self._memory is not None else None
+        if device is not None and device.ops.active():
+            device.ops.release()
 
     def _candidates(self) -> Candidates:
         mine_local: list[tuple[int, int]] = []

@@ -149,18 +149,14 @@ class HostStaging:
         flatten(state_of(model, optimizer), tensors)
         specs = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors]
         cuda = any(t.is_cuda for t in tensors)
-        device = torch.cuda.current_device() if cuda else None
+        stage, flat = self.device, self._flat_buffers()
+        device = stage.ops.current_device() if stage is not None and self._staged(tensors) else None
 
         def allocate() -> None:
             pin = [cuda] * len(specs)
-            if device is not None:
-                torch.cuda.set_device(device)
-                flat = self._flat_buffers()
-                if (
-                    flat is not None
-                    and self.device is not None
-                    and self.device.prepare(flat.layout(specs)[1], device)
-                ):
+            if stage is not None and device is not None and flat is not None:
+                stage.ops.set_device(device)
+                if stage.prepare(flat.layout(specs)[1], device):
                     pin = [False] * len(specs)  # drained through the stage's own pinned chunks
             self.buffers.prepare(specs, pin)
 
@@ -170,6 +166,10 @@ class HostStaging:
     def _flat_buffers(self) -> FlatHostBuffers | None:
         return self.buffers if hasattr(self.buffers, "flat") else None  # type: ignore[return-value]
 
+    def _staged(self, tensors: Sequence[torch.Tensor]) -> bool:
+        """Whether a state of `tensors` is one to stage on the device (some of it lives there)."""
+        return self.device is not None and any(self.device.ops.holds(t) for t in tensors)
+
     def copy_to_host(
         self, tensors: list[torch.Tensor], optimizer: torch.optim.Optimizer | None
     ) -> tuple[list[torch.Tensor], Any, Callable[[], None] | None]:
@@ -177,7 +177,7 @@ class HostStaging:
         or None: on CPU the copy is done on return, and the drain the writer thread runs to bring
         a snapshot staged on the GPU into the host buffers, or None)."""
         flat = self._flat_buffers()
-        if self.device is not None and flat is not None and any(t.is_cuda for t in tensors):
+        if self.device is not None and flat is not None and self._staged(tensors):
             entries, size = flat.layout(tensors)
             if self.device.size() == size:
                 try:
@@ -217,12 +217,13 @@ class HostStaging:
         fence: training's next kernels come after it on that stream); the CPU ones (an optimizer's
         step counts) cloned now. The drain brings both into the claimed slot's flat bytes."""
         assert self.device is not None
-        on_gpu = [i for i, t in enumerate(tensors) if t.is_cuda]
+        on_gpu = [i for i, t in enumerate(tensors) if self.device.ops.holds(t)]
         staged_in, start, staged = self.device.stage(
             [tensors[i] for i in on_gpu], [entries[i] for i in on_gpu]
         )
         whole, host = flat.flat(tensors)  # claims the slot: after the one step that can raise
-        on_cpu = [(host[i], tensors[i].clone()) for i, t in enumerate(tensors) if not t.is_cuda]
+        kept = set(on_gpu)
+        on_cpu = [(host[i], tensors[i].clone()) for i in range(len(tensors)) if i not in kept]
         device = self.device
 
         def drain() -> None:
