@@ -11,6 +11,8 @@ serves commands on stdin:
                 {"n", "rank", "step", "source"} to <work_dir>/resumes.jsonl, then saves steps
                 resumed+1, +2, ... forever (memory every step, persist every 3rd, keep 2);
                 the state of (step, rank) is a deterministic function of both.
+                With RTJ_SNAPSHOT_DEVICE_STAGE=1 the ranks snapshot and load through the GPU
+                staging path on its CPU stand-in (host_device.HostOps).
   "reap"     -> waits for both, prints their two wait statuses.
 """
 
@@ -26,6 +28,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 from ckpt_saver import State, content_hash
+from host_device import HostOps, stage_on_host
 from rtj_trainer.checkpoint import CheckpointManager
 
 WORLD = 2
@@ -69,7 +72,15 @@ def _rank(rank: int, n: int, local_root: str, persist_root: str, work: str) -> N
         # The threaded memory-tier writer (pwrite at offsets: a kill leaves holes, not a shorter file).
         local_write_threads=int(os.environ.get("RTJ_SNAPSHOT_WRITE_THREADS", "1")),
     )
+    # The GPU staging path (stage, drain into the slot, load through the stage) on its stand-in.
+    stage = stage_on_host(mgr, HostOps()) if os.environ.get("RTJ_SNAPSHOT_DEVICE_STAGE") == "1" else None
     step = resume_checked(mgr, state, rank, n, work)
+    if stage is not None:
+        mgr.prepare(state)
+        while mgr.preparing:
+            time.sleep(0.001)
+        if stage.flat is None:  # the staging buffer was not kept: the case would test nothing
+            os._exit(4)
     while True:
         step += 1
         fill(state, step, rank)

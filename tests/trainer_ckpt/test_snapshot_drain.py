@@ -3,21 +3,21 @@ GPU, on real files: a snapshot whose drain into host memory fails is never writt
 memory snapshot committed, no persist from half-filled buffers); a slot's pages are populated
 without changing its bytes; a claimed slot is handed out as flat bytes, and private bytes when no
 slot can be had. The GPU half's logic (staging into the flat buffer, the chunk ring both ways, the
-room check) runs here on the CPU through a synchronous stand-in for `device_stage.CudaOps`; its
-speed and its CUDA streams are measured by bench/snapshot_paths.py and the GPU smoke."""
+room check, the manager's staged path) runs here on the CPU through `host_device.HostOps`, a
+synchronous stand-in for `device_stage.CudaOps`; its speed and its CUDA streams are measured by
+bench/snapshot_paths.py and the GPU smoke."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
+from host_device import HostOps, stage_on_host
 from rtj_trainer.checkpoint import CheckpointManager, latest_committed
-from rtj_trainer.checkpoint.device_stage import HEADROOM_BYTES, ChunkPipe, CudaOps, DeviceStage, entry_views
+from rtj_trainer.checkpoint.device_stage import HEADROOM_BYTES, ChunkPipe, DeviceStage, entry_views
 from rtj_trainer.checkpoint.snapshot_ring import layout, populate
 from rtj_trainer.checkpoint.staging import Snapshot
 from rtj_trainer.checkpoint_format import local_rank_dir, local_snapshots
@@ -111,57 +111,6 @@ def test_a_claimed_slot_is_handed_out_as_flat_bytes_or_private_ones_when_none_ca
     assert len(faults) == 1 and "no memory-tier slot for step 10" in faults[0]
 
 
-class _Done:
-    """A CUDA event of the synchronous stand-in: everything has happened by the time it is asked."""
-
-    def record(self, stream: object = None) -> None: ...
-
-    def synchronize(self) -> None: ...
-
-    def query(self) -> bool:
-        return True
-
-    def elapsed_time(self, end: object) -> float:
-        return 0.0
-
-
-class _Stream:
-    def wait_event(self, event: object) -> None: ...
-
-    def synchronize(self) -> None: ...
-
-
-class _HostOps(CudaOps):
-    """device_stage's CUDA calls on the CPU, synchronously: the same chunk ring, offsets and layout,
-    with `free` bytes of "GPU" memory. Stands in for CUDA at our own wrapper (`CudaOps`)."""
-
-    pin = False
-
-    def __init__(self, free: int = 1 << 40) -> None:
-        self.free = free
-
-    def stream(self) -> _Stream:
-        return _Stream()
-
-    def event(self, timing: bool = False) -> _Done:
-        return _Done()
-
-    def current_stream(self) -> _Stream:
-        return _Stream()
-
-    def on_device(self, device: int) -> contextlib.nullcontext[None]:
-        return contextlib.nullcontext()
-
-    def on_stream(self, stream: object) -> contextlib.nullcontext[None]:
-        return contextlib.nullcontext()
-
-    def mem_get_info(self, device: int) -> tuple[int, int]:
-        return self.free, 16 << 30  # 5 % of it is less than HEADROOM_BYTES
-
-    def buffer(self, nbytes: int, device: int) -> torch.Tensor:
-        return torch.empty(nbytes, dtype=torch.uint8)
-
-
 def _mapped(path: Path, size: int) -> torch.Tensor:
     with open(path, "wb") as f:
         f.truncate(size)
@@ -175,7 +124,7 @@ def test_the_chunk_pipe_carries_every_byte_both_ways_whatever_the_chunking(
     chunk = 64 << 10
     # Fewer bytes than a chunk, exactly the ring, and more than two rings with a partial last chunk.
     for n in (1000, 3 * chunk, 7 * chunk + 4097):
-        pipe = ChunkPipe(0, threads, chunk_bytes=chunk, depth=3, ops=_HostOps())
+        pipe = ChunkPipe(0, threads, chunk_bytes=chunk, depth=3, ops=HostOps())
         src = torch.randint(0, 256, (n,), dtype=torch.uint8)
         dst = _mapped(tmp_path / f"slot-{n}.bin", n)
         pipe.to_host(src, dst)
@@ -188,7 +137,7 @@ def test_the_chunk_pipe_carries_every_byte_both_ways_whatever_the_chunking(
 
 
 def test_a_staged_snapshot_lands_in_the_slot_file_as_staged_and_loads_back(tmp_path: Path) -> None:
-    ops = _HostOps()
+    ops = HostOps()
     state = [
         torch.randn(33, 17),
         torch.randn(1000).to(torch.bfloat16),
@@ -217,50 +166,15 @@ def test_a_staged_snapshot_lands_in_the_slot_file_as_staged_and_loads_back(tmp_p
 
 def test_no_staging_buffer_where_the_gpu_lacks_room_for_it_and_its_headroom() -> None:
     size = 1 << 20
-    stage = DeviceStage(threads=1, ops=_HostOps(free=size + HEADROOM_BYTES - 1))
+    stage = DeviceStage(threads=1, ops=HostOps(free=size + HEADROOM_BYTES - 1))
     assert not stage.prepare(size, 0) and stage.flat is None and stage.size() == -1
     assert stage.load(torch.zeros(size, dtype=torch.uint8), 0) is None
-    roomy = DeviceStage(threads=1, ops=_HostOps(free=size + HEADROOM_BYTES))
+    roomy = DeviceStage(threads=1, ops=HostOps(free=size + HEADROOM_BYTES))
     assert roomy.prepare(size, 0)
     flat = roomy.flat
     assert roomy.prepare(size, 0) and roomy.flat is flat  # kept while the layout's size holds
     assert roomy.prepare(size - 4096, 0) and roomy.flat is not flat  # a new layout: a new buffer
     assert not roomy.prepare(size + 4096, 0) and roomy.flat is None  # no room for it: pinned path
-
-
-class _CountingOps(_HostOps):
-    """The stand-in with a "device" holding every tensor but scalars (an optimizer's step counts
-    stay on the host, as on a GPU), counting what goes through it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: Counter[str] = Counter()
-
-    def holds(self, t: torch.Tensor) -> bool:
-        return t.dim() > 0
-
-    def active(self) -> bool:
-        return True
-
-    def current_device(self) -> int:
-        return 0
-
-    def set_device(self, device: int) -> None:
-        self.calls["set_device"] += 1
-
-    def release(self) -> None:
-        self.calls["release"] += 1
-
-    def buffer(self, nbytes: int, device: int) -> torch.Tensor:
-        self.calls["buffer"] += 1
-        return super().buffer(nbytes, device)
-
-
-def _with_stage(mgr: CheckpointManager, ops: _CountingOps) -> DeviceStage:
-    stage = DeviceStage(threads=2, ops=ops)
-    stage._pipe(0).chunk_bytes = 4096
-    mgr._p.staging.device = mgr._p.memory.device = stage  # type: ignore[union-attr]
-    return stage
 
 
 def test_the_manager_stages_drains_commits_and_resumes_through_the_device_stage(tmp_path: Path) -> None:
@@ -276,8 +190,8 @@ def test_the_manager_stages_drains_commits_and_resumes_through_the_device_stage(
 
     model = torch.nn.Linear(64, 64)
     optim = torch.optim.AdamW(model.parameters())
-    mgr, ops = _manager(tmp_path), _CountingOps()
-    stage = _with_stage(mgr, ops)
+    mgr, ops = _manager(tmp_path), HostOps()
+    stage = stage_on_host(mgr, ops)
     train(model, optim)
     mgr.prepare(model, optim)
     deadline = time.monotonic() + 30
@@ -297,8 +211,8 @@ def test_the_manager_stages_drains_commits_and_resumes_through_the_device_stage(
 
     model2 = torch.nn.Linear(64, 64)
     optim2 = torch.optim.AdamW(model2.parameters())
-    mgr2, ops2 = _manager(tmp_path), _CountingOps()
-    _with_stage(mgr2, ops2)
+    mgr2, ops2 = _manager(tmp_path), HostOps()
+    stage_on_host(mgr2, ops2)
     resumed = mgr2.load_latest(model2, optim2)
     assert resumed is not None and (resumed.step, resumed.source) == (5, "local")
     assert ops2.calls["buffer"] == 1 and ops2.calls["release"] == 1  # loaded through a buffer, then freed

@@ -7,6 +7,8 @@ its own state of the loaded step (never torn, never another step's or another sa
 load the same step, and that step is the newest one every rank had committed, in memory or
 persisted (nothing committed is lost). RTJ_SNAPSHOT_KILLS sets the number of kills (default 30;
 the issue asks >= 100: `RTJ_SNAPSHOT_KILLS=120 pytest tests/trainer_ckpt/test_snapshot_kills.py`).
+The third case takes the GPU staging path (`device_stage`) on its CPU stand-in: the snapshot is
+staged, then drained into the slot through the chunk ring, and a rank resumes through the stage.
 """
 
 from __future__ import annotations
@@ -39,14 +41,17 @@ PEER_LOST = 6
 
 
 class Zygote:
-    def __init__(self, local_root: Path, persist_root: Path, work: Path, write_threads: int) -> None:
+    def __init__(
+        self, local_root: Path, persist_root: Path, work: Path, write_threads: int, staged: bool = False
+    ) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("snapshot_saver.py")), "zygote",
              str(local_root), str(persist_root), str(work)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1", "RTJ_SNAPSHOT_WRITE_THREADS": str(write_threads)},
+            env={**os.environ, "OMP_NUM_THREADS": "1", "RTJ_SNAPSHOT_WRITE_THREADS": str(write_threads),
+                 "RTJ_SNAPSHOT_DEVICE_STAGE": "1" if staged else "0"},
         )  # fmt: skip
 
     def ask(self, cmd: str, timeout: float = 60.0) -> list[int]:
@@ -96,13 +101,17 @@ def _resumes(work: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-@pytest.mark.parametrize("write_threads", [1, 3], ids=["one-writer", "three-writer-threads"])
+@pytest.mark.parametrize(
+    ("write_threads", "staged"),
+    [(1, False), (3, False), (2, True)],
+    ids=["one-writer", "three-writer-threads", "staged-on-the-device-stand-in"],
+)
 def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(
-    ram_fs: Path, write_threads: int
+    ram_fs: Path, write_threads: int, staged: bool
 ) -> None:
     local_root, persist_root, work = ram_fs / "shm", ram_fs / "persist", ram_fs / "work"
     work.mkdir()
-    zygote = Zygote(local_root, persist_root, work, write_threads)
+    zygote = Zygote(local_root, persist_root, work, write_threads, staged)
     rng = random.Random(20261130)
     outcomes: Counter[str] = Counter()
     expected: list[int] = []
