@@ -149,15 +149,24 @@ def recoveries(records: list[dict[str, Any]], container_starts: Sequence[float] 
     return out
 
 
-def snapshot_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rank 0's saves: memory snapshots started and skipped (a due one that had to wait), and the
-    device-to-host copy's GPU seconds (median, max)."""
+def snapshot_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rank 0's saves: memory snapshots started and skipped (a due one that had to wait), the GPU
+    seconds of the copy training waited for or overlapped (device-to-device when staged on the GPU,
+    else device-to-host; median, max), the seconds of each write into the memory tier (median, max)
+    and how many of those snapshots were staged on the GPU."""
+    steps = [x for x in records if "loss" in x]
     copies = sorted(x["copy"] for x in steps if x.get("copy"))
+    writes = [x for x in records if x.get("event") == "snapshot"]
+    write_s = sorted(x["seconds"] for x in writes)
     return {
         "taken": sum(1 for x in steps if x.get("save") in ("snapshot", "saved")),
         "skipped": sum(1 for x in steps if x.get("save") == "skipped"),
         "copy_seconds_median": copies[len(copies) // 2] if copies else None,
         "copy_seconds_max": copies[-1] if copies else None,
+        "write_seconds_median": write_s[len(write_s) // 2] if write_s else None,
+        "write_seconds_max": write_s[-1] if write_s else None,
+        "writes_staged_on_gpu": sum(1 for x in writes if x.get("staged")),
+        "writes": len(writes),
     }
 
 
@@ -218,7 +227,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "final_loss": steps[-1]["loss"] if steps else None,
         "first_loss": steps[0]["loss"] if steps else None,
         "median_step_seconds": sorted(x["dt"] for x in steps)[len(steps) // 2] if steps else None,
-        "memory_snapshots": snapshot_figures(steps),
+        "memory_snapshots": snapshot_figures(ranks.get(0, [])),
         "log": log_lines(out, minutes),
         "nvrx": _version("nvidia-resiliency-ext"),
         "torch": _version("torch"),

@@ -132,7 +132,7 @@ def main() -> None:
     back = torch.empty_like(flat)
     device = torch.cuda.current_device()
     for th in [int(x) for x in a.threads.split(",")]:
-        pipe = ChunkPipe(device, th)
+        pipe = ChunkPipe(device, th, load_threads=th)
         pipe.allocate()
         t0 = time.perf_counter()
         pipe.to_host(flat, mapped)

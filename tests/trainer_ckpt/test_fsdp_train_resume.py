@@ -96,6 +96,8 @@ def test_fsdp_train_survives_faults_and_resumes_from_committed_checkpoints(tmp_p
         assert len(resumes) == 4, resumes
         assert any(r["iteration"] == 1 for r in resumes), "the exception was not handled in-process"
         assert max(r["restart"] for r in resumes) == 2
+        persists = [r for r in recs if r.get("event") == "persisted"]  # each with its write's seconds
+        assert persists and all(r["seconds"] >= 0 and r["step"] % INTERVAL == 0 for r in persists), persists
         # Never resume from before what was committed when the fault hit.
         committed_before = 0
         losses: dict[int, set[float]] = defaultdict(set)

@@ -124,7 +124,7 @@ def test_the_chunk_pipe_carries_every_byte_both_ways_whatever_the_chunking(
     chunk = 64 << 10
     # Fewer bytes than a chunk, exactly the ring, and more than two rings with a partial last chunk.
     for n in (1000, 3 * chunk, 7 * chunk + 4097):
-        pipe = ChunkPipe(0, threads, chunk_bytes=chunk, depth=3, ops=HostOps())
+        pipe = ChunkPipe(0, threads, chunk_bytes=chunk, depth=3, ops=HostOps(), load_threads=threads)
         src = torch.randint(0, 256, (n,), dtype=torch.uint8)
         dst = _mapped(tmp_path / f"slot-{n}.bin", n)
         pipe.to_host(src, dst)

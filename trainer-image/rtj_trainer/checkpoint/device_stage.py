@@ -36,6 +36,11 @@ HEADROOM_FRACTION = 0.05
 #: The pinned ring between the GPU and the mapped files: this many chunks of this size.
 CHUNK_BYTES = 64 << 20
 CHUNKS = 4
+#: Threads copying the mapped snapshot into the chunks when a restarted rank loads: one thread's
+#: memory copy (about 10 GB/s) is what bounds the load, not the bus, and the rank does nothing else
+#: meanwhile (the drain during training keeps `memory_snapshot_write_threads`). bench/snapshot_paths.py
+#: times 1 to 16.
+LOAD_THREADS = 4
 
 
 class CudaOps:
@@ -100,8 +105,9 @@ def entry_views(flat: torch.Tensor, entries: Sequence[TensorEntry]) -> list[torc
 
 class ChunkPipe:
     """Bytes between a flat CUDA buffer and flat host memory (pageable: a mapped file) through a ring
-    of pinned chunks; each chunk's host side is copied by `threads` threads (a memory copy releases
-    the GIL) while the next chunks cross the bus."""
+    of pinned chunks; each chunk's host side is copied by `threads` threads on the way to the host
+    and `load_threads` on the way back (a memory copy releases the GIL) while the next chunks cross
+    the bus."""
 
     def __init__(
         self,
@@ -110,17 +116,20 @@ class ChunkPipe:
         chunk_bytes: int = CHUNK_BYTES,
         depth: int = CHUNKS,
         ops: CudaOps = CUDA,
+        load_threads: int = LOAD_THREADS,
     ) -> None:
         self.device = device
         self.ops = ops
         self.threads = max(1, threads)
+        self.load_threads = max(1, load_threads)
         self.chunk_bytes = chunk_bytes
         self.depth = depth
         self.chunks: list[torch.Tensor] = []
         self._lock = threading.Lock()
         self._stream: Any = None
         self._events: list[Any] = []
-        self._pool = ThreadPoolExecutor(self.threads, "rtj-ckpt-copy") if self.threads > 1 else None
+        most = max(self.threads, self.load_threads)
+        self._pool = ThreadPoolExecutor(most, "rtj-ckpt-copy") if most > 1 else None
 
     def allocate(self) -> None:
         """Pin the chunks (once)."""
@@ -168,7 +177,7 @@ class ChunkPipe:
                 n = min(self.chunk_bytes, src.numel() - start)
                 k = i % self.depth
                 self._events[k].synchronize()  # the chunk's previous upload has left it
-                self._copy(self.chunks[k][:n], src[start : start + n])
+                self._copy(self.chunks[k][:n], src[start : start + n], self.load_threads)
                 dst[start : start + n].copy_(self.chunks[k][:n], non_blocking=True)
                 self._events[k].record(stream)
         stream.synchronize()
@@ -176,13 +185,13 @@ class ChunkPipe:
     def _land(self, item: tuple[int, int, int], dst: torch.Tensor) -> None:
         k, start, n = item
         self._events[k].synchronize()
-        self._copy(dst[start : start + n], self.chunks[k][:n])
+        self._copy(dst[start : start + n], self.chunks[k][:n], self.threads)
 
-    def _copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
-        if self._pool is None or dst.numel() < 2 * self.threads * 4096:
+    def _copy(self, dst: torch.Tensor, src: torch.Tensor, threads: int) -> None:
+        if self._pool is None or threads == 1 or dst.numel() < 2 * threads * 4096:
             dst.copy_(src)
             return
-        part = -(-dst.numel() // self.threads)
+        part = -(-dst.numel() // threads)
         futures = [
             self._pool.submit(dst[i : i + part].copy_, src[i : i + part]) for i in range(0, dst.numel(), part)
         ]

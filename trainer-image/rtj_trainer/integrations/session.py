@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 from rtj.contract import ENV_POD_NAME
 
-from rtj_trainer.checkpoint import DEFAULT_LOCAL_WRITE_THREADS, CheckpointManager
+from rtj_trainer.checkpoint import DEFAULT_LOCAL_WRITE_THREADS, CheckpointEvent, CheckpointManager
 from rtj_trainer.graceful import GracefulStop
 from rtj_trainer.hang_timeouts import Section
 from rtj_trainer.inprocess import run_with_inprocess_restart
@@ -116,6 +116,7 @@ class Resilience:
         mem_dir = memory_dir or env.memory_snapshot_dir or DEFAULT_MEMORY_DIR
         local_root = env.memory_tier_root(mem_dir) if mem_interval > 0 else None
         replica = env.peer_replica() if local_root else None  # (this pod's replica server, the peer's)
+        self.log = StepLog(log_dir if log_dir is not None else os.environ.get(ENV_TRAIN_LOG_DIR), env.rank)
         self.ckpt: CheckpointManager | None = (
             CheckpointManager(
                 self.checkpoint_dir,
@@ -132,14 +133,24 @@ class Resilience:
                 peer_endpoint=replica[1] if replica else None,
                 local_write_threads=snapshot_write_threads or DEFAULT_LOCAL_WRITE_THREADS,
                 memory_snapshot_gpu_staging=env.memory_snapshot_gpu_staging,
+                on_event=self._log_write,
             )
             if checkpoint
             else None
         )
-        self.log = StepLog(log_dir if log_dir is not None else os.environ.get(ENV_TRAIN_LOG_DIR), env.rank)
         self.kept = KeptState()  # survives in-process restarts (this process), never in-job restarts
         self.stop = GracefulStop.install(status_dir=env.status_dir)
         self.use_cuda = env.dist_backend == "nccl"
+
+    def _log_write(self, ev: CheckpointEvent) -> None:
+        """A memory snapshot's write into the tier or a persist, in the step log with its seconds
+        (and whether the snapshot was staged on the GPU): what the adaptive interval is made of."""
+        if ev.kind not in ("snapshot", "persisted") or ev.seconds is None:
+            return
+        rec: dict[str, Any] = {"event": ev.kind, "step": ev.step, "seconds": round(ev.seconds, 4)}
+        if ev.kind == "snapshot" and self.ckpt is not None:
+            rec["staged"] = self.ckpt.staged_on_device
+        self.log.write(**rec, t=time.time())
 
     def run(self, train: Callable[[Attempt], T]) -> T:
         """`train(attempt)` under NVRx in-process restart; the rank reports Finished when it returns."""
