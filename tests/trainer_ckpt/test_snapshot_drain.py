@@ -219,3 +219,44 @@ def test_the_manager_stages_drains_commits_and_resumes_through_the_device_stage(
     got = [*model2.parameters(), *optim2.state_dict()["state"][0].values()]
     assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
     assert optim2.state_dict()["state"][0]["step"].item() == 5
+
+
+def test_out_of_gpu_memory_gives_the_staging_buffer_back_and_snapshots_go_on_without_it(
+    tmp_path: Path,
+) -> None:
+    torch.manual_seed(0)
+
+    def train(model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
+        model(torch.randn(8, 16)).square().mean().backward()
+        optim.step()
+        optim.zero_grad()
+
+    model = torch.nn.Linear(16, 16)
+    optim = torch.optim.AdamW(model.parameters())
+    mgr, ops = _manager(tmp_path), HostOps()
+    stage = stage_on_host(mgr, ops)
+    for prepare_again in (False, True):
+        train(model, optim)
+        mgr.prepare(model, optim)
+        deadline = time.monotonic() + 30
+        while mgr.preparing and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not prepare_again:
+            assert mgr.staged_on_device
+            assert mgr.stop_gpu_staging() and stage.flat is None and ops.calls["release"] == 1
+            assert not mgr.stop_gpu_staging() and not mgr.staged_on_device
+    assert ops.calls["buffer"] == 1  # the second prepare kept no buffer
+    drain = stage.drain
+    stage.drain = lambda *a: (_ for _ in ()).throw(AssertionError("drained through the stage"))  # type: ignore[method-assign]
+    for step in range(3, 6):
+        train(model, optim)
+        mgr.maybe_save(step, model, optim)
+        assert mgr.wait(timeout=30)
+    stage.drain = drain  # type: ignore[method-assign]
+    want = [t.clone() for t in (*model.parameters(), *optim.state_dict()["state"][0].values())]
+    model2 = torch.nn.Linear(16, 16)
+    optim2 = torch.optim.AdamW(model2.parameters())
+    resumed = _manager(tmp_path).load_latest(model2, optim2)
+    assert resumed is not None and (resumed.step, resumed.source) == (5, "local")
+    got = [*model2.parameters(), *optim2.state_dict()["state"][0].values()]
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,8 @@ from .parts import build_parts
 from .resume import Resumed
 from .staging import Snapshot
 from .state_tree import flatten, state_of
+
+log = logging.getLogger("rtj_trainer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,6 +262,24 @@ class CheckpointManager:
         Call after the first optimizer step: the optimizer state must exist.
         """
         self._p.staging.prepare(model, optimizer)
+
+    def stop_gpu_staging(self) -> bool:
+        """Give the GPU staging buffer of memory snapshots (`device_stage`) back for good: training
+        ran out of GPU memory, and the buffer is memory it needs. Snapshots take the pinned path from
+        the next `prepare` on, and a load no longer goes through a GPU buffer. True if there was one
+        (a drain in flight keeps its reference until it is done)."""
+        stage = self._p.staging.device
+        if stage is None:
+            return False
+        self._p.staging.device = None
+        if self._p.memory is not None:
+            self._p.memory.device = None
+        had = stage.size() > 0
+        stage.flat = None
+        stage.ops.release()
+        if had:
+            log.warning("memory snapshots leave GPU staging for pinned buffers: training ran out of memory")
+        return had
 
     def fence(self) -> None:
         """Make the current CUDA stream wait for the last snapshot copy (before mutating state).

@@ -161,6 +161,13 @@ class Resilience:
                 result = train(attempt)
                 attempt.finish()
                 return result
+            except torch.OutOfMemoryError:
+                # The memory tier's GPU staging buffer is memory training needs: given back before
+                # the in-process restart (snapshots take the pinned path from then on).
+                if self.ckpt is not None:
+                    self.ckpt.stop_gpu_staging()
+                self.stop.died_with_peer()
+                raise
             except BaseException:
                 self.stop.died_with_peer()  # after SIGTERM: the launcher is restarting the workers, go now
                 raise
