@@ -123,8 +123,9 @@ class Checkpoint(ApiModel):
         True,
         description="true: each memory snapshot is staged on the GPU when, after the first step, it has "
         "room for a copy of the rank's state: one device-to-device copy, and the step never waits for "
-        "the host. false: always copied into pinned host memory; no extra GPU memory (for a job whose "
-        "GPU memory use grows after the first step, e.g. an evaluation with larger activations).",
+        "the host; a rank that then runs out of GPU memory gives the copy back and goes on with pinned "
+        "host memory. false: always copied into pinned host memory; no extra GPU memory (for a job "
+        "whose GPU memory use grows after the first step, e.g. an evaluation with larger activations).",
     )
     peer_replica: bool = Field(
         False,
