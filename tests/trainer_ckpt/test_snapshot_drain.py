@@ -260,3 +260,26 @@ def test_out_of_gpu_memory_gives_the_staging_buffer_back_and_snapshots_go_on_wit
     assert resumed is not None and (resumed.step, resumed.source) == (5, "local")
     got = [*model2.parameters(), *optim2.state_dict()["state"][0].values()]
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_a_rank_out_of_gpu_memory_stages_no_more_in_this_pod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal outlives the process (in-job and in-place restarts keep the pod's memory volume)
+    and the memory tier's pruning; only a rank that held a buffer leaves it."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a DeviceStage is built, not used
+    mgr = _manager(tmp_path)
+    assert mgr._p.staging.device is not None
+    assert not mgr.stop_gpu_staging()  # no buffer held: this process only
+    assert _manager(tmp_path)._p.staging.device is not None
+    mgr, ops = _manager(tmp_path), HostOps()
+    stage = stage_on_host(mgr, ops)
+    assert stage.prepare(4096, 0)
+    assert mgr.stop_gpu_staging()
+    w = torch.nn.Linear(4, 4)
+    for step in (5, 10, 15):  # snapshots pruned and recycled around the marker
+        assert mgr.maybe_save(step, w) in ("saved", "snapshot")
+        assert mgr.wait(timeout=30)
+    restarted = _manager(tmp_path)
+    assert restarted._p.staging.device is None and restarted._p.memory.device is None  # type: ignore[union-attr]
+    assert local_snapshots(local_rank_dir(str(tmp_path / "shm"), 0))[0][0] == 15

@@ -266,15 +266,19 @@ class CheckpointManager:
     def stop_gpu_staging(self) -> bool:
         """Give the GPU staging buffer of memory snapshots (`device_stage`) back for good: training
         ran out of GPU memory, and the buffer is memory it needs. Snapshots take the pinned path from
-        the next `prepare` on, and a load no longer goes through a GPU buffer. True if there was one
-        (a drain in flight keeps its reference until it is done)."""
+        the next `prepare` on and a load no longer goes through a GPU buffer: in this process and,
+        when a buffer was held, in this rank's next processes in the pod
+        (`MemoryTier.refuse_gpu_staging`). True if a buffer was held (a drain in flight keeps its
+        reference until it is done)."""
         stage = self._p.staging.device
         if stage is None:
             return False
+        had = stage.size() > 0
         self._p.staging.device = None
         if self._p.memory is not None:
             self._p.memory.device = None
-        had = stage.size() > 0
+            if had:
+                self._p.memory.refuse_gpu_staging()
         stage.flat = None
         stage.ops.release()
         if had:

@@ -61,6 +61,9 @@ log = logging.getLogger("rtj_trainer")
 
 #: Spare ring slots: a snapshot's file kept, mapped, for the next snapshot (`SnapshotRing`).
 SPARE_PREFIX = "spare-"
+#: In the rank's directory: this rank ran out of GPU memory while it staged snapshots on the GPU
+#: (`CheckpointManager.stop_gpu_staging`); its next processes in this pod stage none.
+GPU_STAGING_OFF = "gpu-staging-off"
 
 
 class MemoryTier:
@@ -96,6 +99,17 @@ class MemoryTier:
         # Only the partials a killed predecessor left: its committed snapshots are the candidates
         # of the resume (a lost peer's replica may be of an older one than the newest two).
         self.prune(protect=None, committed=False)
+
+    @property
+    def gpu_staging_refused(self) -> bool:
+        """A process of this rank in this pod ran out of GPU memory with a staging buffer."""
+        return os.path.exists(os.path.join(self.dir, GPU_STAGING_OFF))
+
+    def refuse_gpu_staging(self) -> None:
+        """Make this rank's next processes in this pod take the pinned path (the pod's memory
+        volume outlives in-job and in-place restarts; a new pod tries staging again)."""
+        with contextlib.suppress(OSError), open(os.path.join(self.dir, GPU_STAGING_OFF), "w"):
+            pass
 
     def path(self, step: int, nonce: int) -> str:
         return os.path.join(self.dir, local_name(step, nonce))
@@ -260,7 +274,7 @@ class MemoryTier:
                 return
             slots = len(keep) + sum(n.startswith(SPARE_PREFIX) for n in names)
             for n in names:
-                if n in keep or n.startswith(SPARE_PREFIX):
+                if n in keep or n.startswith(SPARE_PREFIX) or n == GPU_STAGING_OFF:
                     continue
                 path = os.path.join(self.dir, n)
                 with contextlib.suppress(OSError):

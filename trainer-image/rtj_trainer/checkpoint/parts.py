@@ -96,7 +96,7 @@ def build_parts(
         if cfg.peer_endpoint:
             replication = ReplicationHook(cfg.peer_endpoint, cfg.rank, memory.lock, events)
         ring = memory.ring = SnapshotRing(memory)
-        if wants_device_stage(cfg, torch.cuda.is_available()):
+        if wants_device_stage(cfg, torch.cuda.is_available()) and not memory.gpu_staging_refused:
             device = memory.device = DeviceStage(cfg.memory_snapshot_write_threads)
     parts = Parts(
         events=events,
