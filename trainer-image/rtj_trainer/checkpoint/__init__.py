@@ -3,8 +3,10 @@
 What training waits for (the stall) is only a snapshot of the rank's state (`staging`): model +
 optimizer local shards (FSDP2 DTensors are saved as their local tensors) copied, with the memory
 tier on a GPU that has room for it, into one GPU buffer (`device_stage`: a device-to-device copy,
-milliseconds), else into reused, pinned host buffers on a side CUDA stream, which the training
-stream waits for only right before the next `optimizer.step()` (a plain copy on CPU). A background
+milliseconds; given back for good if training runs out of GPU memory,
+`CheckpointManager.stop_gpu_staging`), else into reused, pinned host buffers on a side CUDA stream,
+which the training stream waits for only right before the next `optimizer.step()` (a plain copy on
+CPU). A background
 thread then brings it to the host, writes the files and commits (`writer`); training never joins it.
 
 At a due step all ranks agree, with one tiny all-reduce on a CPU (gloo) group in the training loop
