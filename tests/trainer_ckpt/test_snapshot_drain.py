@@ -283,3 +283,11 @@ def test_a_rank_out_of_gpu_memory_stages_no_more_in_this_pod(
     restarted = _manager(tmp_path)
     assert restarted._p.staging.device is None and restarted._p.memory.device is None  # type: ignore[union-attr]
     assert local_snapshots(local_rank_dir(str(tmp_path / "shm"), 0))[0][0] == 15
+
+
+def test_a_load_goes_through_the_gpu_only_with_room_for_the_state_it_creates_as_well() -> None:
+    size = 1 << 20
+    whole = torch.randint(0, 256, (size,), dtype=torch.uint8)
+    assert DeviceStage(threads=1, ops=HostOps(free=2 * size + HEADROOM_BYTES - 1)).load(whole, 0) is None
+    loaded = DeviceStage(threads=1, ops=HostOps(free=2 * size + HEADROOM_BYTES)).load(whole, 0)
+    assert loaded is not None and torch.equal(loaded, whole)

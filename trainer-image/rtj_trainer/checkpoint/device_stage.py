@@ -265,8 +265,10 @@ class DeviceStage:
     # --- a restarted rank ------------------------------------------------------------------------------
     def load(self, whole: torch.Tensor, device: int) -> torch.Tensor | None:
         """The flat host bytes `whole` (a mapped snapshot) copied into a new CUDA buffer, or None
-        when the GPU has no room for one. The caller drops it after the load; see the module doc."""
-        if whole.numel() == 0 or not fits(whole.numel(), device, self.ops):
+        when the GPU has no room for one. The caller drops it after the load; see the module doc.
+        Room means twice the snapshot's size: while the buffer is held, the load may allocate as
+        much again (an optimizer's state is created by it)."""
+        if whole.numel() == 0 or not fits(2 * whole.numel(), device, self.ops):
             return None
         flat = self.ops.buffer(whole.numel(), device)
         self._pipe(device).to_device(whole, flat)
