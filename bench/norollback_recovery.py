@@ -106,6 +106,11 @@ def parse_args() -> argparse.Namespace:
         default=0,
         help="throughput: also a run with memory snapshots written by this many threads (0: no such run)",
     )
+    p.add_argument(
+        "--pinned-row",
+        action="store_true",
+        help="throughput: also a run with memory snapshots through pinned buffers (GPU staging off)",
+    )
     p.add_argument("--min-step-time", type=float, default=0.0, help="pad steps (CPU: slow the loop down)")
     p.add_argument("--goodput-seconds", type=float, default=480, help="goodput: each run's length")
     p.add_argument(
@@ -151,6 +156,7 @@ class Job:
         hang_timeout_s: int = 0,
         max_restarts: int = 3,
         forkserver: bool = True,
+        gpu_staging: bool = True,
     ) -> dict[str, str]:
         """hang_timeout_s: detect a hang after this many seconds (in-process soft timeout, and the
         rank heartbeat timeout at twice it); 0 = the defaults below (60 s and 120 s). max_restarts:
@@ -182,6 +188,7 @@ class Job:
             "checkpointsToKeep": 2,
             "memorySnapshotIntervalSteps": memory,
             "memorySnapshotDir": str(self.mem.parent),
+            "memorySnapshotGpuStaging": gpu_staging,
             "maxNoProgressCycles": 3,
             "doNotRestartExitCodes": [93, 78],
         }
@@ -403,14 +410,26 @@ def run_sigterm(a: argparse.Namespace) -> dict[str, Any]:
 
 def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    runs = [("no-checkpoints", 0, ["--no-checkpoint"]), ("memory-snapshots", a.memory_interval, [])]
+    # (name, memory interval, fsdp_train args, GPU staging of memory snapshots)
+    runs = [
+        ("no-checkpoints", 0, ["--no-checkpoint"], True),
+        ("memory-snapshots", a.memory_interval, [], True),
+    ]
+    if a.pinned_row:
+        runs.append(("memory-snapshots-pinned", a.memory_interval, [], False))
     if a.snapshot_write_threads:
         threads = ["--snapshot-write-threads", str(a.snapshot_write_threads)]
-        runs.append((f"memory-snapshots-{a.snapshot_write_threads}-threads", a.memory_interval, threads))
-    for name, memory, extra in runs:
+        runs.append(
+            (f"memory-snapshots-{a.snapshot_write_threads}-threads", a.memory_interval, threads, True)
+        )
+    for name, memory, extra, staging in runs:
         job = Job(a, f"throughput-{name}")
-        rc = job.run(job.env(a.throughput_steps, memory=memory, persist=a.persist_interval, extra=extra))
+        env = job.env(
+            a.throughput_steps, memory=memory, persist=a.persist_interval, extra=extra, gpu_staging=staging
+        )
+        rc = job.run(env)
         recs = job.records()[0]
+        writes = sorted(x["seconds"] for x in recs if x.get("event") == "snapshot")
         out[name] = {
             "rc": rc,
             "steps_per_s": round(throughput(recs), 3),
@@ -418,12 +437,15 @@ def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
             "persisted_recency_steps": persisted_recency(recs),
             "snapshots": sum(1 for x in recs if x.get("save") in ("snapshot", "saved")),
             "skipped": sum(1 for x in recs if x.get("save") == "skipped"),
+            # each write into the memory tier (the step log's snapshot records): median, and how many
+            # were staged on the GPU
+            "write_s_median": writes[len(writes) // 2] if writes else None,
+            "staged": sum(1 for x in recs if x.get("event") == "snapshot" and x.get("staged")),
         }
-    base, snap = out["no-checkpoints"]["steps_per_s"], out["memory-snapshots"]["steps_per_s"]
-    out["relative_throughput"] = round(snap / base, 4) if base else None
-    if a.snapshot_write_threads:
-        threaded = out[f"memory-snapshots-{a.snapshot_write_threads}-threads"]["steps_per_s"]
-        out["relative_throughput_threads"] = round(threaded / base, 4) if base else None
+    base = out["no-checkpoints"]["steps_per_s"]
+    for name in [n for n in out if n.startswith("memory-snapshots")]:
+        out[name]["relative_throughput"] = round(out[name]["steps_per_s"] / base, 4) if base else None
+    out["relative_throughput"] = out["memory-snapshots"]["relative_throughput"]
     out["persist_interval"] = a.persist_interval
     return out
 
@@ -517,19 +539,19 @@ def table(res: dict[str, Any]) -> str:
         )
     if t := res.get("throughput"):
         rows.append("")
-        rows.append("| run | steps/s | median step s | persisted recency (steps) | snapshots | skipped |")
-        rows.append("|---|---|---|---|---|---|")
+        rows.append(
+            "| run | steps/s | relative | median step s | persisted recency (steps) | snapshots | skipped "
+            "| write s (median) | staged on the GPU |"
+        )
+        rows.append("|---|---|---|---|---|---|---|---|---|")
         for name in [n for n in t if n.startswith(("no-checkpoints", "memory-snapshots"))]:
             r = t[name]
-            rows.append(
-                f"| {name} | {r['steps_per_s']} | {r['median_step_s']} | {r['persisted_recency_steps']} | "
-                f"{r['snapshots']} | {r['skipped']} |"
-            )
+            cells = [
+                name, r["steps_per_s"], r.get("relative_throughput", 1.0), r["median_step_s"],
+                r["persisted_recency_steps"], r["snapshots"], r["skipped"], r["write_s_median"], r["staged"],
+            ]  # fmt: skip
+            rows.append("| " + " | ".join(str(c) for c in cells) + " |")
         rows.append(f"relative throughput with memory snapshots: {t['relative_throughput']}")
-        if "relative_throughput_threads" in t:
-            rows.append(
-                f"relative throughput, snapshots written by threads: {t['relative_throughput_threads']}"
-            )
     if g := res.get("goodput"):
         rows.append("")
         rows.append(
