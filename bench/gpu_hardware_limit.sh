@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One device call (1xH200, about 9.5 min) for the rows of docs/benchmarks.md "Recovery at the
+# hardware's limit": the GPU staging path's parts next to their floors (bench/snapshot_paths.py),
+# the GPU smoke with the memory tier on (exception, stall, SIGKILL; its `memory_snapshots` says how
+# many writes were staged on the GPU), throughput with memory snapshots every 10 steps staged /
+# pinned / none in the same call, and a SIGTERM with a 15 s grace. Each part has its own time limit,
+# so a part cut short leaves the others' results; the call returns at most 8 files, so the logs come
+# back as one archive.
+#
+# Here first: `bash bench/gpu_wheels.sh`. The call: carry [".whl"], command
+# `bash bench/gpu_hardware_limit.sh`.
+set -u
+source bench/gpu_env.sh
+RESULTS=$OUT
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$RESULTS/gpu.txt"
+rm -rf /dev/shm/rtj-*
+timeout 70 python3 bench/snapshot_paths.py --gb 13.7 --dir /dev/shm --threads 1,4,8 \
+    --out "$RESULTS/snapshot_paths.json" > /tmp/snapshot_paths.log 2>&1
+echo "snapshot_paths rc $?"
+rm -rf /dev/shm/rtj-*
+timeout 150 python3 bench/gpu_smoke.py --nproc 1 --steps 200 --hang-step 100 --sigkill-step 150 \
+    --memory-dir /dev/shm/rtj-smoke --timeout 145 --out "$RESULTS/gpu_smoke.json" > /tmp/gpu_smoke.log 2>&1
+echo "gpu_smoke rc $?"
+rm -rf /dev/shm/rtj-*
+mkdir -p /tmp/norollback
+OUT=/tmp/norollback NPROC=1 RUNS=throughput,sigterm THROUGHPUT_STEPS=120 PINNED=1 GRACE_SECONDS=15 \
+    BENCH_TIMEOUT=300 bash bench/gpu_norollback.sh > /tmp/norollback/summary.txt 2>&1
+echo "norollback rc $?"
+cp /tmp/norollback/norollback.json "$RESULTS/" 2>/dev/null
+tail -40 /tmp/norollback/summary.txt
+tar czf "$RESULTS/logs.tgz" -C /tmp snapshot_paths.log gpu_smoke.log norollback 2>/dev/null
+ls -la "$RESULTS"
