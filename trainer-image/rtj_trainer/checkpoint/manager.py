@@ -383,12 +383,12 @@ class CheckpointManager:
     local_every = property(lambda self: self._p.schedule.memory_every)
     last_committed = property(lambda self: self._p.events.last_committed)
     last_local = property(lambda self: self._p.events.last_local)
+    last_replicated = property(lambda self: self._p.events.last_replicated)
     #: Memory snapshots are staged on the GPU now (`device_stage`: it kept a buffer and has not
     #: fallen back); False: the pinned path, or a state on the CPU.
     staged_on_device = property(
         lambda self: self._p.staging.device is not None and self._p.staging.device.size() > 0
     )
-    last_replicated = property(lambda self: self._p.events.last_replicated)
     replicate_failures = property(
         lambda self: self._p.replication.replicate_failures if self._p.replication is not None else 0
     )
