@@ -32,6 +32,23 @@ def _manager(tmp_path: Path) -> CheckpointManager:
     )  # fmt: skip
 
 
+def _train(model: torch.nn.Linear, optim: torch.optim.Optimizer) -> None:
+    model(torch.randn(8, model.in_features)).square().mean().backward()
+    optim.step()
+    optim.zero_grad()
+
+
+def _prepare(mgr: CheckpointManager, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
+    mgr.prepare(model, optim)
+    deadline = time.monotonic() + 30
+    while mgr.preparing and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _state(model: torch.nn.Module, optim: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [*model.parameters(), *optim.state_dict()["state"][0].values()]
+
+
 def test_a_failed_drain_is_raised_again_and_never_run_twice() -> None:
     calls = []
 
@@ -182,32 +199,23 @@ def test_the_manager_stages_drains_commits_and_resumes_through_the_device_stage(
     → `DeviceStage` → the slot file → a restarted rank's `load_latest` through the stage), on the
     CPU stand-in: the resumed state is the snapshot's, bit for bit, scalars kept on the host too."""
     torch.manual_seed(0)
-
-    def train(model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
-        model(torch.randn(8, 64)).square().mean().backward()
-        optim.step()
-        optim.zero_grad()
-
     model = torch.nn.Linear(64, 64)
     optim = torch.optim.AdamW(model.parameters())
     mgr, ops = _manager(tmp_path), HostOps()
     stage = stage_on_host(mgr, ops)
-    train(model, optim)
-    mgr.prepare(model, optim)
-    deadline = time.monotonic() + 30
-    while mgr.preparing and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _train(model, optim)
+    _prepare(mgr, model, optim)
     assert stage.flat is not None and ops.calls["buffer"] == 1 and ops.calls["set_device"] == 1
     drains: list[int] = []
     drain = stage.drain
     stage.drain = lambda *a: (drains.append(1), drain(*a))[1]  # type: ignore[method-assign,func-returns-value]
     for step in range(2, 6):
-        train(model, optim)
+        _train(model, optim)
         mgr.maybe_save(step, model, optim)
         assert mgr.wait(timeout=30)
     assert drains == [1]  # the step-5 snapshot went through the stage
-    want = [t.clone() for t in (*model.parameters(), *optim.state_dict()["state"][0].values())]
-    train(model, optim)  # the live state moves on
+    want = [t.clone() for t in _state(model, optim)]
+    _train(model, optim)  # the live state moves on
 
     model2 = torch.nn.Linear(64, 64)
     optim2 = torch.optim.AdamW(model2.parameters())
@@ -216,7 +224,7 @@ def test_the_manager_stages_drains_commits_and_resumes_through_the_device_stage(
     resumed = mgr2.load_latest(model2, optim2)
     assert resumed is not None and (resumed.step, resumed.source) == (5, "local")
     assert ops2.calls["buffer"] == 1 and ops2.calls["release"] == 1  # loaded through a buffer, then freed
-    got = [*model2.parameters(), *optim2.state_dict()["state"][0].values()]
+    got = _state(model2, optim2)
     assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
     assert optim2.state_dict()["state"][0]["step"].item() == 5
 
@@ -225,22 +233,13 @@ def test_out_of_gpu_memory_gives_the_staging_buffer_back_and_snapshots_go_on_wit
     tmp_path: Path,
 ) -> None:
     torch.manual_seed(0)
-
-    def train(model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
-        model(torch.randn(8, 16)).square().mean().backward()
-        optim.step()
-        optim.zero_grad()
-
     model = torch.nn.Linear(16, 16)
     optim = torch.optim.AdamW(model.parameters())
     mgr, ops = _manager(tmp_path), HostOps()
     stage = stage_on_host(mgr, ops)
     for prepare_again in (False, True):
-        train(model, optim)
-        mgr.prepare(model, optim)
-        deadline = time.monotonic() + 30
-        while mgr.preparing and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _train(model, optim)
+        _prepare(mgr, model, optim)
         if not prepare_again:
             assert mgr.staged_on_device
             assert mgr.stop_gpu_staging() and stage.flat is None and ops.calls["release"] == 1
@@ -249,16 +248,16 @@ def test_out_of_gpu_memory_gives_the_staging_buffer_back_and_snapshots_go_on_wit
     drain = stage.drain
     stage.drain = lambda *a: (_ for _ in ()).throw(AssertionError("drained through the stage"))  # type: ignore[method-assign]
     for step in range(3, 6):
-        train(model, optim)
+        _train(model, optim)
         mgr.maybe_save(step, model, optim)
         assert mgr.wait(timeout=30)
     stage.drain = drain  # type: ignore[method-assign]
-    want = [t.clone() for t in (*model.parameters(), *optim.state_dict()["state"][0].values())]
+    want = [t.clone() for t in _state(model, optim)]
     model2 = torch.nn.Linear(16, 16)
     optim2 = torch.optim.AdamW(model2.parameters())
     resumed = _manager(tmp_path).load_latest(model2, optim2)
     assert resumed is not None and (resumed.step, resumed.source) == (5, "local")
-    got = [*model2.parameters(), *optim2.state_dict()["state"][0].values()]
+    got = _state(model2, optim2)
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 
 
