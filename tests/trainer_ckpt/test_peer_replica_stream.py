@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import zlib
 from pathlib import Path
 
 import pytest
 import torch
 from rtj_trainer.checkpoint import CheckpointManager
-from rtj_trainer.checkpoint_format import local_name, local_rank_dir, local_snapshots, shard_bin
+from rtj_trainer.checkpoint_format import CHUNK_BYTES, local_name, local_rank_dir, local_snapshots, shard_bin
 from rtj_trainer.peer_replica import (
     SPARE_BIN,
     STREAM_BYTES,
@@ -24,6 +25,7 @@ from rtj_trainer.peer_replica import (
     _recv_file,
     _send_doc,
     _send_file,
+    _TrailingCrc,
     fetch_snapshot,
     replicas_root,
     send_snapshot,
@@ -145,3 +147,20 @@ def test_a_replica_being_fetched_is_not_recycled_under_its_reader(tmp_path: Path
         assert bytes(got) == want  # what was fetched is step 1's, whole
     finally:
         server.stop()
+
+
+def test_an_abandoned_crc32_stops_between_chunks_a_finished_one_covers_every_byte() -> None:
+    """An aborted send (an emergency save cancels the stream in flight within a second) must not
+    wait for the CRC32 of the rest of a large file."""
+    data = memoryview(bytearray(16 * CHUNK_BYTES))  # 1 GiB: 16 chunks of the CRC thread
+    crc = _TrailingCrc(data)
+    crc.ready(len(data))
+    while crc.crc == 0:  # under way (the CRC32 of a chunk of zeros is not 0)
+        time.sleep(0.001)
+    crc.close()
+    assert crc.crc != zlib.crc32(data)  # stopped after the chunk in hand
+    small = memoryview(os.urandom(3 * 4096))
+    crc = _TrailingCrc(small)
+    crc.ready(4096)
+    crc.ready(len(small))
+    assert crc.result() == zlib.crc32(small)

@@ -138,12 +138,15 @@ def _recv_doc(sock: socket.socket) -> dict[str, Any]:
 
 class _TrailingCrc:
     """The CRC32 of a mapped file's bytes, computed by a thread of its own as far as they are
-    `ready` (zlib releases the GIL): it overlaps the socket's copy instead of following it."""
+    `ready` (zlib releases the GIL): it overlaps the socket's copy instead of following it.
+    `result` waits for the last byte made ready; `close` abandons it (an aborted or failed stream
+    does not wait for the rest of a large file's CRC32)."""
 
     def __init__(self, view: memoryview) -> None:
         self._view = view
         self._ready = 0
-        self._stop = False
+        self._finishing = False  # no more bytes will be made ready
+        self._abandoned = False
         self._cv = threading.Condition()
         self.crc = 0
         self._thread = threading.Thread(target=self._run, name="rtj-replica-crc", daemon=True)
@@ -158,24 +161,27 @@ class _TrailingCrc:
         done = 0
         while True:
             with self._cv:
-                while self._ready == done and not self._stop:
+                while self._ready == done and not (self._finishing or self._abandoned):
                     self._cv.wait()
-                if self._ready == done:  # stopped, nothing left
+                if self._abandoned or self._ready == done:
                     return
                 upto = self._ready
-            while done < upto:
+            while done < upto and not self._abandoned:
                 n = min(upto - done, CHUNK_BYTES)
                 self.crc = crc32_of(self._view[done : done + n], self.crc)
                 done += n
 
     def result(self) -> int:
         """Once every byte was made `ready`: their CRC32."""
-        self.close()
+        with self._cv:
+            self._finishing = True
+            self._cv.notify()
+        self._thread.join()
         return self.crc
 
     def close(self) -> None:
         with self._cv:
-            self._stop = True
+            self._abandoned = True
             self._cv.notify()
         self._thread.join()
 
