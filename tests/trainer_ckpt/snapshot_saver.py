@@ -77,9 +77,10 @@ def _rank(rank: int, n: int, local_root: str, persist_root: str, work: str) -> N
     step = resume_checked(mgr, state, rank, n, work)
     if stage is not None:
         mgr.prepare(state)
-        while mgr.preparing:
+        deadline = time.monotonic() + 60
+        while mgr.preparing and time.monotonic() < deadline:
             time.sleep(0.001)
-        if stage.flat is None:  # the staging buffer was not kept: the case would test nothing
+        if stage.flat is None:  # not prepared in time, or no buffer kept: the case would test nothing
             os._exit(4)
     while True:
         step += 1

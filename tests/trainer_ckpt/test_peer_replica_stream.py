@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 import zlib
 from pathlib import Path
 
 import pytest
 import torch
+from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint import CheckpointManager
 from rtj_trainer.checkpoint_format import CHUNK_BYTES, local_name, local_rank_dir, local_snapshots, shard_bin
 from rtj_trainer.peer_replica import (
@@ -155,8 +155,8 @@ def test_an_abandoned_crc32_stops_between_chunks_a_finished_one_covers_every_byt
     data = memoryview(bytearray(16 * CHUNK_BYTES))  # 1 GiB: 16 chunks of the CRC thread
     crc = _TrailingCrc(data)
     crc.ready(len(data))
-    while crc.crc == 0:  # under way (the CRC32 of a chunk of zeros is not 0)
-        time.sleep(0.001)
+    # under way (the CRC32 of a chunk of zeros is not 0)
+    wait_for(lambda: crc.crc != 0, timeout=30, interval=0.001, message="the CRC32 thread under way")
     crc.close()
     assert crc.crc != zlib.crc32(data)  # stopped after the chunk in hand
     small = memoryview(os.urandom(3 * 4096))

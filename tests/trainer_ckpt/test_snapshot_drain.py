@@ -10,12 +10,12 @@ bench/snapshot_paths.py and the GPU smoke."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from host_device import HostOps, stage_on_host
+from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint import CheckpointManager, latest_committed
 from rtj_trainer.checkpoint.device_stage import HEADROOM_BYTES, ChunkPipe, DeviceStage, entry_views
 from rtj_trainer.checkpoint.snapshot_ring import layout, populate
@@ -40,9 +40,7 @@ def _train(model: torch.nn.Linear, optim: torch.optim.Optimizer) -> None:
 
 def _prepare(mgr: CheckpointManager, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
     mgr.prepare(model, optim)
-    deadline = time.monotonic() + 30
-    while mgr.preparing and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: not mgr.preparing, timeout=30, interval=0.01, message="the host buffers prepared")
 
 
 def _state(model: torch.nn.Module, optim: torch.optim.Optimizer) -> list[torch.Tensor]:
