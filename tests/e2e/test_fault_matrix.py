@@ -30,6 +30,7 @@ from e2e_helpers import (
 )
 from kubernetes.client.rest import ApiException
 from rtj.api.status_slots import every_slot
+from rtj.builders import HOSTNAME_LABEL
 from rtj.contract import (
     LABEL_JOB,
     RESTART_ALL_CONTAINERS_FEATURE,
@@ -602,6 +603,12 @@ def test_active_operator_killed_during_a_fault_the_standby_replaces_the_silent_p
         replaced = job.wait(
             lambda s: slot_pod(s, slot).get("pod") not in ("", victim), 180, f"slot {slot} replaced"
         )
+    victim_node = next(s["node"] for s in every_slot(first.status) if s.get("pod") == victim)
+    new_path = f"/api/v1/namespaces/{NAMESPACE}/pods/{slot_pod(replaced, slot)['pod']}"
+    new_pod = wait_for(lambda: raw.get(new_path), timeout=60, interval=0.5, message=f"{new_path} created")
+    preferred = new_pod["spec"]["affinity"]["nodeAffinity"].get(
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    )
     new_leader, _ = operator_leader(raw)
     assert new_leader and new_leader != leader, f"the standby took over: {leader} -> {new_leader!r}"
     print(f"leader {leader} -> {new_leader}; slot {slot} replaced at {replaced.t:.1f}s")
@@ -613,6 +620,11 @@ def test_active_operator_killed_during_a_fault_the_standby_replaces_the_silent_p
     timeouts = [t for t in job.events_about("HeartbeatTimeout") if t.startswith("HeartbeatTimeout:")]
     assert timeouts and all(victim in t for t in timeouts), f"only {victim} timed out: {timeouts}"
     assert not last.status.get("quarantinedNodes"), "silence is no evidence against a node"
+    # ... but its node is the slot's suspect: the replacement prefers other nodes (no requirement).
+    assert slot_pod(last, slot).get("suspectNode") == victim_node, slot_pod(last, slot)
+    elsewhere = {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": [victim_node]}
+    assert any(elsewhere in term["preference"]["matchExpressions"] for term in preferred), preferred
+    assert not node_record(raw, victim_node).taint, "a suspect is neither tainted nor quarantined"
     assert_blamed(job.blame("pod hung, active operator killed", stopped_at, "Replaced"))
     job.assert_checkpoints_never_lost_or_backwards()
 
