@@ -18,9 +18,14 @@ timeout 70 python3 bench/snapshot_paths.py --gb 13.7 --dir /dev/shm --threads 1,
     --out "$RESULTS/snapshot_paths.json" > /tmp/snapshot_paths.log 2>&1
 echo "snapshot_paths rc $?"
 rm -rf /dev/shm/rtj-*
+timeout 40 python3 bench/populate_lock.py --gb 13.7 --dir /dev/shm --out "$RESULTS/populate_lock.json" \
+    > /tmp/populate_lock.log 2>&1
+echo "populate_lock rc $?"; cat "$RESULTS/populate_lock.json"
+rm -rf /dev/shm/rtj-*
 timeout 150 python3 bench/gpu_smoke.py --nproc 1 --steps 200 --hang-step 100 --sigkill-step 150 \
     --memory-dir /dev/shm/rtj-smoke --timeout 145 --out "$RESULTS/gpu_smoke.json" > /tmp/gpu_smoke.log 2>&1
 echo "gpu_smoke rc $?"
+mkdir -p /tmp/smoke-logs && cp /tmp/rtj-smoke-*/logs/*.jsonl /tmp/smoke-logs/ 2>/dev/null
 rm -rf /dev/shm/rtj-*
 mkdir -p /tmp/norollback
 OUT=/tmp/norollback NPROC=1 RUNS=throughput,sigterm THROUGHPUT_STEPS=120 PINNED=1 GRACE_SECONDS=15 \
@@ -28,5 +33,8 @@ OUT=/tmp/norollback NPROC=1 RUNS=throughput,sigterm THROUGHPUT_STEPS=120 PINNED=
 echo "norollback rc $?"
 cp /tmp/norollback/norollback.json "$RESULTS/" 2>/dev/null
 tail -40 /tmp/norollback/summary.txt
-tar czf "$RESULTS/logs.tgz" -C /tmp snapshot_paths.log gpu_smoke.log norollback 2>/dev/null
+{ cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes; dmesg | grep -iE "oom|killed process" | tail -20; } \
+    > /tmp/host_memory.txt 2>&1
+tar czf "$RESULTS/logs.tgz" -C /tmp snapshot_paths.log populate_lock.log gpu_smoke.log smoke-logs norollback \
+    host_memory.txt 2>/dev/null
 ls -la "$RESULTS"

@@ -9,6 +9,7 @@ bench/snapshot_paths.py and the GPU smoke."""
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 
@@ -98,6 +99,28 @@ def test_populate_maps_a_slot_without_changing_its_bytes(tmp_path: Path) -> None
     populate(mapped)
     del mapped
     assert path.read_bytes() == data
+
+
+def _resident_bytes(t: torch.Tensor) -> int:
+    """Bytes of the mapping that starts at `t`'s data, present in this process (/proc/self/smaps)."""
+    start = f"{t.data_ptr():x}-"
+    with open("/proc/self/smaps") as f:
+        lines = f.read().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.lstrip("0").startswith(start.lstrip("0")))
+    rss = next(line for line in lines[at + 1 :] if line.startswith("Rss:"))
+    return int(rss.split()[1]) * 1024
+
+
+def test_populate_in_chunks_makes_every_page_of_a_slot_present(tmp_path: Path) -> None:
+    page = mmap.PAGESIZE
+    size = 10 * page + 5 * page // 2  # three chunks of four pages and a short one, ending mid-page
+    path = tmp_path / "slot.bin"
+    path.write_bytes(bytes(size))
+    mapped = torch.from_file(str(path), shared=True, size=size, dtype=torch.uint8)
+    before = _resident_bytes(mapped)
+    populate(mapped, chunk_bytes=4 * page)
+    assert before < size
+    assert _resident_bytes(mapped) == -(-size // page) * page
 
 
 def test_a_claimed_slot_is_handed_out_as_flat_bytes_or_private_ones_when_none_can_be_had(

@@ -52,6 +52,12 @@ ALIGN = 4096
 PAGE = mmap.PAGESIZE
 #: <linux/mman.h>; the mmap module names it only where Python was built against such headers.
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+#: Bytes `populate` makes present per madvise call. The call holds the process's mmap lock while it
+#: faults the pages in, and an mmap or munmap in any thread (a large malloc, a CUDA host
+#: allocation) waits for it, every later page fault behind that: one call over a 13.7 GB slot stalled
+#: training for seconds on an H100 host. Per 16 MiB, another thread's mmap waited at most 30 ms
+#: beside a 3 GB populate on the 2-core machine (`bench/populate_lock.py`), 1.2 s for one call.
+POPULATE_CHUNK_BYTES = 16 << 20
 
 
 def layout(specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]:
@@ -65,19 +71,22 @@ def layout(specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]:
     return entries, offset
 
 
-def populate(whole: torch.Tensor) -> None:
+def populate(whole: torch.Tensor, chunk_bytes: int = POPULATE_CHUNK_BYTES) -> None:
     """Map every page of a shared file mapping writable now (in `prepare`'s background thread), not
-    page by page inside the first copy into it: one madvise(MADV_POPULATE_WRITE) (Linux 5.14);
-    where the kernel refuses it, a write of one byte per page (its own value: a committed snapshot
-    keeps its bytes)."""
+    page by page inside the first copy into it: madvise(MADV_POPULATE_WRITE) (Linux 5.14) over
+    `chunk_bytes` at a time; where the kernel refuses it, a write of one byte per page (its own
+    value: a committed snapshot keeps its bytes)."""
     n = whole.numel()
     if n == 0:
         return
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.madvise(ctypes.c_void_p(whole.data_ptr()), ctypes.c_size_t(n), MADV_POPULATE_WRITE) == 0:
-        return
-    pages = whole[::PAGE]
-    pages.copy_(pages.clone())
+    base = whole.data_ptr()
+    for start in range(0, n, chunk_bytes):
+        length = min(chunk_bytes, n - start)
+        if libc.madvise(ctypes.c_void_p(base + start), ctypes.c_size_t(length), MADV_POPULATE_WRITE) != 0:
+            pages = whole[start:][::PAGE]
+            pages.copy_(pages.clone())
+            return
 
 
 @dataclass
