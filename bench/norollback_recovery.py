@@ -347,6 +347,20 @@ def throughput(recs: list[dict[str, Any]], skip: int = 5) -> float:
     return (len(steps) - 1) / (steps[-1]["t"] - steps[0]["t"])
 
 
+def first_snapshot_step(recs: list[dict[str, Any]]) -> int | None:
+    """The first step a memory snapshot was taken at (the ones due before it were deferred while the
+    slots were prepared)."""
+    return next((x["step"] for x in recs if x.get("save") in ("snapshot", "saved")), None)
+
+
+def throughput_between(recs: list[dict[str, Any]], first: int, last: int) -> float:
+    """Steps per second over steps first..last (wall time between their records)."""
+    t = {x["step"]: x["t"] for x in recs if "loss" in x}
+    if first not in t or last not in t or last <= first:
+        return float("nan")
+    return (last - first) / (t[last] - t[first])
+
+
 def persisted_recency(recs: list[dict[str, Any]]) -> float | None:
     """Average, over steps, of (step - newest persisted step) once one was persisted."""
     ages = [x["step"] - x["committed"] for x in recs if "loss" in x and x.get("committed")]
@@ -422,6 +436,7 @@ def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
         runs.append(
             (f"memory-snapshots-{a.snapshot_write_threads}-threads", a.memory_interval, threads, True)
         )
+    records: dict[str, list[dict[str, Any]]] = {}
     for name, memory, extra, staging in runs:
         job = Job(a, f"throughput-{name}")
         env = job.env(
@@ -441,13 +456,25 @@ def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
             # were staged on the GPU
             "write_s_median": writes[len(writes) // 2] if writes else None,
             "staged": sum(1 for x in recs if x.get("event") == "snapshot" and x.get("staged")),
+            "first_snapshot_step": first_snapshot_step(recs),
+            # writes logged while a persist was in flight
+            "writes_beside_persist": sum(
+                1 for x in recs if x.get("event") == "snapshot" and x.get("persisting")
+            ),
         }
+        records[name] = recs
         # The next run's memory tier must not share the host with this one's slots (3 x 13.7 GB
         # on one H100 host: the pinned run beside them was killed for memory).
         shutil.rmtree(job.mem, ignore_errors=True)
     base = out["no-checkpoints"]["steps_per_s"]
     for name in [n for n in out if n.startswith("memory-snapshots")]:
         out[name]["relative_throughput"] = round(out[name]["steps_per_s"] / base, 4) if base else None
+        # Once the first snapshot was taken: the cost in a long run, apart from the preparation.
+        first, last = out[name]["first_snapshot_step"], a.throughput_steps
+        if first is not None and first < last:
+            mine = throughput_between(records[name], first, last)
+            theirs = throughput_between(records["no-checkpoints"], first, last)
+            out[name]["relative_throughput_after_first_snapshot"] = round(mine / theirs, 4)
     out["relative_throughput"] = out["memory-snapshots"]["relative_throughput"]
     out["persist_interval"] = a.persist_interval
     return out
@@ -544,14 +571,17 @@ def table(res: dict[str, Any]) -> str:
         rows.append("")
         rows.append(
             "| run | steps/s | relative | median step s | persisted recency (steps) | snapshots | skipped "
-            "| write s (median) | staged on the GPU |"
+            "| write s (median) | staged on the GPU | first snapshot at step | relative after it "
+            "| writes beside a persist |"
         )
-        rows.append("|---|---|---|---|---|---|---|---|---|")
+        rows.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for name in [n for n in t if n.startswith(("no-checkpoints", "memory-snapshots"))]:
             r = t[name]
             cells = [
                 name, r["steps_per_s"], r.get("relative_throughput", 1.0), r["median_step_s"],
                 r["persisted_recency_steps"], r["snapshots"], r["skipped"], r["write_s_median"], r["staged"],
+                r["first_snapshot_step"], r.get("relative_throughput_after_first_snapshot"),
+                r["writes_beside_persist"],
             ]  # fmt: skip
             rows.append("| " + " | ".join(str(c) for c in cells) + " |")
         rows.append(f"relative throughput with memory snapshots: {t['relative_throughput']}")

@@ -97,7 +97,14 @@ def test_rank_sigkill_resumes_from_node_memory(faulted: FsdpJob, reference: Fsdp
     resume, after = next((r, s) for r, s in segs if r["restart"] == 1)
     last_done = SIGKILL_STEP - 1
     assert resume["source"] == "local", resume
-    assert last_done - MEMORY_INTERVAL < resume["step"] <= last_done, resume
+    # The newest snapshot the killed rank had committed when it died (its record of the fault says;
+    # the survivor ran on after it and holds that step too): nothing committed is lost. A snapshot
+    # whose write was still in flight at the kill is; how many steps that costs is a benchmark's
+    # figure (bench/gpu_smoke.py), not this test's.
+    kill = next(r for r in faulted.records(1) if r.get("event") == "fault" and r["kind"] == "sigkill")
+    committed_at_kill = kill["memory_snapshots"]
+    assert committed_at_kill and committed_at_kill[0] <= last_done, kill
+    assert resume["step"] == committed_at_kill[0], (resume, kill)
     persisted_then = max(
         (r["committed"] or 0 for r in faulted.records(rank) if "loss" in r and r["restart"] == 0), default=0
     )
@@ -115,6 +122,11 @@ def test_faulted_run_persists_in_the_background(faulted: FsdpJob) -> None:
     kinds = Counter(r["save"] for r in faulted.records(0) if "loss" in r)
     assert kinds["snapshot"] >= STEPS // MEMORY_INTERVAL // 2, kinds
     assert kinds["saved"] >= 2, kinds
+    # Each snapshot's write is in the step log with its seconds, whether it was staged on the GPU
+    # (never on CPU) and whether a persist was in flight.
+    writes = [r for r in faulted.records(0) if r.get("event") == "snapshot"]
+    assert writes and all(r["seconds"] >= 0 and r["staged"] is False for r in writes), writes
+    assert {type(r["persisting"]) for r in writes} == {bool}, writes
 
 
 def test_sigterm_persists_the_current_step_and_the_resume_loses_nothing(tmp_path: Path) -> None:

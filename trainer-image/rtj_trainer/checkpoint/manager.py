@@ -136,6 +136,11 @@ class CheckpointManager:
         """A persist to `root` is in flight."""
         return self.busy if self._p.memory is None else self._p.persistent.persisting
 
+    def local_snapshot_steps(self) -> list[int]:
+        """Steps of this rank's committed memory snapshots, newest first, read from the memory tier
+        now (the writer thread's latest commit included, unlike `last_local`)."""
+        return [step for step, _nonce in self._p.memory.snapshots()] if self._p.memory is not None else []
+
     def is_due(self, step: int) -> bool:
         return self._p.schedule.is_due(step)
 

@@ -253,7 +253,14 @@ def main(argv: list[str] | None = None) -> None:
         snapshot_write_threads=args.snapshot_write_threads,
         log_dir=args.log_dir or "",
     )
-    faults = FaultInjector(parse_faults(args.fault_inject), res.env.rank, res.checkpoint_dir, res.log.write)
+
+    def note_fault(**record: Any) -> None:
+        # What this rank's memory tier held when the fault fired: what a resume may come from.
+        if res.ckpt is not None:
+            record["memory_snapshots"] = res.ckpt.local_snapshot_steps()
+        res.log.write(**record)
+
+    faults = FaultInjector(parse_faults(args.fault_inject), res.env.rank, res.checkpoint_dir, note_fault)
     extra = {"seed": args.seed}
 
     def train(attempt: Attempt) -> int:

@@ -144,12 +144,14 @@ class Resilience:
 
     def _log_write(self, ev: CheckpointEvent) -> None:
         """A memory snapshot's write into the tier or a persist, in the step log with its seconds
-        (and whether the snapshot was staged on the GPU): what the adaptive interval is made of."""
+        (and whether the snapshot was staged on the GPU and whether a persist was in flight when
+        its record was logged): what the adaptive interval is made of."""
         if ev.kind not in ("snapshot", "persisted") or ev.seconds is None:
             return
         rec: dict[str, Any] = {"event": ev.kind, "step": ev.step, "seconds": round(ev.seconds, 4)}
         if ev.kind == "snapshot" and self.ckpt is not None:
             rec["staged"] = self.ckpt.staged_on_device
+            rec["persisting"] = self.ckpt.persisting
         self.log.write(**rec, t=time.time())
 
     def run(self, train: Callable[[Attempt], T]) -> T:
