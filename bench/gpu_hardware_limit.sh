@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One device call (1xH200, about 9.5 min) for the rows of docs/benchmarks.md "Recovery at the
-# hardware's limit": the GPU staging path's parts next to their floors (bench/snapshot_paths.py),
+# One device call (one GPU; 6-8 min on an H100 host, 2026-12-06) for the rows of
+# docs/benchmarks.md "Recovery at the hardware's limit": the GPU staging path's parts next to their
+# floors (bench/snapshot_paths.py), how long a slot's populate holds other threads' mmaps
+# (bench/populate_lock.py),
 # the GPU smoke with the memory tier on (exception, stall, SIGKILL; its `memory_snapshots` says how
 # many writes were staged on the GPU), throughput with memory snapshots every 10 steps staged /
 # pinned / none in the same call, and a SIGTERM with a 15 s grace. Each part has its own time limit,
