@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One device call (one GPU; 6-8 min on an H100 host, 2026-12-06) for the rows of
+# One device call (one GPU; 6-8 min on an H100 host on 2026-12-06, before persist_copy) for the rows of
 # docs/benchmarks.md "Recovery at the hardware's limit": the GPU staging path's parts next to their
 # floors (bench/snapshot_paths.py), how long a slot's populate holds other threads' mmaps
-# (bench/populate_lock.py),
+# (bench/populate_lock.py), the persisted copy of a 13.7 GB snapshot against the loop it replaced
+# (bench/persist_copy.py),
 # the GPU smoke with the memory tier on (exception, stall, SIGKILL; its `memory_snapshots` says how
 # many writes were staged on the GPU), throughput with memory snapshots every 10 steps staged /
 # pinned / none in the same call, and a SIGTERM with a 15 s grace. Each part has its own time limit,
@@ -23,6 +24,9 @@ rm -rf /dev/shm/rtj-*
 timeout 40 python3 bench/populate_lock.py --gb 13.7 --dir /dev/shm --out "$RESULTS/populate_lock.json" \
     > /tmp/populate_lock.log 2>&1
 echo "populate_lock rc $?"; cat "$RESULTS/populate_lock.json"
+timeout 150 python3 bench/persist_copy.py --gb 13.7 --src /dev/shm --dst /tmp --threads 1,4,8 \
+    --out "$RESULTS/persist_copy.json" > /tmp/persist_copy.log 2>&1
+echo "persist_copy rc $?"; cat "$RESULTS/persist_copy.json"
 rm -rf /dev/shm/rtj-*
 timeout 150 python3 bench/gpu_smoke.py --nproc 1 --steps 200 --hang-step 100 --sigkill-step 150 \
     --memory-dir /dev/shm/rtj-smoke --timeout 145 --out "$RESULTS/gpu_smoke.json" > /tmp/gpu_smoke.log 2>&1
@@ -37,6 +41,6 @@ cp /tmp/norollback/norollback.json "$RESULTS/" 2>/dev/null
 tail -40 /tmp/norollback/summary.txt
 { cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes; dmesg | grep -iE "oom|killed process" | tail -20; } \
     > /tmp/host_memory.txt 2>&1
-tar czf "$RESULTS/logs.tgz" -C /tmp snapshot_paths.log populate_lock.log gpu_smoke.log smoke-logs norollback \
+tar czf "$RESULTS/logs.tgz" -C /tmp snapshot_paths.log populate_lock.log persist_copy.log gpu_smoke.log smoke-logs norollback \
     host_memory.txt 2>/dev/null
 ls -la "$RESULTS"

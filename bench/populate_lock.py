@@ -10,7 +10,6 @@ chunks (`POPULATE_CHUNK_BYTES`), each on a file of its own. One JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
 import os
 import tempfile
@@ -19,6 +18,7 @@ import time
 
 import torch
 from rtj_trainer.checkpoint.snapshot_ring import POPULATE_CHUNK_BYTES, populate
+from snapshot_paths import save  # bench/, beside this script
 
 
 def probe_beside_populate(size: int, directory: str, chunk_bytes: int) -> dict[str, float]:
@@ -63,11 +63,7 @@ def main() -> None:
     for name, chunk in (("one_call", size), ("chunked", POPULATE_CHUNK_BYTES)):
         for k, v in probe_beside_populate(size, a.dir, chunk).items():
             out[f"{name}_{k}"] = round(v, 4) if isinstance(v, float) else v
-    line = json.dumps(out)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(line + "\n")
-    print(line)
+    print(save(out, a.out))  # one JSON line, also into --out
 
 
 if __name__ == "__main__":

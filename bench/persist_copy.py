@@ -1,0 +1,96 @@
+"""The persisted copy of a memory snapshot (`shard_io.copy_shard`) against the loop it replaced, in
+the same run: a memory-tier shard of `--gb` in `--src` (a tmpfs) copied into `--dst` (the persisted
+tier's disk), fsync included. Rows:
+
+- `loop_s`: one thread reading 64 MiB into a new buffer, writing it and adding it to the CRC32 in
+  turn (the copy before 2026-12-06);
+- `copy_<n>t_s`: `copy_shard` with n writer threads over the mapped snapshot, the CRC32 computed
+  meanwhile;
+- `crc_alone_s`: the CRC32 of the mapped bytes, nothing else.
+
+Each copy is checked against the source's CRC32. One JSON line.
+
+    PYTHONPATH=trainer-image python bench/persist_copy.py --gb 2 --src /dev/shm --dst /tmp
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import shutil
+import tempfile
+import time
+import zlib
+
+import torch
+from rtj_trainer.checkpoint.shard_io import WriteControl, copy_shard, write_shard
+from rtj_trainer.checkpoint_format import CHUNK_BYTES, shard_bin, write_local_meta
+from snapshot_paths import save  # bench/, beside this script
+
+
+def make_snapshot(root: str, nbytes: int) -> str:
+    src = os.path.join(root, "step-1")
+    os.makedirs(src)
+    data = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
+    files = write_shard(
+        src, 0, [data], {"state": ["x"], "extra": {}}, WriteControl(), throttle=False, checksum=False
+    )
+    meta = {"step": 1, "nonce": 1, "worldSize": 1, "rank": 0, "time": "2026-12-06T00:00:00Z", "files": files}
+    write_local_meta(src, meta)
+    return src
+
+
+def previous_loop(src: str, dst: str) -> int:
+    crc = 0
+    with open(os.path.join(src, shard_bin(0)), "rb", buffering=0) as fin, open(dst, "wb", buffering=0) as f:
+        while chunk := fin.read(CHUNK_BYTES):
+            view = memoryview(chunk)
+            written = 0
+            while written < len(view):
+                written += f.write(view[written:])
+            crc = zlib.crc32(view, crc)
+        os.fsync(f.fileno())
+    return crc
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gb", type=float, default=2.0)
+    p.add_argument("--src", default="/dev/shm", help="a tmpfs: where the memory tier lives")
+    p.add_argument("--dst", default="/tmp", help="the persisted tier's disk")
+    p.add_argument("--threads", default="1,2,4,8")
+    p.add_argument("--out", help="also write the JSON line here")
+    a = p.parse_args()
+    src_root = tempfile.mkdtemp(prefix="rtj-persist-src-", dir=a.src)
+    dst_root = tempfile.mkdtemp(prefix="rtj-persist-dst-", dir=a.dst)
+    out: dict[str, object] = {"gb": a.gb}
+    try:
+        src = make_snapshot(src_root, int(a.gb * 1e9))
+        with open(os.path.join(src, shard_bin(0)), "rb") as f:
+            m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        t0 = time.perf_counter()
+        want = zlib.crc32(m)
+        out["crc_alone_s"] = time.perf_counter() - t0
+        m.close()
+        t0 = time.perf_counter()
+        got = previous_loop(src, os.path.join(dst_root, "loop.bin"))
+        out["loop_s"] = time.perf_counter() - t0
+        assert got == want
+        os.unlink(os.path.join(dst_root, "loop.bin"))
+        for n in [int(x) for x in a.threads.split(",")]:
+            partial = os.path.join(dst_root, f"partial-{n}")
+            os.makedirs(partial)
+            t0 = time.perf_counter()
+            files = copy_shard(src, partial, 0, WriteControl(), threads=n)
+            out[f"copy_{n}t_s"] = time.perf_counter() - t0
+            assert files[shard_bin(0)]["crc32"] == want
+            shutil.rmtree(partial)
+    finally:
+        shutil.rmtree(src_root, ignore_errors=True)
+        shutil.rmtree(dst_root, ignore_errors=True)
+    print(save(out, a.out))  # one JSON line, also into --out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The persisted copy of a memory snapshot (`shard_io.copy_shard`): the mapped snapshot written by
+several threads while the calling thread computes the CRC32. Real files; a shard of a few 64 MiB
+pieces and an odd tail, so that every thread writes and the last piece is short."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+from rtj_trainer.checkpoint.shard_io import Aborted, WriteControl, copy_shard, write_shard
+from rtj_trainer.checkpoint_format import CHUNK_BYTES, shard_bin, shard_idx, write_local_meta
+
+pytestmark = pytest.mark.trainer
+
+
+def _snapshot(tmp_path: Path, nbytes: int) -> tuple[str, bytes]:
+    """A memory-tier shard of rank 0 (no checksums, as the tier writes it) and its .bin's bytes."""
+    src = tmp_path / "shm" / "step-7"
+    src.mkdir(parents=True)
+    gen = torch.Generator().manual_seed(7)
+    big = torch.randint(0, 256, (nbytes - 1000,), dtype=torch.uint8, generator=gen)
+    small = torch.randn(250, generator=gen)  # 1000 bytes
+    files = write_shard(
+        str(src), 0, [big, small], {"state": ["big", "small"], "extra": {}}, WriteControl(),
+        throttle=False, checksum=False,
+    )  # fmt: skip
+    meta = {"step": 7, "nonce": 1, "worldSize": 1, "rank": 0, "time": "2026-12-06T00:00:00Z", "files": files}
+    write_local_meta(str(src), meta)
+    return str(src), (src / shard_bin(0)).read_bytes()
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_copy_has_every_byte_and_the_crc32_of_them(tmp_path: Path, threads: int) -> None:
+    src, data = _snapshot(tmp_path, 2 * CHUNK_BYTES + 4099)
+    partial = tmp_path / "persist" / "partial"
+    partial.mkdir(parents=True)
+    files = copy_shard(src, str(partial), 0, WriteControl(), threads=threads)
+    copied = (partial / shard_bin(0)).read_bytes()
+    assert copied == data
+    assert files[shard_bin(0)] == {"size": len(data), "crc32": zlib.crc32(data)}
+    idx = (Path(src) / shard_idx(0)).read_bytes()
+    assert (partial / shard_idx(0)).read_bytes() == idx
+    assert files[shard_idx(0)] == {"size": len(idx), "crc32": zlib.crc32(idx)}
+    assert not (partial / f"{shard_bin(0)}.tmp").exists()
+
+
+def test_an_aborted_copy_leaves_no_shard(tmp_path: Path) -> None:
+    src, _data = _snapshot(tmp_path, 2 * CHUNK_BYTES + 4099)
+    partial = tmp_path / "persist" / "partial"
+    partial.mkdir(parents=True)
+    control = WriteControl()
+    control.abort.set()
+    with pytest.raises(Aborted):
+        copy_shard(src, str(partial), 0, control, threads=3)
+    assert not (partial / shard_bin(0)).exists() and not (partial / shard_idx(0)).exists()
+
+
+def test_a_snapshot_whose_file_has_another_size_is_refused(tmp_path: Path) -> None:
+    src, _data = _snapshot(tmp_path, 3 * 4096)
+    with open(os.path.join(src, shard_bin(0)), "ab") as f:
+        f.write(b"x")
+    partial = tmp_path / "persist" / "partial"
+    partial.mkdir(parents=True)
+    with pytest.raises(Exception, match="sizes it was committed with"):
+        copy_shard(src, str(partial), 0, WriteControl())
+    assert not (partial / shard_bin(0)).exists()
