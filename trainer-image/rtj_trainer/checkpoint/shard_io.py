@@ -39,8 +39,8 @@ FileSums = dict[str, dict[str, Any]]
 #: Threads writing the persisted copy of a memory snapshot (`copy_shard`). One thread reading into
 #: new buffers, writing and checksumming in turn persisted 13.7 GB at 0.6-0.7 GB/s on an H100 host
 #: (19-24 s). `bench/persist_copy.py` times the mapped copy against that loop: 2 GB from /dev/shm to
-#: the 2-core machine's disk in 1.4-1.6 s with 1 or 4 threads, 6.3-7.5 s for the loop. More than one
-#: is for stores that want several writes in flight (FSx for Lustre, NVMe).
+#: the 2-core machine's disk in 1.4-2.2 s with 1 to 8 threads (8 of 9 copies), 6.3-7.5 s for the
+#: loop. More than one is for stores that want several writes in flight (FSx for Lustre, NVMe).
 PERSIST_WRITE_THREADS = 4
 
 
