@@ -27,9 +27,10 @@ def probe_beside_populate(size: int, directory: str, chunk_bytes: int) -> dict[s
         os.posix_fallocate(fd, 0, size)
         os.close(fd)
         mapped = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
-        stop, waits = threading.Event(), []
+        stop, started, waits = threading.Event(), threading.Event(), []
 
         def probe() -> None:
+            started.set()
             while not stop.is_set():
                 t0 = time.perf_counter()
                 m = mmap.mmap(-1, 2 << 20)
@@ -40,7 +41,7 @@ def probe_beside_populate(size: int, directory: str, chunk_bytes: int) -> dict[s
 
         prober = threading.Thread(target=probe, daemon=True)
         prober.start()
-        time.sleep(0.05)
+        started.wait()
         t0 = time.perf_counter()
         populate(mapped, chunk_bytes)
         seconds = time.perf_counter() - t0

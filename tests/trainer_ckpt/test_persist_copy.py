@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from rtj_trainer.checkpoint.shard_io import Aborted, WriteControl, copy_shard, write_shard
-from rtj_trainer.checkpoint_format import CHUNK_BYTES, shard_bin, shard_idx, write_local_meta
+from rtj_trainer.checkpoint_format import CHUNK_BYTES, CheckpointError, shard_bin, shard_idx, write_local_meta
 
 pytestmark = pytest.mark.trainer
 
@@ -64,6 +64,6 @@ def test_a_snapshot_whose_file_has_another_size_is_refused(tmp_path: Path) -> No
         f.write(b"x")
     partial = tmp_path / "persist" / "partial"
     partial.mkdir(parents=True)
-    with pytest.raises(Exception, match="sizes it was committed with"):
+    with pytest.raises(CheckpointError, match="sizes it was committed with"):
         copy_shard(src, str(partial), 0, WriteControl())
     assert not (partial / shard_bin(0)).exists()
