@@ -1,6 +1,8 @@
 """The memory tier under SIGKILL: two real rank processes (gloo) snapshot into a node-local tmpfs
 every step and persist every third; one rank is SIGKILLed at a random moment, the other a few
-milliseconds later (as ft_launcher stops the survivors), again and again.
+milliseconds later (as ft_launcher stops the survivors), again and again. Every fourth kill is
+not left to chance: the victim is stopped while it has a snapshot half-written, so every run
+covers the torn write and ranks left at different snapshots, however fast the machine writes.
 
 After every kill, the next incarnation resumes: each rank checks that what it loaded is exactly
 its own state of the loaded step (never torn, never another step's or another save's), both ranks
@@ -37,6 +39,9 @@ from rtj_trainer.checkpoint_format import (
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(1800)]
 
 KILLS = int(os.environ.get("RTJ_SNAPSHOT_KILLS", "30"))
+#: Every CAUGHT_EVERY-th kill waits for the victim to be stopped with a snapshot half-written
+#: (random kill times alone may miss the write window on a fast machine); the others are random.
+CAUGHT_EVERY = 4
 PEER_LOST = 6
 
 
@@ -128,7 +133,11 @@ def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(
                 zygote.ask("reap")
                 break
             victim = rng.randrange(2)
-            time.sleep(rng.uniform(0.05, 1.5))
+            caught = n % CAUGHT_EVERY == 1
+            if caught:  # caught mid-write: the torn case, whatever the machine's speed
+                _stop_mid_write(pids, victim, local_root)
+            else:
+                time.sleep(rng.uniform(0.05, 1.5))
             os.kill(pids[victim], signal.SIGKILL)
             time.sleep(rng.uniform(0.0, 0.03))
             os.kill(pids[1 - victim], signal.SIGKILL)
@@ -140,17 +149,11 @@ def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(
                 )
                 assert killed or peer_lost, (
                     f"incarnation {n}: a rank ended with status {status} (3: wrong state "
+                    "loaded, 5: ranks loaded different steps, 4: an error)"
                 )
-                "loaded, 5: ranks loaded different steps, 4: an error)"
-            outcomes["partial left"] += (
-                any(
-                    name.endswith(".partial")
-                    for rank in (0, 1)
-                    for name in os.listdir(local_rank_dir(str(local_root), rank))
-                )
-                if local_root.exists()
-                else 0
-            )
+            torn = any(_partial_steps(local_root, rank) for rank in (0, 1))
+            assert torn or not caught, f"incarnation {n}: stopped mid-write, but no .partial is left"
+            outcomes["partial left"] += torn
     finally:
         zygote.close()
 
@@ -175,6 +178,42 @@ def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(
     assert final >= KILLS // 2, f"only reached step {final} in {KILLS} incarnations"
     assert outcomes["resumed from local"] > 0 and outcomes["partial left"] > 0, outcomes
     assert outcomes["a rank had a newer snapshot than the others"] > 0, "no kill left the ranks apart"
+
+
+def _partial_steps(local_root: Path, rank: int) -> set[int]:
+    rank_dir = local_rank_dir(str(local_root), rank)
+    names = os.listdir(rank_dir) if os.path.isdir(rank_dir) else []
+    return {int(name[5:15]) for name in names if name.startswith("step-") and name.endswith(".partial")}
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _stop_mid_write(pids: list[int], victim: int, local_root: Path, timeout: float = 30.0) -> None:
+    """Stops the victim (SIGSTOP) at a moment it has a snapshot half-written, then gives the other
+    rank a moment to commit that step: the kill that follows leaves a `.partial` and, usually,
+    the ranks at different newest snapshots."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert time.monotonic() < deadline, f"rank {victim} wrote no snapshot within {timeout} s"
+        if not _partial_steps(local_root, victim):
+            time.sleep(0.0005)
+            continue
+        os.kill(pids[victim], signal.SIGSTOP)
+        while not _stopped(pids[victim]):
+            time.sleep(0.0002)
+        in_flight = _partial_steps(local_root, victim)
+        if in_flight:
+            break
+        os.kill(pids[victim], signal.SIGCONT)  # it committed between the look and the stop
+    other_rank = local_rank_dir(str(local_root), 1 - victim)
+    until = time.monotonic() + 2.0
+    while time.monotonic() < until and not any(
+        step >= max(in_flight) for step, _ in local_snapshots(other_rank)
+    ):
+        time.sleep(0.001)
 
 
 def _wait_for_resume(work: Path, n: int, timeout: float = 60.0) -> None:
