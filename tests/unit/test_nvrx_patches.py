@@ -170,6 +170,25 @@ def test_the_wrapper_takes_every_keyword_we_pass() -> None:
     inprocess.health_check.CudaHealthCheck()
 
 
+def test_the_progress_watchdog_sends_slower_than_the_monitor_process_polls() -> None:
+    """NVRx's monitor process checks the soft and hard timeouts only after its queue stayed empty for
+    one monitor_process_interval (a timestamp message `continue`s the loop). With the watchdog
+    sending every such interval, a stalled rank's check kept being postponed: a 5 s hang budget
+    fired 0.7-1.1 s late (bench/gpu_smoke.py --cpu --hang-step 75); sending every second poll, 0.1 s."""
+    loop = _source(inprocess.monitor_process.MonitorProcess.run)
+    assert "msg_queue.get(timeout=interval.total_seconds())" in loop
+    assert re.search(r"case Message\.TIMESTAMP:\s+timestamp = content\s+continue", loop)
+    assert "except queue.Empty:" in loop and "is_timed_out(soft_timeout)" in loop
+    from rtj_trainer.inprocess import _wrapper_timing
+
+    for soft in (0.1, 60.0):
+        env = types.SimpleNamespace(
+            in_process=types.SimpleNamespace(soft_timeout_seconds=soft, hard_timeout_seconds=2 * soft)
+        )
+        timing = _wrapper_timing(env)  # type: ignore[arg-type]
+        assert timing["progress_watchdog_interval"] >= 2 * timing["monitor_process_interval"], timing
+
+
 def test_the_call_wrapper_has_what_training_functions_use() -> None:
     assert isinstance(inspect.getattr_static(inprocess.CallWrapper, "iteration"), property)
     assert _params(inprocess.CallWrapper.atomic) == ["self"]

@@ -60,6 +60,8 @@ FINISHED_KEY = "rtj/finished"
 
 #: Poll interval of the wrapper's monitors, heartbeats and last-call wait.
 _POLL_SECONDS = 0.05
+#: The progress watchdog sends its timestamp every this many polls (see `_wrapper_timing`).
+WATCHDOG_INTERVAL_MULTIPLE = 2
 
 
 def classify_exception(exc: BaseException) -> FaultReason:
@@ -264,7 +266,9 @@ def _wrapper_timing(env: RankEnv) -> dict[str, datetime.timedelta]:
         "store_timeout": datetime.timedelta(seconds=max(60.0, 2 * hard)),
         "monitor_thread_interval": poll,
         "monitor_process_interval": poll,
-        "progress_watchdog_interval": poll,
+        # NVRx's monitor process checks the soft timeout only when its queue stayed empty for one
+        # monitor_process_interval; a progress timestamp arriving every such interval postpones it.
+        "progress_watchdog_interval": WATCHDOG_INTERVAL_MULTIPLE * poll,
         "heartbeat_interval": poll,
         "soft_timeout": datetime.timedelta(seconds=soft),
         "hard_timeout": datetime.timedelta(seconds=hard),
