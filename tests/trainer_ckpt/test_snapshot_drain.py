@@ -165,8 +165,10 @@ def test_the_chunk_pipe_carries_every_byte_both_ways_whatever_the_chunking(
         pipe = ChunkPipe(0, threads, chunk_bytes=chunk, depth=3, ops=HostOps(), load_threads=threads)
         src = torch.randint(0, 256, (n,), dtype=torch.uint8)
         dst = _mapped(tmp_path / f"slot-{n}.bin", n)
+        assert pipe.last_drain is None
         pipe.to_host(src, dst)
         assert torch.equal(dst, src)
+        assert pipe.last_drain is not None and min(pipe.last_drain) >= 0.0  # (GPU wait, host copy) s
         back = torch.zeros(n, dtype=torch.uint8)
         pipe.to_device(dst, back)
         assert torch.equal(back, src)
@@ -235,6 +237,7 @@ def test_the_manager_stages_drains_commits_and_resumes_through_the_device_stage(
         mgr.maybe_save(step, model, optim)
         assert mgr.wait(timeout=30)
     assert drains == [1]  # the step-5 snapshot went through the stage
+    assert mgr.last_drain is not None and mgr.last_drain[1] > 0.0  # its split, for the step log
     want = [t.clone() for t in _state(model, optim)]
     _train(model, optim)  # the live state moves on
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -128,6 +129,9 @@ class ChunkPipe:
         self._lock = threading.Lock()
         self._stream: Any = None
         self._events: list[Any] = []
+        #: The last `to_host`'s seconds waiting for chunks to leave the GPU and copying them into
+        #: host memory (the writer thread's time: where a slow drain went).
+        self.last_drain: tuple[float, float] | None = None
         most = max(self.threads, self.load_threads)
         self._pool = ThreadPoolExecutor(most, "rtj-ckpt-copy") if most > 1 else None
 
@@ -151,21 +155,23 @@ class ChunkPipe:
         self.allocate()
         stream = self._stream
         pending: list[tuple[int, int, int]] = []  # (chunk, start, length): on its way to the host
+        spent = [0.0, 0.0]
         with self.ops.on_device(self.device), self.ops.on_stream(stream):
             if after is not None:
                 stream.wait_event(after)
             for i, start in enumerate(range(0, src.numel(), self.chunk_bytes)):
                 if len(pending) == self.depth:
-                    self._land(pending.pop(0), dst)
+                    self._land(pending.pop(0), dst, spent)
                 n = min(self.chunk_bytes, src.numel() - start)
                 k = i % self.depth
                 self.chunks[k][:n].copy_(src[start : start + n], non_blocking=True)
                 self._events[k].record(stream)
                 pending.append((k, start, n))
             for item in pending:
-                self._land(item, dst)
+                self._land(item, dst, spent)
             done = self.ops.event()
             done.record(stream)
+        self.last_drain = (spent[0], spent[1])
         return done
 
     def to_device(self, src: torch.Tensor, dst: torch.Tensor) -> None:
@@ -182,10 +188,14 @@ class ChunkPipe:
                 self._events[k].record(stream)
         stream.synchronize()
 
-    def _land(self, item: tuple[int, int, int], dst: torch.Tensor) -> None:
+    def _land(self, item: tuple[int, int, int], dst: torch.Tensor, spent: list[float]) -> None:
         k, start, n = item
+        t0 = time.perf_counter()
         self._events[k].synchronize()
+        t1 = time.perf_counter()
         self._copy(dst[start : start + n], self.chunks[k][:n], self.threads)
+        spent[0] += t1 - t0
+        spent[1] += time.perf_counter() - t1
 
     def _copy(self, dst: torch.Tensor, src: torch.Tensor, threads: int) -> None:
         if self._pool is None or threads == 1 or dst.numel() < 2 * threads * 4096:

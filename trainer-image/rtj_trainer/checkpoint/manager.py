@@ -394,6 +394,14 @@ class CheckpointManager:
     staged_on_device = property(
         lambda self: self._p.staging.device is not None and self._p.staging.device.size() > 0
     )
+
+    @property
+    def last_drain(self) -> tuple[float, float] | None:
+        """The last snapshot drained from the GPU: (seconds waiting for its chunks to leave the GPU,
+        seconds copying them into the memory tier); None when none was staged there."""
+        device = self._p.staging.device
+        return device.pipe.last_drain if device is not None and device.pipe is not None else None
+
     replicate_failures = property(
         lambda self: self._p.replication.replicate_failures if self._p.replication is not None else 0
     )

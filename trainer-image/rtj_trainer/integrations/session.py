@@ -144,14 +144,17 @@ class Resilience:
 
     def _log_write(self, ev: CheckpointEvent) -> None:
         """A memory snapshot's write into the tier or a persist, in the step log with its seconds
-        (and whether the snapshot was staged on the GPU and whether a persist was in flight when
-        its record was logged): what the adaptive interval is made of."""
+        (and whether the snapshot was staged on the GPU, then the drain's seconds waiting for the GPU
+        and copying into the tier, and whether a persist was in flight when its record was logged):
+        what the adaptive interval is made of."""
         if ev.kind not in ("snapshot", "persisted") or ev.seconds is None:
             return
         rec: dict[str, Any] = {"event": ev.kind, "step": ev.step, "seconds": round(ev.seconds, 4)}
         if ev.kind == "snapshot" and self.ckpt is not None:
             rec["staged"] = self.ckpt.staged_on_device
             rec["persisting"] = self.ckpt.persisting
+            if rec["staged"] and (drain := self.ckpt.last_drain) is not None:
+                rec["drain_gpu_wait"], rec["drain_host_copy"] = round(drain[0], 4), round(drain[1], 4)
         self.log.write(**rec, t=time.time())
 
     def run(self, train: Callable[[Attempt], T]) -> T:
@@ -244,6 +247,7 @@ class Attempt:
             source=source,
             iteration=self.iteration,
             restart=self.in_job_restarts,
+            torch_threads=torch.get_num_threads(),
             t=time.time(),
             **log,
         )
