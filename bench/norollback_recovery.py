@@ -53,9 +53,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rtj.builders import graceful_stop_seconds
 from rtj_local.procs import free_port
 from rtj_local.train_log import steps_lost
 from rtj_local.wait import wait_for
+from rtj_trainer.checkpoint_format import committed_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHONPATH = os.pathsep.join(
@@ -95,7 +97,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sigkill-step", type=int, default=100)
     p.add_argument("--sigterm-step", type=int, default=60)
     p.add_argument(
-        "--grace-seconds", type=int, default=30, help="the pod's grace period (RTJ_GRACEFUL_STOP_SECONDS)"
+        "--grace-seconds",
+        type=int,
+        default=30,
+        help="the pod's terminationGracePeriodSeconds (entrypoint settings derived as the operator does)",
     )
     p.add_argument("--throughput-steps", type=int, default=100)
     p.add_argument("--memory-interval", type=int, default=10)
@@ -201,7 +206,9 @@ class Job:
             "RTJ_POD_IP": "127.0.0.1",
             "RTJ_STATUS_DIR": str(self.dir / "status"),
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "2" if self.a.cpu else "20",  # gloo: the abort waits for it
-            "RTJ_GRACEFUL_STOP_SECONDS": str(self.a.grace_seconds),
+            # As the operator's pod builder sets them for a pod of this grace period.
+            "RTJ_GRACEFUL_STOP_SECONDS": str(graceful_stop_seconds(self.a.grace_seconds)),
+            "RTJ_TERMINATION_GRACE_SECONDS": str(self.a.grace_seconds),
             "RTJ_FAULT_INJECT": faults,
             "RTJ_RANK_FORKSERVER": "1" if forkserver else "0",
             "PYTHONUNBUFFERED": "1",
@@ -404,6 +411,7 @@ def run_sigterm(a: argparse.Namespace) -> dict[str, Any]:
     per_rank = job.records()
     last_done = max(x["step"] for rr in per_rank for x in rr if "loss" in x)
     stopped = [x for rr in per_rank for x in rr if x.get("event") == "stopped"]
+    persisted = last_done in committed_steps(str(job.ckpt))  # by the time the pod had exited
     # A replacement pod: the old pod's memory is gone; only what was persisted is left.
     shutil.rmtree(job.mem, ignore_errors=True)
     t_start = time.time()
@@ -415,11 +423,26 @@ def run_sigterm(a: argparse.Namespace) -> dict[str, Any]:
         "stop_seconds": round(t_exit - t_term, 2),
         "emergency_save_seconds": max((x["seconds"] for x in stopped), default=None),
         "grace_seconds": a.grace_seconds,
-        "persisted": all(x["persisted"] for x in stopped) and bool(stopped),
+        # committed on the volume by the time the pod had exited: by the ranks, or by the pod's
+        # entrypoint after they handed it off (`handed_off`; the entrypoint's seconds: `handoff_s`)
+        "persisted": persisted,
+        "handed_off": all(x.get("handed_off") for x in stopped) and bool(stopped),
+        "handoff_s": handoff_seconds(job.dir / "launch.log"),
         "in_memory": all(x.get("memory") for x in stopped) and bool(stopped),
         "stopped_at_step": last_done,
         "resume": rec,
     }
+
+
+def handoff_seconds(launch_log: Path) -> float | None:
+    """Seconds the entrypoint took to persist the snapshots its ranks handed off (the longest rank),
+    from its log lines; None when nothing was handed off."""
+    try:
+        text = launch_log.read_text(errors="replace")
+    except OSError:
+        return None
+    found = [float(m) for m in re.findall(r"persisted by the pod in ([0-9.]+) s: committed", text)]
+    return max(found) if found else None
 
 
 def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
@@ -562,7 +585,8 @@ def table(res: dict[str, Any]) -> str:
         r = s["resume"]
         rows.append(
             f"| SIGTERM (grace {s['grace_seconds']} s, stop {s['stop_seconds']} s, save "
-            f"{s['emergency_save_seconds']} s, persisted {s['persisted']}) "
+            f"{s['emergency_save_seconds']} s, handed off {s['handed_off']}, pod's persist "
+            f"{s['handoff_s']} s, persisted {s['persisted']}) "
             f"| {r['recovered']} | "
             f"{r.get('seconds_to_first_step')} (from the new pod's start) | {r.get('steps_lost')} | "
             f"{r.get('resumed_from')} {r.get('resumed_from_step')} |"

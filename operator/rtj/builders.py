@@ -336,10 +336,12 @@ def _env(
     config: contract.TrainerConfig,
     graceful_stop_seconds: int,
     in_place_restarts: int = 0,
+    termination_grace: int | None = None,
 ) -> list[dict[str, Any]]:
     ours = {
         contract.ENV_TRAINER_CONFIG,
         contract.ENV_GRACEFUL_STOP_SECONDS,
+        contract.ENV_TERMINATION_GRACE_SECONDS,
         contract.ENV_MAX_IN_PLACE_RESTARTS,
         *(name for name, _ in _DOWNWARD_ENV),
     }
@@ -348,6 +350,8 @@ def _env(
     ]
     env.append({"name": contract.ENV_TRAINER_CONFIG, "value": config.to_env()})
     env.append({"name": contract.ENV_GRACEFUL_STOP_SECONDS, "value": str(graceful_stop_seconds)})
+    if termination_grace is not None:
+        env.append({"name": contract.ENV_TERMINATION_GRACE_SECONDS, "value": str(termination_grace)})
     if in_place_restarts:
         env.append({"name": contract.ENV_MAX_IN_PLACE_RESTARTS, "value": str(in_place_restarts)})
     env.extend({"name": n, "valueFrom": {"fieldRef": {"fieldPath": f}}} for n, f in _DOWNWARD_ENV)
@@ -375,7 +379,7 @@ def _training_pod(
         "tolerations": _tolerations(job),
         "affinity": _affinity(job, avoid_nodes, suspect_node),
         "securityContext": pod_security_context(job),
-        "containers": [_trainer_container(job, standby, graceful_stop_seconds(grace), in_place_restarts)],
+        "containers": [_trainer_container(job, standby, grace, in_place_restarts)],
         "volumes": _volumes(job),
     }
     if tpl.priority_class_name:
@@ -403,7 +407,7 @@ IN_PLACE_RESTART_RULE = {
 
 
 def _trainer_container(
-    job: ResilientTrainingJob, standby: bool, stop_seconds: int, in_place_restarts: int = 0
+    job: ResilientTrainingJob, standby: bool, grace: int, in_place_restarts: int = 0
 ) -> dict[str, Any]:
     """The pod's one container: `rtj-trainer launch` with the job's TrainerConfig; with
     `in_place_restarts`, the rule that restarts the pod in place on the trainer's exit code 76
@@ -417,7 +421,9 @@ def _trainer_container(
         "image": spec.image,
         "command": ["rtj-trainer", "launch"],
         **rules,
-        "env": _env(job, trainer_config(job, standby=standby), stop_seconds, in_place_restarts),
+        "env": _env(
+            job, trainer_config(job, standby=standby), graceful_stop_seconds(grace), in_place_restarts, grace
+        ),
         "resources": _resources(job),
         "securityContext": container_security_context(),
         "volumeMounts": [

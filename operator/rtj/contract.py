@@ -123,6 +123,10 @@ ENV_STATUS_DIR = "RTJ_STATUS_DIR"
 #: checkpoint). Written by the operator's pod builder (a margin under the pod's
 #: terminationGracePeriodSeconds, so the kubelet never kills first); read by the entrypoint.
 ENV_GRACEFUL_STOP_SECONDS = "RTJ_GRACEFUL_STOP_SECONDS"
+#: The pod's terminationGracePeriodSeconds (written by the pod builder): when the kubelet's SIGKILL
+#: comes. After its ranks exit, the entrypoint persists their emergency snapshots until just before
+#: it (rtj_trainer.checkpoint.handoff); absent: until ENV_GRACEFUL_STOP_SECONDS.
+ENV_TERMINATION_GRACE_SECONDS = "RTJ_TERMINATION_GRACE_SECONDS"
 #: In-place restarts this pod may take (ExitCode.RESTART_IN_PLACE), written by the pod builder only
 #: on a pod that carries the restart rule; absent or 0: the pod cannot restart in place (its in-job
 #: budget spent is ExitCode.LAUNCHER_BUDGET_EXHAUSTED, a replacement). The entrypoint counts the

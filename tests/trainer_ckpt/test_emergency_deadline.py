@@ -1,8 +1,15 @@
-"""An emergency save that fits the pod's grace period: a rank stopped by SIGTERM (a real process,
-real files, `stop_saver.py`) with the deadline the entrypoint writes returns from its save by the
-deadline and exits before the launcher's SIGKILL would come. When the persist cannot finish in
-time, the step is still committed in memory (and at the peer), the rank says so, and the cut
-persist is a partial that no resume loads; when it fits, the step is persisted too."""
+"""An emergency save that fits the pod's grace period (real processes, real files, `stop_saver.py`).
+
+A rank whose own pod is stopping (SIGTERM, the entrypoint's mark) commits the step to memory (and
+at the peer) and hands its persist to the pod's entrypoint (`checkpoint.handoff`), which persists
+and commits it after the rank has exited, until its own deadline: a persist that does not fit is
+aborted and leaves nothing a resume could load.
+
+A rank that stops because another pod did (no signal of its own, that pod's deadline) persists in
+the rank and returns from its save by the deadline, before the launcher's SIGKILL would come.
+When the persist cannot finish in time, the step is still committed in memory (and at the peer),
+the rank says so, and the cut persist is a partial that no resume loads; when it fits, the step is
+persisted too."""
 
 from __future__ import annotations
 
@@ -22,9 +29,10 @@ import pytest
 from ckpt_saver import State, content_hash, expected_hash
 from rtj.contract import ExitCode
 from rtj_trainer.checkpoint import SOURCE_LOCAL, SOURCE_PERSISTENT, CheckpointManager, latest_committed
+from rtj_trainer.checkpoint.handoff import Handoff, HandoffPersister, read_handoffs, write_handoff
 from rtj_trainer.checkpoint_format import stale_entries
 from rtj_trainer.peer_replica import ReplicaServer, held_replicas
-from rtj_trainer.runtime_env import GRACEFUL_STOP_EXIT_MARGIN_S, write_graceful_stop
+from rtj_trainer.runtime_env import GRACEFUL_STOP_EXIT_MARGIN_S, GRACEFUL_STOP_FILE, write_graceful_stop
 from stop_saver import MEMORY_INTERVAL
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(120)]
@@ -49,12 +57,18 @@ def peer(tmp_path: Path) -> Iterator[ReplicaServer]:
     server.stop()
 
 
-def _stop_rank(tmp_path: Path, write_bytes_per_s: int, grace_s: float, peer: ReplicaServer) -> Stopped:
-    status = tmp_path / "status"
+def _stop_rank(
+    tmp_path: Path, write_bytes_per_s: int, grace_s: float, peer: ReplicaServer, *, signalled: bool
+) -> Stopped:
+    """`signalled`: the rank's own pod is stopped (SIGTERM with the mark); else another pod was, and
+    the rank learns of it with that pod's deadline (`stop_saver.py`'s peer stop file)."""
+    status, peer_pod = tmp_path / "status", tmp_path / "peer-pod"
     status.mkdir()
+    peer_pod.mkdir()
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("stop_saver.py")), str(status),
-         str(tmp_path / "persist"), str(tmp_path / "shm"), str(write_bytes_per_s), f"127.0.0.1:{peer.port}"],
+         str(tmp_path / "persist"), str(tmp_path / "shm"), str(write_bytes_per_s), f"127.0.0.1:{peer.port}",
+         str(peer_pod / GRACEFUL_STOP_FILE)],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
@@ -62,8 +76,11 @@ def _stop_rank(tmp_path: Path, write_bytes_per_s: int, grace_s: float, peer: Rep
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         deadline = time.time() + grace_s
-        write_graceful_stop(str(status), deadline)  # what the entrypoint does before forwarding
-        proc.send_signal(signal.SIGTERM)
+        if signalled:
+            write_graceful_stop(str(status), deadline)  # what the entrypoint does before forwarding
+            proc.send_signal(signal.SIGTERM)
+        else:
+            write_graceful_stop(str(peer_pod), deadline)
         out, _ = proc.communicate(timeout=60)
         exited = time.time()
     finally:
@@ -90,16 +107,17 @@ def _load(tmp_path: Path) -> tuple[int | None, str | None, str | None]:
     return resumed.step, resumed.source, content_hash(state)
 
 
-def test_a_persist_longer_than_the_grace_leaves_the_step_in_memory_and_at_the_peer(
+def test_a_peer_stopped_ranks_persist_longer_than_the_grace_leaves_the_step_in_memory_and_at_the_peer(
     tmp_path: Path, peer: ReplicaServer
 ) -> None:
-    stopped = _stop_rank(tmp_path, THROTTLED, grace_s=2.5, peer=peer)
+    stopped = _stop_rank(tmp_path, THROTTLED, grace_s=2.5, peer=peer, signalled=False)
     rec, step = stopped.record, stopped.record["step"]
     # Back from the save by the deadline, and gone before the launcher's SIGKILL would come.
     assert stopped.rc == ExitCode.TERMINATED
     assert rec["t"] <= stopped.deadline, rec
     assert stopped.exited <= stopped.deadline + GRACEFUL_STOP_EXIT_MARGIN_S
-    assert (rec["memory"], rec["replica"], rec["persisted"]) == (True, True, False), rec
+    tiers = (rec["memory"], rec["replica"], rec["persisted"], rec["handed_off"])
+    assert tiers == (True, True, False, False), rec
     assert rec["seconds_left"] >= 0, rec
     # The persist was cut: a partial of that step, nothing committed ...
     persist = str(tmp_path / "persist")
@@ -115,11 +133,69 @@ def test_a_persist_longer_than_the_grace_leaves_the_step_in_memory_and_at_the_pe
     assert _load(tmp_path) == (None, None, None)
 
 
-def test_a_persist_that_fits_the_grace_persists_the_step(tmp_path: Path, peer: ReplicaServer) -> None:
-    stopped = _stop_rank(tmp_path, 0, grace_s=20.0, peer=peer)
+def test_a_peer_stopped_ranks_persist_that_fits_the_grace_persists_the_step(
+    tmp_path: Path, peer: ReplicaServer
+) -> None:
+    stopped = _stop_rank(tmp_path, 0, grace_s=20.0, peer=peer, signalled=False)
     rec, step = stopped.record, stopped.record["step"]
     assert stopped.rc == ExitCode.TERMINATED
-    assert (rec["memory"], rec["replica"], rec["persisted"]) == (True, True, True), rec
+    tiers = (rec["memory"], rec["replica"], rec["persisted"], rec["handed_off"])
+    assert tiers == (True, True, True, False), rec
     assert latest_committed(str(tmp_path / "persist")) == step
     shutil.rmtree(tmp_path / "shm")  # a new pod: the persisted step is what it loads
     assert _load(tmp_path) == (step, SOURCE_PERSISTENT, expected_hash(step))
+
+
+def test_a_stopping_pods_rank_hands_its_persist_to_the_entrypoint_which_commits_it(
+    tmp_path: Path, peer: ReplicaServer
+) -> None:
+    stopped = _stop_rank(tmp_path, THROTTLED, grace_s=20.0, peer=peer, signalled=True)
+    rec, step = stopped.record, stopped.record["step"]
+    assert stopped.rc == ExitCode.TERMINATED
+    # In memory and at the peer, not persisted by the rank (no partial of its own either) ...
+    tiers = (rec["memory"], rec["replica"], rec["persisted"], rec["handed_off"])
+    assert tiers == (True, True, False, True), rec
+    persist = str(tmp_path / "persist")
+    assert latest_committed(persist) is None and stale_entries(persist) == []
+    # ... and gone long before its deadline, a record naming its snapshot of the step left behind.
+    assert rec["seconds_left"] > 10, rec
+    (handoff,) = read_handoffs(str(tmp_path / "status"))
+    assert (handoff.rank, handoff.root, handoff.stop_deadline) == (0, persist, stopped.deadline)
+    assert os.path.basename(handoff.snapshot).startswith(f"step-{step:010d}.")
+    # The entrypoint's part: the step persisted and committed after the rank exited.
+    persister = HandoffPersister(str(tmp_path / "status"), stopped.deadline, time.time() + 30).start()
+    persister.ranks_gone()
+    (done,) = persister.wait()
+    assert (done.step, done.committed, done.error) == (step, True, None), done
+    assert latest_committed(persist) == step and stale_entries(persist) == []
+    shutil.rmtree(tmp_path / "shm")  # a new pod: the persisted step is what it loads
+    assert _load(tmp_path) == (step, SOURCE_PERSISTENT, expected_hash(step))
+
+
+def test_a_handed_off_persist_past_the_pods_deadline_is_dropped(tmp_path: Path, peer: ReplicaServer) -> None:
+    stopped = _stop_rank(tmp_path, 0, grace_s=20.0, peer=peer, signalled=True)
+    step = stopped.record["step"]
+    status, persist = str(tmp_path / "status"), str(tmp_path / "persist")
+    # 4 MiB at 0.5 MiB/s cannot fit in 1.5 s: aborted at the deadline, its partial removed.
+    t0 = time.time()
+    persister = HandoffPersister(status, stopped.deadline, t0 + 1.5, write_bytes_per_s=THROTTLED).start()
+    persister.ranks_gone()
+    (done,) = persister.wait()
+    assert time.time() - t0 < 1.5 + 5.0
+    assert (done.step, done.committed) == (step, False), done
+    assert latest_committed(persist) is None and stale_entries(persist) == []
+    # The step is still in the pod's memory (a restart in place loads it); a new pod has nothing.
+    assert _load(tmp_path) == (step, SOURCE_LOCAL, expected_hash(step))
+    shutil.rmtree(tmp_path / "shm")
+    assert _load(tmp_path) == (None, None, None)
+
+
+def test_the_entrypoint_takes_only_the_records_of_its_own_stop(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    status.mkdir()
+    old = Handoff(0, 0, str(tmp_path / "shm" / "gone"), str(tmp_path / "persist"), 2, stop_deadline=1.0)
+    write_handoff(str(status), old)  # a record of an earlier stop of this pod
+    persister = HandoffPersister(str(status), 2.0, time.time() + 5).start()
+    persister.ranks_gone()
+    assert persister.wait() == []
+    assert read_handoffs(str(status)) == [old]

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import time
@@ -146,15 +147,19 @@ def test_sigterm_persists_the_current_step_and_the_resume_loses_nothing(tmp_path
     stopped = [r for rank in (0, 1) for r in job.records(rank) if r.get("event") == "stopped"]
     assert len(stopped) == 2 and stopped[0]["step"] == stopped[1]["step"], stopped
     stop_step = stopped[0]["step"]
-    assert all(r["persisted"] for r in stopped), stopped
-    # The step is in the pod's memory too (one pod: no peer replica), and the ranks saved by the
-    # deadline the entrypoint gave them (its graceful stop is the job's RTJ_GRACEFUL_STOP_SECONDS).
+    # The ranks committed the step to the pod's memory (one pod: no peer replica) by the deadline
+    # the entrypoint gave them (its graceful stop is the job's RTJ_GRACEFUL_STOP_SECONDS) and handed
+    # its persist to the entrypoint, which persisted and committed it after they had exited.
     assert all(r["memory"] and not r["replica"] for r in stopped), stopped
+    assert all(r["handed_off"] and not r["persisted"] for r in stopped), stopped
     most = ranks_deadline(0, float(job.env(0)["RTJ_GRACEFUL_STOP_SECONDS"]))
     assert all(0 < r["seconds_left"] < most for r in stopped), stopped
     last_trained = max(r["step"] for rank in (0, 1) for r in job.records(rank) if "loss" in r)
     assert last_trained == stop_step
     assert latest_committed(str(job.ckpt_dir)) == stop_step
+    for rank in (0, 1):  # what the pod's last heartbeat reads: the persisted step
+        report = json.loads((job.status_dir / f"rank-{rank}.json").read_text())
+        assert report["checkpoint"]["step"] == stop_step and report["persistSeconds"] > 0, report
 
     # A new pod: the old pod's memory is gone, only the persisted checkpoint is left.
     shutil.rmtree(job.mem_dir)

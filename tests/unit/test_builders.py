@@ -588,6 +588,7 @@ def test_grace_period_is_sized_from_the_persist_time(
     assert pod["spec"]["terminationGracePeriodSeconds"] == grace
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert int(env[contract.ENV_GRACEFUL_STOP_SECONDS]) == builders.graceful_stop_seconds(grace)
+    assert int(env[contract.ENV_TERMINATION_GRACE_SECONDS]) == grace  # the kubelet's SIGKILL
 
 
 def test_every_pod_of_a_job_asks_node_autoscalers_not_to_remove_its_node() -> None:

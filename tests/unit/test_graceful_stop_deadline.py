@@ -7,7 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rtj_trainer.entrypoint import launcher_term_timeout, ranks_deadline
+from rtj.builders import graceful_stop_seconds as pod_graceful_stop_seconds
+from rtj_trainer.entrypoint import (
+    HANDOFF_EXIT_SECONDS,
+    handoff_deadline,
+    launcher_term_timeout,
+    ranks_deadline,
+)
 from rtj_trainer.runtime_env import (
     GRACEFUL_STOP_EXIT_MARGIN_S,
     GRACEFUL_STOP_FILE,
@@ -59,3 +65,17 @@ def test_the_ranks_deadline_is_the_launchers_kill_less_the_exit_margin(
     signalled = 1_733_400_000.5
     kill = signalled + term_timeout  # ft_launcher's SIGKILL of the ranks, at the earliest
     assert ranks_deadline(signalled, graceful_stop_seconds) == kill - GRACEFUL_STOP_EXIT_MARGIN_S
+
+
+@pytest.mark.parametrize("grace", [10, 15, 30, 300])
+def test_a_handed_off_persist_runs_until_just_before_the_kubelets_kill(grace: int) -> None:
+    """The pod's grace period as the operator builds it: the ranks must be gone by their deadline,
+    the entrypoint persists what they handed off until HANDOFF_EXIT_SECONDS before the kubelet's
+    SIGKILL, which is most of the grace (15 s: 13 s, against the ranks' 4)."""
+    signalled = 1_733_400_000.5
+    stop_s = pod_graceful_stop_seconds(grace)
+    until = handoff_deadline(signalled, stop_s, grace)
+    assert until == signalled + grace - HANDOFF_EXIT_SECONDS
+    assert until > ranks_deadline(signalled, stop_s)
+    # Not knowing the pod's grace period (an entrypoint run by hand): until before its own kill.
+    assert handoff_deadline(signalled, stop_s, None) == signalled + stop_s - HANDOFF_EXIT_SECONDS

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 from rtj.contract import (
@@ -50,6 +51,7 @@ from rtj.contract import (
     ENV_POD_NAME,
     ENV_POD_UID,
     ENV_STATUS_DIR,
+    ENV_TERMINATION_GRACE_SECONDS,
     ENV_TRAINER_CONFIG,
     PEER_REPLICA_FILE,
     RANK_FILE_PREFIX,
@@ -88,9 +90,11 @@ from .reach import start_responder
 from .rendezvous_host import serve_rendezvous
 from .rendezvous_loss import WAIT_SECONDS as RENDEZVOUS_WAIT_SECONDS
 from .rendezvous_loss import LostStoreWatch, max_relaunches, wait_for_rendezvous
+from .report import record_persisted
 from .runtime_env import (
     GRACEFUL_STOP_EXIT_MARGIN_S,
     GRACEFUL_STOP_FILE,
+    HANDOFF_FILE_PREFIX,
     memory_tier_root,
     rank_env_vars,
     write_graceful_stop,
@@ -105,6 +109,10 @@ DEFAULT_GRACEFUL_STOP_SECONDS = 30.0
 #: Seconds of the graceful stop kept back from ft_launcher's term timeout (its SIGTERM -> SIGKILL
 #: of the ranks), for the launcher's own exit before the entrypoint kills its process group.
 LAUNCHER_EXIT_SECONDS = 5
+#: Seconds before the kubelet's SIGKILL (the pod's grace period after its SIGTERM) by which the
+#: entrypoint stops persisting its ranks' handed-off snapshots: the aborted copies' cleanup, the
+#: last heartbeat and the exit.
+HANDOFF_EXIT_SECONDS = 2.0
 #: Seconds ft_launcher waits between SIGTERM and SIGKILL when it stops ranks to restart them.
 WORKERS_STOP_TIMEOUT_SECONDS = 10
 GPU_MEMORY_POLL_SECONDS = 0.1
@@ -170,6 +178,16 @@ def nvrx_version() -> str:
 def launcher_term_timeout(graceful_stop_seconds: float) -> int:
     """ft_launcher's --term-timeout (whole seconds) on a graceful stop of `graceful_stop_seconds`."""
     return max(1, int(graceful_stop_seconds - LAUNCHER_EXIT_SECONDS))
+
+
+def handoff_deadline(
+    signalled: float, graceful_stop_seconds: float, termination_grace: float | None
+) -> float:
+    """The wall-clock time until which the entrypoint persists its ranks' handed-off snapshots after
+    the pod's SIGTERM at `signalled`: just before the kubelet's SIGKILL (the pod's grace period), or,
+    not knowing it, before the entrypoint's own (pure; unit-tested)."""
+    grace = max(termination_grace or 0.0, graceful_stop_seconds)
+    return signalled + grace - HANDOFF_EXIT_SECONDS
 
 
 def ranks_deadline(signalled: float, graceful_stop_seconds: float) -> float:
@@ -254,7 +272,10 @@ def _prepare_status_dir(pod: PodIdentity) -> str:
     )
     os.makedirs(status_dir, exist_ok=True)
     for name in os.listdir(status_dir):  # stale files of an earlier run in the same pod
-        if name.startswith(RANK_FILE_PREFIX) or name in (PROGRESS_FILE_NAME, GRACEFUL_STOP_FILE):
+        if name.startswith((RANK_FILE_PREFIX, HANDOFF_FILE_PREFIX)) or name in (
+            PROGRESS_FILE_NAME,
+            GRACEFUL_STOP_FILE,
+        ):
             Path(status_dir, name).unlink(missing_ok=True)
     return status_dir
 
@@ -305,6 +326,41 @@ def launch(graceful_stop_seconds: float) -> int:
     return code
 
 
+class _PodPersist:
+    """The entrypoint's part of a graceful stop: persisting the snapshots its ranks handed off
+    (`checkpoint.handoff`). Started from the SIGTERM handler; the import (torch) runs in a thread,
+    meanwhile the ranks make their memory snapshots."""
+
+    def __init__(self, status_dir: str, stop_deadline: float | None, deadline: float) -> None:
+        self.status_dir, self.stop_deadline, self.deadline = status_dir, stop_deadline, deadline
+        self._persister: Any = None
+        self._thread = threading.Thread(target=self._start, name="rtj-handoff-start", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        from .checkpoint.handoff import HandoffPersister
+
+        self._persister = HandoffPersister(self.status_dir, self.stop_deadline, self.deadline).start()
+
+    def finish(self) -> list[Any]:
+        """Once the ranks are gone: what became of each handed-off snapshot by the deadline
+        (`handoff.Persisted`); each rank's status file says what was committed, for the last heartbeat."""
+        self._thread.join(max(0.0, self.deadline - time.time()))
+        if self._persister is None:
+            return []
+        self._persister.ranks_gone()
+        results = self._persister.wait()
+        for r in results:
+            if r.committed:
+                record_persisted(self.status_dir, r.handoff.local_rank, r.step, r.seconds)
+            outcome = "committed" if r.committed else f"not committed ({r.error or 'not every rank in time'})"
+            log.info(
+                "graceful stop: rank %d's snapshot of step %s persisted by the pod in %.2f s: %s",
+                r.handoff.rank, r.step, r.seconds, outcome,
+            )  # fmt: skip
+        return results
+
+
 class _LauncherRuns:
     """ft_launcher in this pod, started again in place while the job's rendezvous comes back after
     it was lost; the pod's peer replica server, rank fork server and stop signals around it."""
@@ -337,6 +393,9 @@ class _LauncherRuns:
         if cfg.standby:
             self.env[ENV_PREWARM_MODULE] = prewarm_module(cfg.command) or ""
         self.terminate = threading.Event()
+        self.pod_persist: _PodPersist | None = None  # from the pod's graceful stop on
+        grace = os.environ.get(ENV_TERMINATION_GRACE_SECONDS)
+        self.termination_grace = float(grace) if grace else None
         self.proc: subprocess.Popen[bytes] | None = None  # the launcher running now
         self.ended = datetime.now(UTC)  # when the last launcher ended
         self.exit_watch = ExitWatch(
@@ -361,12 +420,18 @@ class _LauncherRuns:
             log.info("received %s: stopping training gracefully", signal.Signals(signum).name)
             self.terminate.set()
             # The ranks save before they exit (rtj_trainer.graceful), by this deadline.
-            deadline = ranks_deadline(time.time(), self.graceful_stop_seconds)
+            now = time.time()
+            deadline = ranks_deadline(now, self.graceful_stop_seconds)
+            marked: float | None = deadline
             try:
                 write_graceful_stop(self.status_dir, deadline)
             except OSError:
+                marked = None
                 with contextlib.suppress(OSError):  # a graceful stop all the same, without a deadline
                     Path(self.status_dir, GRACEFUL_STOP_FILE).touch()
+            # The ranks hand their snapshots' persist to this process: ready to take them.
+            until = handoff_deadline(now, self.graceful_stop_seconds, self.termination_grace)
+            self.pod_persist = _PodPersist(self.status_dir, marked, until)
             if self.proc is not None:
                 signal_launcher(self.proc, signal.SIGTERM)
 
@@ -394,6 +459,8 @@ class _LauncherRuns:
                 break
             relaunches += 1
             argv = self.argv(False)  # a promoted spare relaunches as the worker it has become
+        if self.pod_persist is not None:
+            self.pod_persist.finish()
         if self.forkserver is not None:
             stop_process(self.forkserver, grace_s=5)  # SIGTERM first: it removes its socket (in /tmp)
         if self.exit_watch.fired:

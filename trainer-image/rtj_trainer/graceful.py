@@ -25,7 +25,10 @@ less `runtime_env.GRACEFUL_STOP_EXIT_MARGIN_S`), read when the signal arrives (`
 `seconds_left`; `agreed` gives every rank the earliest one, a pod without a signal included): the
 emergency save commits the step to memory first and waits for its replica and its persist only until
 just before it, so a grace too short to persist still leaves the step in memory (and at the peer),
-and the rank says which tiers hold it. As a safety net, `died_with_peer()` turns a training
+and the rank says which tiers hold it. A rank whose own pod is stopping (the mark is in its status
+dir) does not persist at all: once the step is in memory (and at the peer) it leaves a record for
+its pod's entrypoint, which persists the snapshot after the rank has exited, with the rest of the
+grace period (`checkpoint.handoff`). As a safety net, `died_with_peer()` turns a training
 exception after the signal into an immediate exit; a rank that has not begun its emergency save
 `give_up_after_s` seconds after the signal exits from a timer, and so does one still here at its
 deadline (the save not begun yet, or a collective after it that never returns).
@@ -34,6 +37,7 @@ deadline (the save not begun yet, or a collective after it that never returns).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import threading
@@ -46,6 +50,7 @@ import torch.distributed as dist
 from rtj.contract import ExitCode, PodState
 
 from .checkpoint import CheckpointManager, EmergencySave
+from .checkpoint.handoff import Handoff, write_handoff
 from .runtime_env import GRACEFUL_STOP_FILE, stop_deadline
 
 #: Seconds after the signal by which the ranks must have agreed to stop and begun saving.
@@ -119,6 +124,17 @@ class GracefulStop:
         deadline, the rank exits from a timer at the deadline if it is still here."""
         self._exit_after(self.seconds_left())
 
+    def _pod_stop(self) -> tuple[bool, float | None]:
+        """Whether this rank's pod is being stopped by its entrypoint (its mark is there now, even if
+        this rank learned of the stop from a peer first), and the deadline the entrypoint wrote."""
+        if self._marker is None:
+            return False, None
+        try:
+            with open(self._marker) as f:
+                return True, stop_deadline(f.read())
+        except OSError:
+            return False, None
+
     def died_with_peer(self) -> None:
         """Call when training raised: after the signal that means a peer is gone; exit now."""
         if self._requested.is_set():
@@ -170,16 +186,38 @@ class GracefulStop:
             reporter.state(PodState.CHECKPOINTING)
         t0 = time.time()
         deadline = None if self.deadline is None else self.deadline - EXIT_AFTER_SAVE_S
+        pod_stopping, pod_deadline = self._pod_stop()
         saved = (
-            ckpt.emergency_save(step, model, optimizer, extra=extra or {}, deadline=deadline)
+            ckpt.emergency_save(
+                step, model, optimizer, extra=extra or {}, deadline=deadline, handoff=pod_stopping
+            )
             if ckpt is not None
             else EmergencySave(step, memory=False, replica=False, persisted=False)
         )
+        if saved.handed_off is not None and ckpt is not None and self._marker is not None:
+            handoff = Handoff(
+                rank=ckpt.rank,
+                local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+                snapshot=saved.handed_off,
+                root=ckpt.root,
+                keep=ckpt.keep,
+                stop_deadline=pod_deadline,
+            )
+            try:
+                write_handoff(os.path.dirname(self._marker), handoff)
+            except OSError as e:  # the step stays in memory (and at the peer); said below
+                print(f"[rtj] graceful stop: the persist of step {step} could not be handed off: {e!r}")
+                saved = dataclasses.replace(saved, handed_off=None)
         with contextlib.suppress(Exception):
             dist.barrier(group=group)  # every rank's part is written (rank 0 returns once committed)
         seconds = round(time.time() - t0, 3)
         left = self.seconds_left()
-        tiers = {"memory": saved.memory, "replica": saved.replica, "persisted": saved.persisted}
+        tiers = {
+            "memory": saved.memory,
+            "replica": saved.replica,
+            "persisted": saved.persisted,
+            "handed_off": saved.handed_off is not None,  # the pod's entrypoint persists it
+        }
         if log is not None:
             log(event="stopped", step=step, **tiers, seconds=seconds,
                 seconds_left=None if left is None else round(left, 3), t=time.time())  # fmt: skip

@@ -37,6 +37,7 @@ from typing import Any
 
 from rtj.contract import (
     ENV_STATUS_DIR,
+    MAX_PERSIST_SECONDS,
     CheckpointRef,
     Fault,
     FaultSeverity,
@@ -83,6 +84,23 @@ def write_atomic(path: str, text: str) -> None:
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def record_persisted(status_dir: str, local_rank: int, step: int, seconds: float) -> None:
+    """A rank's emergency snapshot of `step` was persisted and committed by its pod's entrypoint after
+    the rank exited (rtj_trainer.checkpoint.handoff): its status file says so, as the rank's own
+    `checkpoint_committed` and `persisted` would have (the last heartbeat reads it). Never raises."""
+    path = os.path.join(status_dir, rank_file_name(local_rank))
+    try:
+        with open(path) as f:
+            report = RankReport.model_validate_json(f.read())
+    except (OSError, ValueError):
+        report = RankReport(local_rank=local_rank)
+    report.checkpoint = CheckpointRef(step=int(step), time=datetime.now(UTC))
+    report.persist_seconds = round(min(float(seconds), MAX_PERSIST_SECONDS), 3)
+    report.updated = datetime.now(UTC)
+    with contextlib.suppress(OSError):
+        write_atomic(path, report.to_file())
 
 
 class RankReporter:

@@ -62,6 +62,9 @@ ENV_HANG_DETECTION_MEDIAN_MULTIPLE = "RTJ_HANG_DETECTION_MEDIAN_MULTIPLE"
 #: `stop_deadline`) is the wall-clock time by which the ranks must have exited; an empty or
 #: unreadable content is a graceful stop without a deadline.
 GRACEFUL_STOP_FILE = "graceful-stop"
+#: A rank's record in the pod's status dir, `<prefix><rank>.json`: its emergency save's memory
+#: snapshot, for the entrypoint to persist after the rank exited (rtj_trainer.checkpoint.handoff).
+HANDOFF_FILE_PREFIX = "handoff-rank-"
 #: Seconds between the ranks' graceful-stop deadline and ft_launcher's SIGKILL of the ranks (its
 #: --term-timeout after the signal): the kernel's teardown of a rank that called os._exit by its
 #: deadline (its address space, pinned host memory, a CUDA context) before the launcher sees it

@@ -33,6 +33,9 @@ class EmergencySave:
     replica: bool
     #: Committed on the checkpoint volume (every rank's shard): it outlives the job's pods.
     persisted: bool
+    #: With `handoff`: the committed memory snapshot (its directory) left for the pod's entrypoint
+    #: to persist after the rank exits (`checkpoint.handoff`); None: nothing handed off.
+    handed_off: str | None = None
 
     def __bool__(self) -> bool:
         """Persisted: what `emergency_save` returned before it said more."""
@@ -173,8 +176,11 @@ class CheckpointManager:
         extra: dict[str, Any] | None = None,
         *,
         force_persist: bool = False,
+        handoff: bool = False,
     ) -> bool:
-        """Snapshot now (all ranks, same step); persist too when due. False: skipped (busy)."""
+        """Snapshot now (all ranks, same step); persist too when due. False: skipped (busy).
+        `handoff` (a memory tier's emergency save): a due persist is left to the pod's entrypoint
+        and written by this rank only if the memory snapshot fails."""
         schedule = self._p.schedule
         persist_due, memory_due = schedule.persist_due(step, force_persist), schedule.memory_due(step)
         agreed = self._p.agreement.agree_on_save(
@@ -191,7 +197,7 @@ class CheckpointManager:
             self.poll()
         if not decision.go:
             return False
-        self.last_save_persists = decision.persist
+        self.last_save_persists = decision.persist and not handoff
         t0 = time.perf_counter()
         tensors: list[torch.Tensor] = []
         skeleton = flatten(state_of(model, optimizer), tensors)
@@ -208,7 +214,7 @@ class CheckpointManager:
         if ring is not None and ring.partial is not None:
             snap.partial, snap.entries, snap.slot = ring.partial, ring.entries, ring.slot
         self._p.control.abort.clear()
-        self._p.writer.start(snap, decision.persist)
+        self._p.writer.start(snap, self.last_save_persists, fallback_persist=decision.persist and handoff)
         self.saves_started += 1
         return True
 
@@ -221,6 +227,7 @@ class CheckpointManager:
         timeout: float | None = None,
         *,
         deadline: float | None = None,
+        handoff: bool = False,
     ) -> EmergencySave:
         """Save `step` now, on every rank (a graceful stop), and return by `deadline` (wall clock,
         `time.time()`: `GracefulStop.deadline`) or after `timeout` seconds, whichever comes first
@@ -231,6 +238,10 @@ class CheckpointManager:
         and its peer replica (when configured) and its persist run concurrently, each waited for
         only until the deadline. A persist still running then is left as its partial when the rank
         exits: never loaded, removed by rank 0 at the next start.
+
+        `handoff` (with a memory tier): the step is not persisted by this rank; its committed memory
+        snapshot is returned in `handed_off` for the pod's entrypoint to persist after the rank exits
+        (`checkpoint.handoff`). Should the memory snapshot fail, the rank persists the step as above.
         """
         limits = [self.commit_timeout_s] if timeout is None and deadline is None else []
         limits += [timeout] if timeout is not None else []
@@ -245,9 +256,20 @@ class CheckpointManager:
         if self._p.replication is not None:
             self._p.replication.cancel(left())
         self._p.schedule.pending_memory = self._p.schedule.pending = False
-        if not self.save(step, model, optimizer, extra, force_persist=True):
+        handoff = handoff and self._p.memory is not None
+        if not self.save(step, model, optimizer, extra, force_persist=True, handoff=handoff):
             return EmergencySave(step, memory=False, replica=False, persisted=False)
         self.wait_local(left())  # the memory snapshot (or, without a memory tier, the whole persist)
+        if handoff and (snapshot := self._committed_snapshot(step)) is not None:
+            if self._p.replication is not None:
+                self.wait_replicated(left())
+            return EmergencySave(
+                step,
+                memory=True,
+                replica=self._p.replication is not None and self.last_replicated == step,
+                persisted=False,
+                handed_off=snapshot,
+            )
         self.wait(left())  # the persist and the commit of every rank's shard
         if self._p.replication is not None:
             self.wait_replicated(left())
@@ -257,6 +279,14 @@ class CheckpointManager:
             replica=self._p.replication is not None and self.last_replicated == step,
             persisted=self.last_committed == step,
         )
+
+    def _committed_snapshot(self, step: int) -> str | None:
+        """The directory of this rank's committed memory snapshot of `step`, if there is one."""
+        memory = self._p.memory
+        if memory is None or self.last_local != step:
+            return None
+        nonces = [nonce for s, nonce in memory.snapshots() if s == step]
+        return memory.path(step, nonces[0]) if nonces else None
 
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Allocate the pinned host buffers now, not inside the first save, and in the background:

@@ -67,7 +67,10 @@ class PersistentTier:
         commit_timeout_s: float,
         control: WriteControl,
         events: EventLog,
+        clean_stale: bool = True,
     ) -> None:
+        """`clean_stale` False: leave other writers' partials alone at the start (a pod's entrypoint
+        finishing an emergency persist while other pods write theirs: `checkpoint.handoff`)."""
         self.root = root
         self.rank = rank
         self.world_size = world_size
@@ -85,7 +88,7 @@ class PersistentTier:
             os.makedirs(self.root, exist_ok=True)
         except OSError as e:  # the volume is unreadable now: resume from memory, persist later
             log.warning("checkpoint root %s is not usable: %r", self.root, e)
-        if rank == 0:
+        if rank == 0 and clean_stale:
             self.cleanup_stale()
 
     @property

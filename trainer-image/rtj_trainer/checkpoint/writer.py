@@ -36,11 +36,13 @@ class SnapshotWriter:
     def busy(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
 
-    def start(self, snap: Snapshot, persist: bool) -> None:
+    def start(self, snap: Snapshot, persist: bool, fallback_persist: bool = False) -> None:
+        """Write `snap`; `persist`: persist it too; `fallback_persist`: persist it only if its
+        memory snapshot fails (an emergency save handing the persist to the pod's entrypoint)."""
         if self._memory is None:
             target, args = self._persist_from_host, (snap,)
         else:
-            target, args = self._write_memory, (snap, persist)  # type: ignore[assignment]
+            target, args = self._write_memory, (snap, persist, fallback_persist)  # type: ignore[assignment]
         self.thread = threading.Thread(
             target=target, args=args, name=f"rtj-ckpt-writer-{snap.step}", daemon=True
         )
@@ -55,11 +57,11 @@ class SnapshotWriter:
 
         self._persistent.persist(snap.step, snap.nonce, snap.extra, produce)
 
-    def _write_memory(self, snap: Snapshot, persist: bool) -> None:
+    def _write_memory(self, snap: Snapshot, persist: bool, fallback_persist: bool = False) -> None:
         assert self._memory is not None
         final = self._memory.commit(snap) if snap.partial is not None else self._memory.write(snap)
         if final is None:
-            if persist and not snap.lost:  # else the host buffers hold no complete state
+            if (persist or fallback_persist) and not snap.lost:  # else no complete state on the host
                 self._persist_from_host(snap)
             return
         if self._replication is not None and snap.replicate:
