@@ -30,7 +30,7 @@ from ckpt_saver import State, content_hash, expected_hash
 from rtj.contract import ExitCode
 from rtj_trainer.checkpoint import SOURCE_LOCAL, SOURCE_PERSISTENT, CheckpointManager, latest_committed
 from rtj_trainer.checkpoint.handoff import Handoff, HandoffPersister, read_handoffs, write_handoff
-from rtj_trainer.checkpoint_format import stale_entries
+from rtj_trainer.checkpoint_format import HANDOFF_UNTIL, stale_entries
 from rtj_trainer.peer_replica import ReplicaServer, held_replicas
 from rtj_trainer.runtime_env import GRACEFUL_STOP_EXIT_MARGIN_S, GRACEFUL_STOP_FILE, write_graceful_stop
 from stop_saver import MEMORY_INTERVAL
@@ -199,3 +199,33 @@ def test_the_entrypoint_takes_only_the_records_of_its_own_stop(tmp_path: Path) -
     persister.ranks_gone()
     assert persister.wait() == []
     assert read_handoffs(str(status)) == [old]
+
+
+def test_the_next_ranks_leave_a_partial_the_entrypoint_is_persisting_into(
+    tmp_path: Path, peer: ReplicaServer
+) -> None:
+    """The job's next ranks may start on other pods while the stopped pod's entrypoint still
+    persists: their rank 0's clean-up of stale partials must not remove that one before its deadline."""
+    stopped = _stop_rank(tmp_path, 0, grace_s=20.0, peer=peer, signalled=True)
+    step = stopped.record["step"]
+    persist = str(tmp_path / "persist")
+    persister = HandoffPersister(
+        str(tmp_path / "status"), stopped.deadline, time.time() + 30, write_bytes_per_s=4 * THROTTLED
+    ).start()  # 4 MiB at 2 MiB/s: about 2 s
+    persister.ranks_gone()
+    wait_until = time.monotonic() + 10
+    while not (partials := [p for p in os.listdir(persist) if p.endswith(".partial")]):
+        assert time.monotonic() < wait_until, "the entrypoint did not start persisting"
+        time.sleep(0.01)
+    (partial,) = partials
+    assert stale_entries(persist) == []  # in flight, handed off: not stale
+    CheckpointManager(persist, rank=0, world_size=1, interval_steps=1_000_000)  # rank 0 cleans up at start
+    assert os.path.isdir(os.path.join(persist, partial))
+    (done,) = persister.wait()
+    assert (done.step, done.committed) == (step, True), done
+    assert latest_committed(persist) == step
+    # A partial whose entrypoint's deadline has passed is a leftover like any other.
+    leftover = tmp_path / "persist" / "step-0000000001.3.partial"
+    leftover.mkdir()
+    (leftover / HANDOFF_UNTIL).write_text(repr(time.time() - 1))
+    assert stale_entries(persist) == [str(leftover)]

@@ -8,6 +8,7 @@ Pure file handling (no threads, no torch.distributed), used by `rtj_trainer.chec
         rank-00001.bin  ...
         rank-00000.done ...                 per-rank done markers (what rank 0 waited for)
     <root>/step-0000000060.1a2b3c.partial/  in flight (or torn by a crash): never loaded
+        handoff-until                       a pod's entrypoint persists into it until this time
     <root>/step-0000000020.trash.<pid>/     being deleted (keep-last-k): never loaded
 
 A directory named `step-<N>` exists only after its manifest was fsynced, so "committed" is a
@@ -38,6 +39,7 @@ import os
 import pickle
 import re
 import shutil
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -118,16 +120,34 @@ def committed_steps(root: str) -> list[int]:
     return sorted(steps, reverse=True)
 
 
+#: In a partial under root: the wall-clock time (`time.time()`, text) until which a pod's entrypoint
+#: persists into it after its ranks exited (rtj_trainer.checkpoint.handoff). The partial is not stale
+#: before then: the ranks of the job's next incarnation, which may start meanwhile on other pods,
+#: must not remove a checkpoint about to be committed.
+HANDOFF_UNTIL = "handoff-until"
+
+
+def _handed_off_until(partial: str) -> float:
+    try:
+        with open(os.path.join(partial, HANDOFF_UNTIL)) as f:
+            return float(f.read())
+    except (OSError, ValueError):
+        return 0.0
+
+
 def stale_entries(root: str, keep_partial: str | None = None) -> list[str]:
-    """Partial and trash directories under root (except `keep_partial`): leftovers of crashes."""
+    """Partial and trash directories under root (except `keep_partial`, and partials a pod's
+    entrypoint is still persisting into): leftovers of crashes."""
     try:
         names = os.listdir(root)
     except OSError:
         return []
+    now = time.time()
     return [
         os.path.join(root, n)
         for n in names
-        if (_PARTIAL_RE.match(n) or _TRASH_RE.match(n)) and n != keep_partial
+        if n != keep_partial
+        and (_TRASH_RE.match(n) or (_PARTIAL_RE.match(n) and _handed_off_until(os.path.join(root, n)) <= now))
     ]
 
 

@@ -27,7 +27,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..checkpoint_format import committed_name, read_local_meta
+from ..checkpoint_format import (
+    HANDOFF_UNTIL,
+    committed_name,
+    partial_name,
+    read_local_meta,
+    write_file_atomic,
+)
 from ..runtime_env import HANDOFF_FILE_PREFIX
 from .events import EventLog
 from .persistent import PersistentTier
@@ -179,6 +185,10 @@ class HandoffPersister:
             stop = threading.Thread(target=self._abort_at_deadline, args=(control,), daemon=True)
             stop.start()
             events = EventLog()
+            # Not stale to the job's next ranks until the deadline, should they start meanwhile.
+            partial = os.path.join(h.root, partial_name(step, nonce))
+            os.makedirs(partial, exist_ok=True)
+            write_file_atomic(os.path.join(partial, HANDOFF_UNTIL), repr(self.deadline).encode())
             tier = PersistentTier(
                 h.root,
                 rank=h.rank,
