@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +235,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "work_dir": str(work),
     }
     kinds = [f["kind"] for f in faults]
-    result["hang"] = hang_figures(faults, cfg, args.hang_step) if args.hang_step else None
+    result["hang"] = (
+        hang_figures(faults, cfg, args.hang_step, ranks.get(0, []), out) if args.hang_step else None
+    )
     result["passed"] = bool(
         rc == 0
         and result["final_step"] == args.steps
@@ -256,18 +259,49 @@ def _launch(entry: list[str], env: dict[str, str], timeout: float) -> tuple[int,
         return 124, b"".join(x or b"" for x in (exc.stdout, exc.stderr)).decode(errors="replace")
 
 
-def hang_figures(faults: list[dict[str, Any]], cfg: dict[str, Any], hang_step: int) -> dict[str, Any] | None:
+#: NVRx's Wrapper's line when a rank's soft timeout aborted it: its local time.
+SOFT_TIMEOUT_ABORT = re.compile(
+    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\] rank=\d+ term_ex: "
+    r"RankShouldRestart\('Interruption\.SOFT_TIMEOUT"
+)
+
+
+#: The rank's line when its learned hang budget aborted it (rtj_trainer.inprocess).
+HANG_BUDGET = re.compile(r"no progress in its step for its hang budget of ([0-9.]+) s")
+
+
+def hang_figures(
+    faults: list[dict[str, Any]],
+    cfg: dict[str, Any],
+    hang_step: int,
+    victim: list[dict[str, Any]],
+    launch_log: str,
+) -> dict[str, Any] | None:
     """The stall's recovery (the one after step `hang_step - 1`, the last the stalled rank completed):
     seconds from that step to the first step after it (the learned budget's detection, the abort,
     re-entry and the step), the steps lost, and whether it came in-process before the soft timeout
-    (which alone would have taken at least that long)."""
+    (which alone would have taken at least that long). `seconds_past_budget`: when NVRx aborted the
+    stalled rank (its log line), less the stall's start and the hang budget the rank says it had."""
     stall = next((f for f in faults if f["fault_after_step"] == hang_step - 1), None)
     if stall is None:
         return None
     soft = cfg["inProcess"]["softTimeoutSeconds"]
+    stalled = next((x for x in victim if x.get("event") == "fault" and x.get("kind") == "stall"), None)
+    budgets = [float(b) for b in HANG_BUDGET.findall(launch_log)]
+    aborts = [
+        datetime.strptime(m, "%Y-%m-%d %H:%M:%S.%f").timestamp()
+        for m in SOFT_TIMEOUT_ABORT.findall(launch_log)
+    ]
+    budget = budgets[0] if budgets else None
+    after = [t for t in aborts if stalled is not None and t >= stalled["t"]]
+    past = None
+    if stalled is not None and budget is not None and after:
+        past = round(after[0] - stalled["t"] - budget, 3)
     return {
         "recovery": stall["kind"],
         "seconds_detect_and_recover": stall["seconds_fault_to_first_step"],
+        "learned_budget_seconds": budget,
+        "seconds_past_budget": past,
         "steps_lost": stall["steps_redone"],
         "soft_timeout_seconds": soft,
         "caught_before_soft_timeout": stall["kind"] == "in-process"

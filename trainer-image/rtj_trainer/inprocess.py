@@ -31,6 +31,7 @@ With in-process restart disabled (RankEnv.in_process.enabled false) `train` is c
 import datetime
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -205,6 +206,8 @@ def _run_restartable(train_fn: TrainFn, env: RankEnv, store: dist.Store, reporte
             reporter.fault(
                 FaultSeverity.SOFT, FaultReason.RANK_HANG, f"no progress in its {section} for {budget:.1f} s"
             )
+            print(f"[rtj] rank {env.rank}: no progress in its {section} for its hang budget of "
+                  f"{budget:.3f} s: restarting in-process", file=sys.stderr, flush=True)  # fmt: skip
         reporter.in_process_restart(next_iteration)
 
     budgets = _hang_budgets(env)
