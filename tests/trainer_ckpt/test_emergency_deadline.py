@@ -229,3 +229,23 @@ def test_the_next_ranks_leave_a_partial_the_entrypoint_is_persisting_into(
     leftover.mkdir()
     (leftover / HANDOFF_UNTIL).write_text(repr(time.time() - 1))
     assert stale_entries(persist) == [str(leftover)]
+
+
+@pytest.mark.parametrize("left", [True, False], ids=["left-to-the-pod", "record-not-written"])
+def test_an_emergency_save_persists_in_the_rank_unless_the_pod_took_the_snapshot(
+    tmp_path: Path, left: bool
+) -> None:
+    persist = str(tmp_path / "persist")
+    mgr = CheckpointManager(
+        persist, rank=0, world_size=1, interval_steps=1_000_000, local_root=str(tmp_path / "shm"),
+        local_interval_steps=MEMORY_INTERVAL,
+    )  # fmt: skip
+    state = State()
+    state.fill(7)
+    offered: list[str] = []
+    saved = mgr.emergency_save(7, state, timeout=30, handoff=lambda snap: offered.append(snap) or left)
+    (snapshot,) = offered
+    assert os.path.basename(snapshot).startswith("step-0000000007.")
+    assert saved.memory and saved.handed_off == (snapshot if left else None) and saved.persisted is not left
+    assert latest_committed(persist) == (None if left else 7)
+    assert stale_entries(persist) == []  # nothing half-written by the rank either way

@@ -37,7 +37,6 @@ deadline (the save not begun yet, or a collective after it that never returns).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import signal
 import threading
@@ -124,16 +123,36 @@ class GracefulStop:
         deadline, the rank exits from a timer at the deadline if it is still here."""
         self._exit_after(self.seconds_left())
 
-    def _pod_stop(self) -> tuple[bool, float | None]:
-        """Whether this rank's pod is being stopped by its entrypoint (its mark is there now, even if
-        this rank learned of the stop from a peer first), and the deadline the entrypoint wrote."""
+    def _handoff_to_pod(self, ckpt: CheckpointManager) -> Callable[[str], bool] | None:
+        """When this rank's pod is being stopped by its entrypoint (its mark is there now, even if
+        this rank learned of the stop from a peer first): what leaves a committed snapshot to the
+        entrypoint to persist (`checkpoint.handoff`), tied to this stop by the deadline it wrote."""
         if self._marker is None:
-            return False, None
+            return None
         try:
             with open(self._marker) as f:
-                return True, stop_deadline(f.read())
+                pod_deadline = stop_deadline(f.read())
         except OSError:
-            return False, None
+            return None
+        status_dir = os.path.dirname(self._marker)
+
+        def leave(snapshot: str) -> bool:
+            h = Handoff(
+                rank=ckpt.rank,
+                local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+                snapshot=snapshot,
+                root=ckpt.root,
+                keep=ckpt.keep,
+                stop_deadline=pod_deadline,
+            )
+            try:
+                write_handoff(status_dir, h)
+            except OSError as e:  # this rank persists the step itself
+                print(f"[rtj] graceful stop: the persist could not be left to the pod: {e!r}", flush=True)
+                return False
+            return True
+
+        return leave
 
     def died_with_peer(self) -> None:
         """Call when training raised: after the signal that means a peer is gone; exit now."""
@@ -186,28 +205,18 @@ class GracefulStop:
             reporter.state(PodState.CHECKPOINTING)
         t0 = time.time()
         deadline = None if self.deadline is None else self.deadline - EXIT_AFTER_SAVE_S
-        pod_stopping, pod_deadline = self._pod_stop()
         saved = (
             ckpt.emergency_save(
-                step, model, optimizer, extra=extra or {}, deadline=deadline, handoff=pod_stopping
+                step,
+                model,
+                optimizer,
+                extra=extra or {},
+                deadline=deadline,
+                handoff=self._handoff_to_pod(ckpt),
             )
             if ckpt is not None
             else EmergencySave(step, memory=False, replica=False, persisted=False)
         )
-        if saved.handed_off is not None and ckpt is not None and self._marker is not None:
-            handoff = Handoff(
-                rank=ckpt.rank,
-                local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-                snapshot=saved.handed_off,
-                root=ckpt.root,
-                keep=ckpt.keep,
-                stop_deadline=pod_deadline,
-            )
-            try:
-                write_handoff(os.path.dirname(self._marker), handoff)
-            except OSError as e:  # the step stays in memory (and at the peer); said below
-                print(f"[rtj] graceful stop: the persist of step {step} could not be handed off: {e!r}")
-                saved = dataclasses.replace(saved, handed_off=None)
         with contextlib.suppress(Exception):
             dist.barrier(group=group)  # every rank's part is written (rank 0 returns once committed)
         seconds = round(time.time() - t0, 3)

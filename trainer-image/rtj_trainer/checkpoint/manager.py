@@ -227,7 +227,7 @@ class CheckpointManager:
         timeout: float | None = None,
         *,
         deadline: float | None = None,
-        handoff: bool = False,
+        handoff: Callable[[str], bool] | None = None,
     ) -> EmergencySave:
         """Save `step` now, on every rank (a graceful stop), and return by `deadline` (wall clock,
         `time.time()`: `GracefulStop.deadline`) or after `timeout` seconds, whichever comes first
@@ -239,9 +239,11 @@ class CheckpointManager:
         only until the deadline. A persist still running then is left as its partial when the rank
         exits: never loaded, removed by rank 0 at the next start.
 
-        `handoff` (with a memory tier): the step is not persisted by this rank; its committed memory
-        snapshot is returned in `handed_off` for the pod's entrypoint to persist after the rank exits
-        (`checkpoint.handoff`). Should the memory snapshot fail, the rank persists the step as above.
+        `handoff` (with a memory tier): called with the directory of the step's memory snapshot as
+        soon as it is committed, to leave it to the pod's entrypoint, which persists it after the
+        rank exits (`checkpoint.handoff`); when it returns True the rank does not persist the step
+        (`handed_off`). Should the memory snapshot fail, or `handoff` return False, the rank
+        persists the step as above.
         """
         limits = [self.commit_timeout_s] if timeout is None and deadline is None else []
         limits += [timeout] if timeout is not None else []
@@ -256,20 +258,23 @@ class CheckpointManager:
         if self._p.replication is not None:
             self._p.replication.cancel(left())
         self._p.schedule.pending_memory = self._p.schedule.pending = False
-        handoff = handoff and self._p.memory is not None
-        if not self.save(step, model, optimizer, extra, force_persist=True, handoff=handoff):
+        hand_off = handoff is not None and self._p.memory is not None
+        if not self.save(step, model, optimizer, extra, force_persist=True, handoff=hand_off):
             return EmergencySave(step, memory=False, replica=False, persisted=False)
         self.wait_local(left())  # the memory snapshot (or, without a memory tier, the whole persist)
-        if handoff and (snapshot := self._committed_snapshot(step)) is not None:
-            if self._p.replication is not None:
-                self.wait_replicated(left())
-            return EmergencySave(
-                step,
-                memory=True,
-                replica=self._p.replication is not None and self.last_replicated == step,
-                persisted=False,
-                handed_off=snapshot,
-            )
+        if hand_off and handoff is not None and (snapshot := self._committed_snapshot(step)) is not None:
+            if handoff(snapshot[0]):
+                if self._p.replication is not None:
+                    self.wait_replicated(left())
+                return EmergencySave(
+                    step,
+                    memory=True,
+                    replica=self._p.replication is not None and self.last_replicated == step,
+                    persisted=False,
+                    handed_off=snapshot[0],
+                )
+            # Not left to the pod after all: persisted here, from the committed snapshot.
+            self._p.persistent.persist_in_background(step, snapshot[1], dict(extra or {}), snapshot[0])
         self.wait(left())  # the persist and the commit of every rank's shard
         if self._p.replication is not None:
             self.wait_replicated(left())
@@ -280,13 +285,13 @@ class CheckpointManager:
             persisted=self.last_committed == step,
         )
 
-    def _committed_snapshot(self, step: int) -> str | None:
-        """The directory of this rank's committed memory snapshot of `step`, if there is one."""
+    def _committed_snapshot(self, step: int) -> tuple[str, int] | None:
+        """(the directory, the nonce) of this rank's committed memory snapshot of `step`, if any."""
         memory = self._p.memory
         if memory is None or self.last_local != step:
             return None
         nonces = [nonce for s, nonce in memory.snapshots() if s == step]
-        return memory.path(step, nonces[0]) if nonces else None
+        return (memory.path(step, nonces[0]), nonces[0]) if nonces else None
 
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Allocate the pinned host buffers now, not inside the first save, and in the background:
