@@ -154,12 +154,19 @@ def snapshot_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Rank 0's saves: memory snapshots started and skipped (a due one that had to wait), the GPU
     seconds of the copy training waited for or overlapped (device-to-device when staged on the GPU,
     else device-to-host; median, max), the seconds of each write into the memory tier (median, max)
-    and how many of those snapshots were staged on the GPU."""
+    and how many of those snapshots were staged on the GPU; per staged write, in order, the writer's
+    seconds waiting for the GPU's chunks and copying them into the slot, and whether a persist ran."""
     steps = [x for x in records if "loss" in x]
     copies = sorted(x["copy"] for x in steps if x.get("copy"))
     writes = [x for x in records if x.get("event") == "snapshot"]
     write_s = sorted(x["seconds"] for x in writes)
+    drains = [
+        [x["step"], x["seconds"], x["drain_gpu_wait"], x["drain_host_copy"], x.get("persisting")]
+        for x in writes
+        if "drain_gpu_wait" in x
+    ]
     return {
+        "drains_step_seconds_gpu_wait_host_copy_persisting": drains,
         "taken": sum(1 for x in steps if x.get("save") in ("snapshot", "saved")),
         "skipped": sum(1 for x in steps if x.get("save") == "skipped"),
         "copy_seconds_median": copies[len(copies) // 2] if copies else None,
