@@ -288,7 +288,8 @@ def test_lost_rendezvous_is_rejoined_inside_the_same_pods(make_job) -> None:
     for name, pod in job.pods.items():
         assert "rendezvous lost: starting ft_launcher again" in pod.log_text(), name
         fault = pod.last_heartbeat().fault  # the operator's lastFault
-        assert fault is not None and fault.reason == FaultReason.RENDEZVOUS_LOST, name
+        reason = fault.reason if fault is not None else None
+        assert reason == FaultReason.RENDEZVOUS_LOST, (name, fault, job.dump_logs())
     back = first_step_after(events, t_kill, exclude_pids=old_pids)
     assert back is not None
     print(f"\nRECOVERY lost rendezvous (relaunch in the pods): {back['t'] - t_kill:.2f} s from SIGKILL "
