@@ -32,7 +32,6 @@ from ..checkpoint_format import (
     committed_name,
     partial_name,
     read_local_meta,
-    write_file_atomic,
 )
 from ..runtime_env import HANDOFF_FILE_PREFIX
 from .events import EventLog
@@ -114,6 +113,16 @@ def read_handoffs(status_dir: str) -> list[Handoff]:
     return found
 
 
+def _mark_handed_off(partial: str, rank: int, until: float) -> None:
+    """`HANDOFF_UNTIL` in `partial`, whole or absent. Every rank's writer (threads here, other pods'
+    entrypoints) writes it: each through a temporary file of its own, so that none renames away
+    another's; the last one stands."""
+    tmp = os.path.join(partial, f"{HANDOFF_UNTIL}.{rank}.tmp")
+    with open(tmp, "w") as f:
+        f.write(repr(until))
+    os.replace(tmp, os.path.join(partial, HANDOFF_UNTIL))
+
+
 class HandoffPersister:
     """The entrypoint's side: from its pod's stop on, persist every record of that stop as it
     appears, each in its own thread, until `deadline` (`time.time()`), when unfinished copies are
@@ -188,7 +197,7 @@ class HandoffPersister:
             # Not stale to the job's next ranks until the deadline, should they start meanwhile.
             partial = os.path.join(h.root, partial_name(step, nonce))
             os.makedirs(partial, exist_ok=True)
-            write_file_atomic(os.path.join(partial, HANDOFF_UNTIL), repr(self.deadline).encode())
+            _mark_handed_off(partial, h.rank, self.deadline)
             tier = PersistentTier(
                 h.root,
                 rank=h.rank,
