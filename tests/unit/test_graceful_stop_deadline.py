@@ -79,3 +79,14 @@ def test_a_handed_off_persist_runs_until_just_before_the_kubelets_kill(grace: in
     assert until > ranks_deadline(signalled, stop_s)
     # Not knowing the pod's grace period (an entrypoint run by hand): until before its own kill.
     assert handoff_deadline(signalled, stop_s, None) == signalled + stop_s - HANDOFF_EXIT_SECONDS
+
+
+def test_the_entrypoint_imports_torch_only_when_a_stop_hands_it_a_persist() -> None:
+    """The pod's main process stays light for the whole run (no torch in it): the handed-off
+    persist's module (`checkpoint.handoff`, which needs torch) is imported from the SIGTERM on."""
+    import subprocess
+    import sys
+
+    code = "import sys, rtj_trainer.entrypoint; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out
