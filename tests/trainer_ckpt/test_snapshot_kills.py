@@ -203,6 +203,7 @@ def _stop_mid_write(pids: list[int], victim: int, local_root: Path, timeout: flo
             continue
         os.kill(pids[victim], signal.SIGSTOP)
         while not _stopped(pids[victim]):
+            assert time.monotonic() < deadline, f"rank {victim} did not stop"
             time.sleep(0.0002)
         in_flight = _partial_steps(local_root, victim)
         if in_flight:

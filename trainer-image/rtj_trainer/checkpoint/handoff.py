@@ -19,13 +19,13 @@ their entrypoint is not stopping, and their launcher may start new ranks at once
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from ..checkpoint_format import (
     HANDOFF_UNTIL,
@@ -33,6 +33,7 @@ from ..checkpoint_format import (
     partial_name,
     read_local_meta,
 )
+from ..report import write_atomic
 from ..runtime_env import HANDOFF_FILE_PREFIX
 from .events import EventLog
 from .persistent import PersistentTier
@@ -74,18 +75,7 @@ def handoff_path(status_dir: str, rank: int) -> str:
 
 def write_handoff(status_dir: str, h: Handoff) -> None:
     """The rank's record for its pod's entrypoint (atomic: never read half-written)."""
-    path = handoff_path(status_dir, h.rank)
-    body = {
-        "rank": h.rank,
-        "localRank": h.local_rank,
-        "snapshot": h.snapshot,
-        "root": h.root,
-        "keep": h.keep,
-        "stopDeadline": h.stop_deadline,
-    }
-    with open(f"{path}.tmp", "w") as f:
-        json.dump(body, f)
-    os.replace(f"{path}.tmp", path)
+    write_atomic(handoff_path(status_dir, h.rank), json.dumps(dataclasses.asdict(h)))
 
 
 def read_handoffs(status_dir: str) -> list[Handoff]:
@@ -97,18 +87,8 @@ def read_handoffs(status_dir: str) -> list[Handoff]:
                 continue
             try:
                 with open(os.path.join(status_dir, name)) as f:
-                    raw: dict[str, Any] = json.load(f)
-                found.append(
-                    Handoff(
-                        int(raw["rank"]),
-                        int(raw["localRank"]),
-                        str(raw["snapshot"]),
-                        str(raw["root"]),
-                        int(raw["keep"]),
-                        None if raw["stopDeadline"] is None else float(raw["stopDeadline"]),
-                    )
-                )
-            except (OSError, ValueError, KeyError, TypeError):
+                    found.append(Handoff(**json.load(f)))
+            except (OSError, ValueError, TypeError):
                 continue
     return found
 
@@ -141,6 +121,8 @@ class HandoffPersister:
         self.deadline = deadline
         self.write_bytes_per_s = write_bytes_per_s
         self._ranks_gone = threading.Event()
+        #: Every writer's abort: set by `wait` once the deadline passed (their copies and commit
+        #: waits stop; their partial files are dropped).
         self._abort = threading.Event()
         self._lock = threading.Lock()
         self._workers: dict[int, threading.Thread] = {}
@@ -190,9 +172,7 @@ class HandoffPersister:
         try:
             meta = read_local_meta(h.snapshot)
             step, nonce, world_size = int(meta["step"]), int(meta["nonce"]), int(meta["worldSize"])
-            control = WriteControl(bytes_per_s=self.write_bytes_per_s)
-            stop = threading.Thread(target=self._abort_at_deadline, args=(control,), daemon=True)
-            stop.start()
+            control = WriteControl(bytes_per_s=self.write_bytes_per_s, abort=self._abort)
             events = EventLog()
             # Not stale to the job's next ranks until the deadline, should they start meanwhile.
             partial = os.path.join(h.root, partial_name(step, nonce))
@@ -220,8 +200,3 @@ class HandoffPersister:
             result = Persisted(h, step, False, time.monotonic() - t0, repr(e))
         with self._lock:
             self.results[h.rank] = result
-
-    def _abort_at_deadline(self, control: WriteControl) -> None:
-        if not self._abort.wait(max(0.0, self.deadline - time.time())):
-            self._abort.set()
-        control.abort.set()

@@ -258,11 +258,11 @@ class CheckpointManager:
         if self._p.replication is not None:
             self._p.replication.cancel(left())
         self._p.schedule.pending_memory = self._p.schedule.pending = False
-        hand_off = handoff is not None and self._p.memory is not None
-        if not self.save(step, model, optimizer, extra, force_persist=True, handoff=hand_off):
+        handoff = handoff if self._p.memory is not None else None
+        if not self.save(step, model, optimizer, extra, force_persist=True, handoff=handoff is not None):
             return EmergencySave(step, memory=False, replica=False, persisted=False)
         self.wait_local(left())  # the memory snapshot (or, without a memory tier, the whole persist)
-        if hand_off and handoff is not None and (snapshot := self._committed_snapshot(step)) is not None:
+        if handoff is not None and (snapshot := self._committed_snapshot(step)) is not None:
             if handoff(snapshot[0]):
                 if self._p.replication is not None:
                     self.wait_replicated(left())
