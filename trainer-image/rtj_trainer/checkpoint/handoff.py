@@ -1,7 +1,7 @@
 """The emergency persist that a pod's entrypoint finishes after its ranks exit (a handoff).
 
 On a graceful stop of its own pod, a rank commits the memory snapshot of the step the ranks agreed
-on and exits without persisting it (`GracefulStop.save_and_exit`, `emergency_save(handoff=True)`).
+on and exits without persisting it (`GracefulStop.save_and_exit`, `emergency_save(handoff=...)`).
 It leaves a record in the pod's status dir naming the snapshot (`write_handoff`). The snapshot is a
 file in the pod's memory volume, which outlives the rank. The entrypoint, which the kubelet stops
 last, persists it from there (`HandoffPersister`) until just before the pod's grace period ends;
