@@ -11,30 +11,35 @@
 # back as one archive.
 #
 # Here first: `bash bench/gpu_wheels.sh`. The call: carry [".whl"], command
-# `bash bench/gpu_hardware_limit.sh`.
+# `bash bench/gpu_hardware_limit.sh`. PARTS (default all: paths,populate,persist,smoke,norollback)
+# picks parts when one call must fit fewer; THREADS=n adds a throughput row with n snapshot copy
+# threads (`snapshot_write_threads`) to the norollback part; PINNED= (empty) leaves out its row with GPU
+# staging off.
 set -u
 source bench/gpu_env.sh
 RESULTS=$OUT
+PARTS=",${PARTS:-paths,populate,persist,smoke,norollback},"
+part() { [[ "$PARTS" == *",$1,"* ]]; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$RESULTS/gpu.txt"
 rm -rf /dev/shm/rtj-*
-timeout 70 python3 bench/snapshot_paths.py --gb 13.7 --dir /dev/shm --threads 1,4,8 \
+part paths && timeout 70 python3 bench/snapshot_paths.py --gb 13.7 --dir /dev/shm --threads 1,4,8 \
     --out "$RESULTS/snapshot_paths.json" > /tmp/snapshot_paths.log 2>&1
 echo "snapshot_paths rc $?"
 rm -rf /dev/shm/rtj-*
-timeout 40 python3 bench/populate_lock.py --gb 13.7 --dir /dev/shm --out "$RESULTS/populate_lock.json" \
+part populate && timeout 40 python3 bench/populate_lock.py --gb 13.7 --dir /dev/shm --out "$RESULTS/populate_lock.json" \
     > /tmp/populate_lock.log 2>&1
 echo "populate_lock rc $?"; cat "$RESULTS/populate_lock.json"
-timeout 150 python3 bench/persist_copy.py --gb 13.7 --src /dev/shm --dst /tmp --threads 1,4,8 \
+part persist && timeout 150 python3 bench/persist_copy.py --gb 13.7 --src /dev/shm --dst /tmp --threads 1,4,8 \
     --out "$RESULTS/persist_copy.json" > /tmp/persist_copy.log 2>&1
 echo "persist_copy rc $?"; cat "$RESULTS/persist_copy.json"
 rm -rf /dev/shm/rtj-*
-timeout 150 python3 bench/gpu_smoke.py --nproc 1 --steps 200 --hang-step 100 --sigkill-step 150 \
+part smoke && timeout 150 python3 bench/gpu_smoke.py --nproc 1 --steps 200 --hang-step 100 --sigkill-step 150 \
     --memory-dir /dev/shm/rtj-smoke --timeout 145 --out "$RESULTS/gpu_smoke.json" > /tmp/gpu_smoke.log 2>&1
 echo "gpu_smoke rc $?"
 mkdir -p /tmp/smoke-logs && cp /tmp/rtj-smoke-*/logs/*.jsonl /tmp/smoke-logs/ 2>/dev/null
 rm -rf /dev/shm/rtj-*
 mkdir -p /tmp/norollback
-OUT=/tmp/norollback NPROC=1 RUNS=throughput,sigterm THROUGHPUT_STEPS=120 PINNED=1 GRACE_SECONDS=15 \
+part norollback && OUT=/tmp/norollback THREADS=${THREADS:-0} NPROC=1 RUNS=throughput,sigterm THROUGHPUT_STEPS=120 PINNED=${PINNED-1} GRACE_SECONDS=15 \
     BENCH_TIMEOUT=300 bash bench/gpu_norollback.sh > /tmp/norollback/summary.txt 2>&1
 echo "norollback rc $?"
 cp /tmp/norollback/norollback.json "$RESULTS/" 2>/dev/null
