@@ -37,7 +37,11 @@ part smoke && timeout 150 python3 bench/gpu_smoke.py --nproc 1 --steps 200 --han
     --memory-dir /dev/shm/rtj-smoke --timeout 145 --out "$RESULTS/gpu_smoke.json" > /tmp/gpu_smoke.log 2>&1
 echo "gpu_smoke rc $?"
 mkdir -p /tmp/smoke-logs && cp /tmp/rtj-smoke-*/logs/*.jsonl /tmp/smoke-logs/ 2>/dev/null
-rm -rf /dev/shm/rtj-*
+# The smoke's persisted checkpoints (13.7 GB each) would leave the next part no disk.
+rm -rf /dev/shm/rtj-* /tmp/rtj-smoke-*
+part smoke && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d)[:3000])" \
+    "$RESULTS/gpu_smoke.json"
+df -h / | tail -1
 mkdir -p /tmp/norollback
 part norollback && OUT=/tmp/norollback THREADS=${THREADS:-0} NPROC=1 RUNS=throughput,sigterm THROUGHPUT_STEPS=120 PINNED=${PINNED-1} GRACE_SECONDS=15 \
     BENCH_TIMEOUT=300 bash bench/gpu_norollback.sh > /tmp/norollback/summary.txt 2>&1

@@ -489,6 +489,7 @@ def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
         # The next run's memory tier must not share the host with this one's slots (3 x 13.7 GB
         # on one H100 host: the pinned run beside them was killed for memory).
         shutil.rmtree(job.mem, ignore_errors=True)
+        shutil.rmtree(job.ckpt, ignore_errors=True)  # nor its disk with its persisted 13.7 GB copies
     base = out["no-checkpoints"]["steps_per_s"]
     for name in [n for n in out if n.startswith("memory-snapshots")]:
         out[name]["relative_throughput"] = round(out[name]["steps_per_s"] / base, 4) if base else None
