@@ -39,6 +39,12 @@ echo "gpu_smoke rc $?"
 mkdir -p /tmp/smoke-logs && cp /tmp/rtj-smoke-*/logs/*.jsonl /tmp/smoke-logs/ 2>/dev/null
 # The smoke's persisted checkpoints (13.7 GB each) would leave the next part no disk.
 rm -rf /dev/shm/rtj-* /tmp/rtj-smoke-*
+# goodput: the product's goodput run alone (the seed's approach beside it: RUNS=goodput bash
+# bench/gpu_norollback.sh, a call of its own); not in the default PARTS.
+part goodput && mkdir -p /tmp/goodput && OUT=/tmp/goodput NPROC=1 RUNS=goodput-product BENCH_TIMEOUT=330 \
+    bash bench/gpu_norollback.sh > /tmp/goodput/summary.txt 2>&1
+part goodput && { tail -8 /tmp/goodput/summary.txt; cp /tmp/goodput/norollback.json "$RESULTS/goodput.json"; \
+    cp /tmp/goodput/goodput-product-steps.jsonl "$RESULTS/" ; rm -rf /tmp/rtj-norollback-bench; }
 part smoke && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d)[:3000])" \
     "$RESULTS/gpu_smoke.json"
 df -h / | tail -1
