@@ -53,6 +53,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rtj.api.spec_recovery import HangDetection
 from rtj.builders import graceful_stop_seconds
 from rtj_local.procs import free_port
 from rtj_local.train_log import steps_lost
@@ -205,6 +206,9 @@ class Job:
             "memorySnapshotGpuStaging": gpu_staging,
             "maxNoProgressCycles": 3,
             "doNotRestartExitCodes": [93, 78],
+            # The spec's defaults (on: budgets learned from the rank's own step times), as the
+            # operator sends them.
+            "hangDetection": HangDetection().model_dump(by_alias=True),
         }
         env = {
             **os.environ,

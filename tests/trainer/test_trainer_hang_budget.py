@@ -1,5 +1,8 @@
 """A stalled rank is caught by its learned hang budget (rtj_trainer.hang_timeouts), not by the soft
-timeout, and recovered in-process: real `rtj-trainer` processes, NVRx ft_launcher, gloo on CPU.
+timeout, and recovered in-process: real `rtj-trainer` processes, NVRx ft_launcher, gloo on CPU. Both
+ways a rank stops: `stall` (a Python loop) and `hang` (blocked in a system call, a read from a pipe
+that never delivers: NVRx's abort reaches it through `nvrx_patches.apply_interrupting_abort`; without
+it the rank waited for the hard timeout).
 
 One pod with one rank: on gloo NVRx cannot abort a collective that a healthy peer is blocked in (it
 aborts NCCL only), so a peer's collective timeout would end the stall too; alone, only the rank's
@@ -22,8 +25,8 @@ CEILING_SECONDS = 120
 STALL_STEP = 15  # right after the checkpoint of step 14: the in-process restart loses no step
 
 
-@pytest.fixture
-def job(tmp_path: Path) -> Iterator[ToyJob]:
+@pytest.fixture(params=["stall", "hang"])
+def job(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ToyJob]:
     toy = ToyJob(
         tmp_path / "job",
         nnodes=1,
@@ -42,7 +45,7 @@ def job(tmp_path: Path) -> Iterator[ToyJob]:
         env={
             "TOY_STEPS": "30",
             "TOY_STEP_SECONDS": "0.2",
-            "RTJ_FAULT_INJECT": f"stall:0:{STALL_STEP}",
+            "RTJ_FAULT_INJECT": f"{request.param}:0:{STALL_STEP}",
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "100",
         },
     )
@@ -51,7 +54,7 @@ def job(tmp_path: Path) -> Iterator[ToyJob]:
     toy.stop()
 
 
-def test_a_stalled_step_is_aborted_by_the_learned_budget_and_restarted_in_process(job: ToyJob) -> None:
+def test_a_stopped_step_is_aborted_by_the_learned_budget_and_restarted_in_process(job: ToyJob) -> None:
     job.start()
     (name,) = job.pods
     assert job.wait_exit(name, 240) == ExitCode.SUCCEEDED, job.dump_logs()
@@ -73,4 +76,5 @@ def test_a_stalled_step_is_aborted_by_the_learned_budget_and_restarted_in_proces
     assert back["step"] == STALL_STEP, "steps were lost or skipped"  # resumed from step 14
     recovered_s = back["t"] - stalled_at
     assert recovered_s < CEILING_SECONDS / 2, f"{recovered_s:.1f} s: the soft timeout, not the budget"
-    print(f"\nRECOVERY stall (learned budget, floor 5 s): {recovered_s:.2f} s to the first step after it")
+    kind = job.env["RTJ_FAULT_INJECT"].split(":")[0]
+    print(f"\nRECOVERY {kind} (learned budget, floor 5 s): {recovered_s:.2f} s to the first step after it")

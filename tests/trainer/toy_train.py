@@ -13,8 +13,9 @@ Test hooks (environment):
 - RTJ_FAULT_INJECT="<kind>:<rank>:<step>[:always]" (rank `*`: every rank that sees the variable,
   e.g. all ranks of one pod) with kind one of
   exception (raise: in-process restart), sigkill (SIGKILL itself: in-job restart),
-  hang (block in a C call: NVRx heartbeat timeout), stall (stop making progress in Python, still
-  interruptible: the learned hang budget aborts it in-process), exit (os._exit(1)),
+  hang (block in a system call: the learned hang budget or the soft timeout aborts it in-process,
+  or NVRx's heartbeat timeout first), stall (stop making progress in Python: the same),
+  exit (os._exit(1)),
   permanent (raise rtj_trainer.permanent.PermanentError: no restart can fix it).
   Without ":always" the fault fires once per job (a marker file in the checkpoint dir);
   with it, every time the rank reaches that step after a (re)start, relative to the resumed step
@@ -90,8 +91,8 @@ class FaultInjector:
             while True:  # no step, no report: only the in-process hang deadline ends it
                 time.sleep(0.05)
         if self.kind == "hang":
-            # Block inside a C call (like a stuck collective kernel): no Python-level abort
-            # reaches it, only NVRx's heartbeat timeout (or the in-process hard timeout).
+            # Block inside a system call (a read that never delivers): NVRx's abort reaches it
+            # through a signal (nvrx_patches.apply_interrupting_abort), or NVRx's heartbeat timeout.
             r, _w = os.pipe()
             os.read(r, 1)
 

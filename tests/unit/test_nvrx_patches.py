@@ -12,7 +12,9 @@ import atexit
 import dataclasses
 import datetime
 import inspect
+import os
 import re
+import signal
 import threading
 import time
 import types
@@ -48,7 +50,7 @@ def store() -> Iterator[dist.TCPStore]:
 
 
 @pytest.fixture
-def restore(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+def restore(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     """Everything a patch under test replaces is put back afterwards (the patches are process-wide)."""
     monkeypatch.setattr(FtRendezvousBarrierHandler, "shutdown", FtRendezvousBarrierHandler.shutdown)
     monkeypatch.setattr(
@@ -58,7 +60,13 @@ def restore(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     )
     monkeypatch.setattr(utils, "terminate_mp_processes", utils.terminate_mp_processes)
     monkeypatch.setattr(ft_rendezvous_barrier, "time", ft_rendezvous_barrier.time)
-    return monkeypatch
+    pw = inprocess.progress_watchdog.ProgressWatchdog
+    monkeypatch.setattr(pw, "pause_and_synchronize", pw.pause_and_synchronize)
+    mt = inprocess.monitor_thread
+    monkeypatch.setattr(mt, "async_abort_main_thread", mt.async_abort_main_thread)
+    handler = signal.getsignal(nvrx_patches.ABORT_SIGNAL)
+    yield monkeypatch
+    signal.signal(nvrx_patches.ABORT_SIGNAL, handler)
 
 
 def _closed_round_then_next_open(store: dist.TCPStore, run_id: str) -> _RendezvousBarrierState:
@@ -189,6 +197,62 @@ def test_the_progress_watchdog_sends_slower_than_the_monitor_process_polls() -> 
         assert timing["progress_watchdog_interval"] >= 2 * timing["monitor_process_interval"], timing
 
 
+def test_the_monitor_thread_waits_for_the_main_thread_twice_in_an_abort() -> None:
+    """What `apply_interrupting_abort` interrupts: the abort first waits until the main thread ran the
+    watchdog's pending calls, then raises into it, by the module-global name the patch replaces."""
+    run = _source(inprocess.monitor_thread.MonitorThread.run)
+    synchronize = run.index("self.progress_watchdog.pause_and_synchronize()")
+    assert synchronize < run.index("async_abort_main_thread(msg)") < run.index("async_abort_main_thread()")
+    assert "add_pending_call(self.get_automatic_timestamp" in _source(inprocess.progress_watchdog)
+    pause = _source(inprocess.progress_watchdog.ProgressWatchdog.pause_and_synchronize)
+    assert "self.paused.wait()" in pause
+    assert "PyThreadState_SetAsyncExc" in _source(inprocess.monitor_thread.async_raise)
+
+
+class _NoMonitorProcess:
+    def send_timestamp(self, timestamp: object) -> None:
+        pass
+
+
+def test_an_abort_reaches_a_main_thread_blocked_in_a_read(restore: pytest.MonkeyPatch) -> None:
+    """NVRx's two steps of an abort, from another thread, against this (the main) thread blocked in
+    a read from a pipe that never delivers: with the patch the read raises NVRx's exception at once;
+    without it, the watchdog's synchronisation waits forever (a writer ends the read after 20 s)."""
+    nvrx_patches.apply_interrupting_abort()
+    mt = inprocess.monitor_thread
+    watchdog = inprocess.progress_watchdog.ProgressWatchdog(
+        0, _NoMonitorProcess(), datetime.timedelta(seconds=0.01)
+    )
+    watchdog.start()
+    r, w = os.pipe()
+    aborted = threading.Event()
+
+    def abort() -> None:
+        time.sleep(0.3)  # the main thread is in the read by then
+        watchdog.pause_and_synchronize()
+        mt.async_abort_main_thread("hung")
+        aborted.set()
+
+    threading.Thread(target=abort, daemon=True).start()
+    unblock = threading.Timer(20, os.write, (w, b"x"))
+    unblock.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(mt.RankShouldRestart):
+            os.read(r, 1)
+        took = time.monotonic() - t0
+    finally:
+        unblock.cancel()
+        watchdog.pause_requested.clear()
+        watchdog.should_stop.set()
+        watchdog.interval_event.set()
+        watchdog.join(5)
+        os.close(r)
+        os.close(w)
+    assert aborted.wait(5)
+    assert took < 5, f"{took:.1f} s: the abort waited for the main thread instead of interrupting it"
+
+
 def test_the_call_wrapper_has_what_training_functions_use() -> None:
     assert isinstance(inspect.getattr_static(inprocess.CallWrapper, "iteration"), property)
     assert _params(inprocess.CallWrapper.atomic) == ["self"]
@@ -219,9 +283,8 @@ def test_on_cpu_the_restart_health_check_would_probe_gpus(monkeypatch: pytest.Mo
     assert "wrapper.health_check" in _source(inprocess.wrap)
 
 
-def test_the_wrapper_built_for_a_cpu_rank_keeps_the_plain_health_check(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_wrapper_built_for_a_cpu_rank_keeps_the_plain_health_check(restore: pytest.MonkeyPatch) -> None:
+    monkeypatch = restore
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.delenv("NVRX_NODE_LOCAL_TMPDIR", raising=False)
     built: list[Any] = []

@@ -15,8 +15,10 @@ What, and who applies it:
 - nvrx-control, in the rendezvous pod (`rendezvous_host`): `apply_store_host_poll`
   (`ft_rendezvous_barrier.time`).
 - in-process restart, in every rank (`inprocess`, bench/inprocess_recovery.py): `inprocess_wrapper`, the
-  only user of `nvidia_resiliency_ext.inprocess` (see below), and `set_progress_deadline` (its
-  progress watchdog's timestamp; `report.RankReporter` calls it with the learned hang budgets).
+  only user of `nvidia_resiliency_ext.inprocess` (see below), `set_progress_deadline` (its
+  progress watchdog's timestamp; `report.RankReporter` calls it with the learned hang budgets) and
+  `apply_interrupting_abort` (`monitor_thread.async_abort_main_thread`, which `inprocess_wrapper`
+  applies).
 - log text of torch and NVRx we match: `STORE_POLL_TIMEOUT` (`log_filter`), `LOST_STORE`
   (`rendezvous_loss`), `PEER_FAILURE_MARKERS` (`inprocess.classify_exception`).
 - CPython's private exit steps, in a rank forked by `rank_forkserver`: `run_interpreter_exit`.
@@ -39,6 +41,8 @@ from __future__ import annotations
 import datetime
 import logging
 import re
+import signal
+import threading
 import time
 from collections.abc import Callable, Collection
 from typing import Any
@@ -220,8 +224,86 @@ def inprocess_wrapper[T](
     )
     if not gpu_restart_probes:
         wrapper.restart_health_check = wrapper.health_check
+    apply_interrupting_abort()
     wrapped: Callable[[], T] = wrapper(_annotated_entry(entry))
     return wrapped
+
+
+#: The signal that wakes the main thread out of a blocking system call when NVRx aborts it (a
+#: real-time one: no default meaning, unused by torch, NVRx and CPython).
+ABORT_SIGNAL = signal.SIGRTMIN + 4
+#: The least time between two such signals while NVRx keeps raising into the main thread.
+ABORT_SIGNAL_EVERY_SECONDS = 0.1
+
+
+def apply_interrupting_abort() -> None:
+    """Make NVRx's abort of the main thread reach it inside a blocking system call.
+
+    NVRx's `monitor_thread.MonitorThread.run` aborts the training function in two steps that both
+    need the main thread to run Python bytecode: `ProgressWatchdog.pause_and_synchronize` waits until
+    the main thread has run the watchdog's pending calls (`Py_AddPendingCall`), then
+    `async_abort_main_thread` sets an exception on it (`PyThreadState_SetAsyncExc`). A rank blocked in
+    a system call (a read from a pipe or socket that never delivers, a sleep in C) runs none, so a
+    hang past its budget waited for the hard timeout's kill and an in-job restart instead of the
+    in-process one. Patched: while the monitor thread waits in `pause_and_synchronize`, and after each
+    `async_abort_main_thread`, `ABORT_SIGNAL` goes to the main thread (at most every
+    `ABORT_SIGNAL_EVERY_SECONDS`). The call fails with EINTR and CPython runs the signal's handler
+    (PEP 475), Python code in the main thread: the interpreter runs the pending calls there, and
+    raises the pending exception (NVRx's `RankShouldRestart`), which the call then raises. Code
+    blocked where no signal reaches (a CUDA synchronisation, a wait with signals masked) still ends
+    by the hard timeout. Run in the main thread (the handler is installed there); patches once.
+    """
+    from nvidia_resiliency_ext.inprocess import monitor_thread, progress_watchdog
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(ABORT_SIGNAL, _raise_pending_abort)
+    raise_into_main = monitor_thread.async_abort_main_thread
+    if getattr(raise_into_main, _PATCHED, False):
+        return
+    last_signal = [0.0]
+
+    @_patched
+    def _abort_and_interrupt(*args: Any, **kwargs: Any) -> Any:
+        result = raise_into_main(*args, **kwargs)
+        now = time.monotonic()
+        if now - last_signal[0] >= ABORT_SIGNAL_EVERY_SECONDS:
+            last_signal[0] = now
+            _interrupt_main_thread()
+        return result
+
+    synchronize = progress_watchdog.ProgressWatchdog.pause_and_synchronize
+
+    @_patched
+    def _synchronize_interrupting(self: Any) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            return synchronize(self)  # the main thread runs its pending calls itself
+        done = threading.Event()
+
+        def interrupt_until_paused() -> None:
+            while not self.paused.is_set() and not done.is_set():
+                _interrupt_main_thread()
+                done.wait(ABORT_SIGNAL_EVERY_SECONDS)
+
+        threading.Thread(target=interrupt_until_paused, name="rtj-abort-interrupt", daemon=True).start()
+        try:
+            return synchronize(self)
+        finally:
+            done.set()
+
+    monitor_thread.async_abort_main_thread = _abort_and_interrupt
+    progress_watchdog.ProgressWatchdog.pause_and_synchronize = _synchronize_interrupting
+
+
+def _interrupt_main_thread() -> None:
+    ident = threading.main_thread().ident
+    if ident is not None:
+        signal.pthread_kill(ident, ABORT_SIGNAL)
+
+
+def _raise_pending_abort(signum: int, frame: Any) -> None:
+    """`ABORT_SIGNAL`'s handler: nothing of its own. Running it lets the interpreter raise the
+    exception NVRx set on the main thread; without one pending, the interrupted call goes on."""
 
 
 def _finalize_on_restart(on_restart: OnRestart) -> Any:

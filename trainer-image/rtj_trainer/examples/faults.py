@@ -107,8 +107,9 @@ class FaultInjector:
                 while True:
                     time.sleep(0.05)
             if f.kind == "hang":
-                # Block inside a C call (like a stuck collective): only NVRx's heartbeat timeout
-                # or the in-process hard timeout gets the job out of it.
+                # Block inside a system call (a read that never delivers): the learned hang
+                # budget's abort reaches it through a signal (nvrx_patches.apply_interrupting_abort)
+                # and restarts it in-process; else NVRx's heartbeat or hard timeout.
                 r, _w = os.pipe()
                 os.read(r, 1)
 

@@ -31,7 +31,8 @@ Every resilience piece comes through the integration API any script can use
       sigkill:1:20              SIGKILL rank 1 (ft_launcher restarts the workers)
       exit:1:20                 os._exit(1)
       finish:1:20               os._exit(0): the rank's command returns early, the others train on
-      hang:1:20                 block in a C call (NVRx heartbeat timeout / hard timeout)
+      hang:1:20                 block in a system call (learned hang budget: in-process, or the
+                                NVRx heartbeat timeout / hard timeout)
       stall:1:20                stop making progress, interruptibly (learned hang budget: in-process)
       kill-during-save:0:20:delay=0.05   SIGKILL 0.05 s after the save of step 20 started
       corrupt:0:20              write NaN into a weight, then raise (the kept state is bad)
