@@ -86,7 +86,7 @@ def pod_env(cfg: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[s
         "RTJ_STATUS_DIR": str(work / "status"),
         "RTJ_FAULT_INJECT": ";".join(
             [f"exception:{rank}:{args.exception_step}", f"sigkill:{rank}:{args.sigkill_step}"]
-            + ([f"stall:{rank}:{args.hang_step}"] if args.hang_step else [])
+            + ([f"{args.hang_kind}:{rank}:{args.hang_step}"] if args.hang_step else [])
             + ([f"sigkill:{rank}:{args.in_place_step}"] if args.in_place_step else [])
         ),
         # What the pod builder gives a pod whose kubelet restarts it in place (rtj.builders).
@@ -243,7 +243,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     kinds = [f["kind"] for f in faults]
     result["hang"] = (
-        hang_figures(faults, cfg, args.hang_step, ranks.get(0, []), out) if args.hang_step else None
+        hang_figures(faults, cfg, args.hang_step, ranks.get(0, []), out, args.hang_kind)
+        if args.hang_step
+        else None
     )
     result["passed"] = bool(
         rc == 0
@@ -283,6 +285,7 @@ def hang_figures(
     hang_step: int,
     victim: list[dict[str, Any]],
     launch_log: str,
+    kind: str = "stall",
 ) -> dict[str, Any] | None:
     """The stall's recovery (the one after step `hang_step - 1`, the last the stalled rank completed):
     seconds from that step to the first step after it (the learned budget's detection, the abort,
@@ -293,7 +296,7 @@ def hang_figures(
     if stall is None:
         return None
     soft = cfg["inProcess"]["softTimeoutSeconds"]
-    stalled = next((x for x in victim if x.get("event") == "fault" and x.get("kind") == "stall"), None)
+    stalled = next((x for x in victim if x.get("event") == "fault" and x.get("kind") == kind), None)
     budgets = [float(b) for b in HANG_BUDGET.findall(launch_log)]
     aborts = [
         datetime.strptime(m, "%Y-%m-%d %H:%M:%S.%f").timestamp()
@@ -337,6 +340,12 @@ def main() -> int:
         type=int,
         default=0,
         help="a `stall` (no progress, interruptible) at this step (0: none)",
+    )
+    p.add_argument(
+        "--hang-kind",
+        choices=("stall", "hang"),
+        default="stall",
+        help="what stops at --hang-step: `stall` (a Python loop) or `hang` (blocked in a system call)",
     )
     p.add_argument(
         "--in-place-step",

@@ -76,8 +76,8 @@ SCENARIOS = {
     "in-process": ("rank exception -> inprocess.Wrapper", lambda d: _run_injected(d, "exception:1:30")),
     "in-job": ("rank SIGKILL -> ft_launcher restart", lambda d: _run_injected(d, "sigkill:1:30")),
     "hang": (
-        "rank hang (C call) -> NVRx heartbeat 5 s",
-        lambda d: _run_injected(d, "hang:1:30", {"rankHangTimeoutSeconds": 5}),
+        "rank wedged (signals masked) -> NVRx heartbeat 5 s",
+        lambda d: _run_injected(d, "wedge:1:30", {"rankHangTimeoutSeconds": 5}),
     ),
     "pod-rank0": ("pod with rank 0 SIGKILLed -> replacement", lambda d: _run_lost_pod(d, True)),
     "pod-other": ("other pod SIGKILLed -> replacement", lambda d: _run_lost_pod(d, False)),

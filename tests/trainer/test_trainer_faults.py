@@ -123,9 +123,11 @@ def test_rank_sigkill_is_restarted_by_the_launcher(make_job) -> None:
 
 
 def test_rank_hang_is_detected_and_restarted(make_job) -> None:
+    # A rank wedged where no signal reaches it (a hang in a system call is aborted in-process:
+    # test_trainer_hang_budget): only NVRx's rank heartbeat timeout ends it.
     job = make_job(
         config={"rankHangTimeoutSeconds": 5},
-        env={"TOY_STEPS": "60", "RTJ_FAULT_INJECT": "hang:1:30"},
+        env={"TOY_STEPS": "60", "RTJ_FAULT_INJECT": "wedge:1:30"},
     )
     job.start()
     job.wait_step(5, 180)

@@ -15,7 +15,8 @@ Test hooks (environment):
   exception (raise: in-process restart), sigkill (SIGKILL itself: in-job restart),
   hang (block in a system call: the learned hang budget or the soft timeout aborts it in-process,
   or NVRx's heartbeat timeout first), stall (stop making progress in Python: the same),
-  exit (os._exit(1)),
+  wedge (block in a system call with every signal masked, like a call into a driver that never
+  returns: nothing reaches it, only NVRx's heartbeat timeout or the hard timeout), exit (os._exit(1)),
   permanent (raise rtj_trainer.permanent.PermanentError: no restart can fix it).
   Without ":always" the fault fires once per job (a marker file in the checkpoint dir);
   with it, every time the rank reaches that step after a (re)start, relative to the resumed step
@@ -93,6 +94,10 @@ class FaultInjector:
         if self.kind == "hang":
             # Block inside a system call (a read that never delivers): NVRx's abort reaches it
             # through a signal (nvrx_patches.apply_interrupting_abort), or NVRx's heartbeat timeout.
+            r, _w = os.pipe()
+            os.read(r, 1)
+        if self.kind == "wedge":
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
             r, _w = os.pipe()
             os.read(r, 1)
 
