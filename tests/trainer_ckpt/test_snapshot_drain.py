@@ -18,7 +18,13 @@ import torch
 from host_device import HostOps, stage_on_host
 from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint import CheckpointManager, latest_committed
-from rtj_trainer.checkpoint.device_stage import HEADROOM_BYTES, ChunkPipe, DeviceStage, entry_views
+from rtj_trainer.checkpoint.device_stage import (
+    HEADROOM_BYTES,
+    ChunkPipe,
+    DeviceStage,
+    copy_bytes,
+    entry_views,
+)
 from rtj_trainer.checkpoint.snapshot_ring import layout, populate
 from rtj_trainer.checkpoint.staging import Snapshot
 from rtj_trainer.checkpoint_format import local_rank_dir, local_snapshots
@@ -174,6 +180,23 @@ def test_the_chunk_pipe_carries_every_byte_both_ways_whatever_the_chunking(
         assert torch.equal(back, src)
         pipe.close()
         assert (tmp_path / f"slot-{n}.bin").read_bytes() == src.numpy().tobytes()
+
+
+def test_copy_bytes_copies_every_byte_and_leaves_what_it_cannot_memmove_to_torch() -> None:
+    src = torch.randint(-(2**31), 2**31 - 1, (3, 1000), dtype=torch.int32)
+    dst = torch.zeros_like(src)
+    copy_bytes(dst, src)  # contiguous, one size: one memmove
+    assert torch.equal(dst, src)
+    flat = torch.zeros(src.numel() * 4, dtype=torch.uint8)
+    copy_bytes(flat, src.view(torch.uint8).reshape(-1))  # bytes into a mapped-file-like flat buffer
+    assert torch.equal(flat.view(torch.int32).reshape(3, 1000), src)
+    strided = torch.zeros(1000, 3, dtype=torch.int32).t()  # not contiguous: torch's copy_
+    copy_bytes(strided, src)
+    assert torch.equal(strided, src)
+    wider = torch.zeros(3, 1000, dtype=torch.int64)  # another size in bytes: torch's copy_ converts
+    copy_bytes(wider, src)
+    assert torch.equal(wider, src.to(torch.int64))
+    copy_bytes(torch.empty(0), torch.empty(0))
 
 
 def test_a_staged_snapshot_lands_in_the_slot_file_as_staged_and_loads_back(tmp_path: Path) -> None:

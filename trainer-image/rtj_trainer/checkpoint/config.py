@@ -16,10 +16,13 @@ from typing import Any
 
 from ..runtime_env import RankEnv
 
-#: Threads copying a memory snapshot from the host buffers into the memory tier. 1 until
-#: bench/snapshot_write_threads.py shows a gain on a GPU node (on the 2-core CPU machine under
-#: load, 4 threads measured 0.63x in one run and 1.48x in the next: inconclusive).
-DEFAULT_LOCAL_WRITE_THREADS = 1
+#: Threads copying a memory snapshot from the host buffers into the memory tier, each one memmove
+#: at a time (`device_stage.copy_bytes`). While the copies went through torch's `copy_`, each was
+#: spread over torch's intra-op threads too, and one thread drained 13.7 GB in 0.66-0.78 s on an
+#: H100 host (4 threads: 0.48 s). One memmove thread alone is slower than that pool (not measured
+#: on a GPU host yet), and the 10-step interval there is 1.75 s: so 4 threads of our own
+#: (bench/results/2026-12-06-handoff-goodput-h100.md).
+DEFAULT_LOCAL_WRITE_THREADS = 4
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ the GPU memory's speed (milliseconds for 13.7 GB on an H200), after which traini
 freely: no fence before the next optimizer step, which the pinned path (`staging.HostStaging`) needs
 because its device-to-host copy reads the live tensors. The writer thread then drains the buffer
 into the slot's mapped file through a small ring of pinned chunks (`ChunkPipe`), the host side copied
-by a few threads: no pinned buffer of the state's size is allocated (pinning 13.7 GB took 6-7 s and
-held the CUDA driver meanwhile) and the slot needs no registration with CUDA (0.72 s per GB).
+by our own threads (`copy_bytes`), never torch's intra-op pool: no pinned buffer of the state's size
+is allocated (pinning 13.7 GB took 6-7 s and held the CUDA driver meanwhile) and the slot needs no
+registration with CUDA (0.72 s per GB).
 
 A restarted rank loads the same way backwards (`load`): the slot's file through the chunks into a
 flat buffer, then device-to-device into the model. That buffer is given back to the driver right
@@ -19,6 +20,7 @@ snapshots take the pinned path.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 import time
 from collections.abc import Sequence
@@ -99,6 +101,24 @@ def fits(nbytes: int, device: int, ops: CudaOps = CUDA) -> bool:
     return free >= nbytes + max(HEADROOM_BYTES, int(HEADROOM_FRACTION * total))
 
 
+def copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """`dst[...] = src` for CPU tensors, in the calling thread alone: one memmove (ctypes releases the
+    GIL) when both are contiguous and of one size in bytes, else torch's `copy_`.
+
+    torch's `copy_` spreads a large CPU copy over its intra-op threads (OpenMP, as many as cores), and
+    a snapshot drains beside training: on the 2-core machine, with a thread copying 64 MiB pieces
+    that way, the main thread kept a median 0.89 of its rate of small torch ops (0.68-0.97, 8 runs),
+    with one memmove per piece 0.95 (0.82-1.00), copying 7.2 and 7.6 GB/s
+    (`bench/host_copy_interference.py`). The drain's parallelism is ours to size instead
+    (`snapshot_write_threads`)."""
+    n = dst.numel() * dst.element_size()
+    if dst.is_contiguous() and src.is_contiguous() and n == src.numel() * src.element_size():
+        if n:
+            ctypes.memmove(dst.data_ptr(), src.data_ptr(), n)
+        return
+    dst.copy_(src)
+
+
 def entry_views(flat: torch.Tensor, entries: Sequence[TensorEntry]) -> list[torch.Tensor]:
     """The tensors of `entries` as views of the flat byte buffer laid out by them."""
     return [flat[e.offset : e.offset + e.nbytes].view(dtype_named(e.dtype)).reshape(e.shape) for e in entries]
@@ -106,9 +126,8 @@ def entry_views(flat: torch.Tensor, entries: Sequence[TensorEntry]) -> list[torc
 
 class ChunkPipe:
     """Bytes between a flat CUDA buffer and flat host memory (pageable: a mapped file) through a ring
-    of pinned chunks; each chunk's host side is copied by `threads` threads on the way to the host
-    and `load_threads` on the way back (a memory copy releases the GIL) while the next chunks cross
-    the bus."""
+    of pinned chunks; each chunk's host side is copied (`copy_bytes`) by `threads` threads on the way
+    to the host and `load_threads` on the way back while the next chunks cross the bus."""
 
     def __init__(
         self,
@@ -199,11 +218,12 @@ class ChunkPipe:
 
     def _copy(self, dst: torch.Tensor, src: torch.Tensor, threads: int) -> None:
         if self._pool is None or threads == 1 or dst.numel() < 2 * threads * 4096:
-            dst.copy_(src)
+            copy_bytes(dst, src)
             return
         part = -(-dst.numel() // threads)
         futures = [
-            self._pool.submit(dst[i : i + part].copy_, src[i : i + part]) for i in range(0, dst.numel(), part)
+            self._pool.submit(copy_bytes, dst[i : i + part], src[i : i + part])
+            for i in range(0, dst.numel(), part)
         ]
         for f in futures:
             f.result()

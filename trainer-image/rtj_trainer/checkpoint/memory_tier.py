@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from rtj.contract import FaultReason
 
 from ..checkpoint_format import (
@@ -50,7 +49,7 @@ from ..checkpoint_format import (
     write_file_atomic,
     write_local_meta,
 )
-from .device_stage import DeviceStage
+from .device_stage import DeviceStage, copy_bytes
 from .events import CheckpointEvent, EventLog, now
 from .persistent import Shard
 from .shard_io import WriteControl, read_index, read_shard, shard_state, view_shard, write_shard
@@ -202,9 +201,8 @@ class MemoryTier:
         try:
             snap.wait_copied()
             if snap.slot is not None:  # staged in pinned memory (a GPU): into the slot's pages
-                with torch.no_grad():
-                    for dst, src in zip(snap.slot, snap.host, strict=True):
-                        dst.copy_(src)
+                for dst, src in zip(snap.slot, snap.host, strict=True):
+                    copy_bytes(dst, src)
             size = os.path.getsize(self.slot_file(partial))
             idx = ShardIndex(snap.tree, list(snap.entries)).to_bytes()
             write_file_atomic(os.path.join(partial, shard_idx(self.rank)), idx)
