@@ -14,7 +14,8 @@
 # `bash bench/gpu_hardware_limit.sh`. PARTS (default all: paths,populate,persist,smoke,norollback)
 # picks parts when one call must fit fewer; THREADS=n adds a throughput row with n snapshot copy
 # threads (`snapshot_write_threads`) to the norollback part; PINNED= (empty) leaves out its row with GPU
-# staging off.
+# staging off; HANG_KIND=hang makes the smoke's hang a rank blocked in a system call (default: a
+# stall); PARTS=goodput (not in the default) runs the product's goodput window alone.
 set -u
 source bench/gpu_env.sh
 RESULTS=$OUT
@@ -34,7 +35,7 @@ part persist && timeout 150 python3 bench/persist_copy.py --gb 13.7 --src /dev/s
 echo "persist_copy rc $?"; cat "$RESULTS/persist_copy.json"
 rm -rf /dev/shm/rtj-*
 part smoke && timeout 150 python3 bench/gpu_smoke.py --nproc 1 --steps 200 --hang-step 100 --sigkill-step 150 \
-    --memory-dir /dev/shm/rtj-smoke --timeout 145 --out "$RESULTS/gpu_smoke.json" > /tmp/gpu_smoke.log 2>&1
+    --hang-kind "${HANG_KIND:-stall}" --memory-dir /dev/shm/rtj-smoke --timeout 145 --out "$RESULTS/gpu_smoke.json" > /tmp/gpu_smoke.log 2>&1
 echo "gpu_smoke rc $?"
 mkdir -p /tmp/smoke-logs && cp /tmp/rtj-smoke-*/logs/*.jsonl /tmp/smoke-logs/ 2>/dev/null
 # The smoke's persisted checkpoints (13.7 GB each) would leave the next part no disk.
@@ -44,7 +45,8 @@ rm -rf /dev/shm/rtj-* /tmp/rtj-smoke-*
 part goodput && mkdir -p /tmp/goodput && OUT=/tmp/goodput NPROC=1 RUNS=goodput-product BENCH_TIMEOUT=330 \
     bash bench/gpu_norollback.sh > /tmp/goodput/summary.txt 2>&1
 part goodput && { tail -8 /tmp/goodput/summary.txt; cp /tmp/goodput/norollback.json "$RESULTS/goodput.json"; \
-    cp /tmp/goodput/goodput-product-steps.jsonl "$RESULTS/" ; rm -rf /tmp/rtj-norollback-bench; }
+    cp /tmp/goodput/goodput-product-steps.jsonl /tmp/goodput/goodput-product-launch.log "$RESULTS/"; \
+    rm -rf /tmp/rtj-norollback-bench; }
 part smoke && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d)[:3000])" \
     "$RESULTS/gpu_smoke.json"
 df -h / | tail -1

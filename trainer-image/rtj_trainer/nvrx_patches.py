@@ -17,8 +17,8 @@ What, and who applies it:
 - in-process restart, in every rank (`inprocess`, bench/inprocess_recovery.py): `inprocess_wrapper`, the
   only user of `nvidia_resiliency_ext.inprocess` (see below), `set_progress_deadline` (its
   progress watchdog's timestamp; `report.RankReporter` calls it with the learned hang budgets) and
-  `apply_interrupting_abort` (`monitor_thread.async_abort_main_thread`, which `inprocess_wrapper`
-  applies).
+  `apply_interrupting_abort` (`monitor_thread.async_abort_main_thread` and
+  `progress_watchdog.ProgressWatchdog.pause_and_synchronize`, which `inprocess_wrapper` applies).
 - log text of torch and NVRx we match: `STORE_POLL_TIMEOUT` (`log_filter`), `LOST_STORE`
   (`rendezvous_loss`), `PEER_FAILURE_MARKERS` (`inprocess.classify_exception`).
 - CPython's private exit steps, in a rank forked by `rank_forkserver`: `run_interpreter_exit`.
@@ -38,6 +38,7 @@ imports it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import re
@@ -298,7 +299,8 @@ def apply_interrupting_abort() -> None:
 def _interrupt_main_thread() -> None:
     ident = threading.main_thread().ident
     if ident is not None:
-        signal.pthread_kill(ident, ABORT_SIGNAL)
+        with contextlib.suppress(ProcessLookupError):  # the main thread has ended
+            signal.pthread_kill(ident, ABORT_SIGNAL)
 
 
 def _raise_pending_abort(signum: int, frame: Any) -> None:
