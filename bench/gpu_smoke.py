@@ -285,7 +285,7 @@ def hang_figures(
     hang_step: int,
     victim: list[dict[str, Any]],
     launch_log: str,
-    kind: str = "stall",
+    kind: str,
 ) -> dict[str, Any] | None:
     """The stall's recovery (the one after step `hang_step - 1`, the last the stalled rank completed):
     seconds from that step to the first step after it (the learned budget's detection, the abort,
@@ -339,7 +339,7 @@ def main() -> int:
         "--hang-step",
         type=int,
         default=0,
-        help="a `stall` (no progress, interruptible) at this step (0: none)",
+        help="a rank stops making progress at this step, as --hang-kind says (0: none)",
     )
     p.add_argument(
         "--hang-kind",

@@ -91,13 +91,12 @@ class FaultInjector:
         if self.kind == "stall":
             while True:  # no step, no report: only the in-process hang deadline ends it
                 time.sleep(0.05)
-        if self.kind == "hang":
+        if self.kind in ("hang", "wedge"):
             # Block inside a system call (a read that never delivers): NVRx's abort reaches it
-            # through a signal (nvrx_patches.apply_interrupting_abort), or NVRx's heartbeat timeout.
-            r, _w = os.pipe()
-            os.read(r, 1)
-        if self.kind == "wedge":
-            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+            # through a signal (nvrx_patches.apply_interrupting_abort), or NVRx's heartbeat timeout;
+            # wedged, with every signal masked, only the heartbeat (or hard) timeout.
+            if self.kind == "wedge":
+                signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
             r, _w = os.pipe()
             os.read(r, 1)
 

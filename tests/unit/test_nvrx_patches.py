@@ -19,6 +19,7 @@ import threading
 import time
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -227,8 +228,14 @@ def test_an_abort_reaches_a_main_thread_blocked_in_a_read(restore: pytest.Monkey
     r, w = os.pipe()
     aborted = threading.Event()
 
+    main_stat = f"/proc/self/task/{threading.main_thread().native_id}/stat"
+
     def abort() -> None:
-        time.sleep(0.3)  # the main thread is in the read by then
+        # Until the main thread sleeps in its read (the state after the command's closing paren).
+        deadline = time.monotonic() + 5
+        while Path(main_stat).read_text().rsplit(")", 1)[1].split()[0] != "S":
+            assert time.monotonic() < deadline, "the main thread never blocked in its read"
+            time.sleep(0.001)
         watchdog.pause_and_synchronize()
         mt.async_abort_main_thread("hung")
         aborted.set()
