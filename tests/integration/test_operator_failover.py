@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from operator_harness import OperatorEnv, Trainers, events, running, until
 from rtj import reasons
 from rtj.leader_election import EXIT_LEADERSHIP_LOST
@@ -51,7 +52,13 @@ def election_env(namespace: str, identity: str) -> dict[str, str]:
 
 
 def holder(e: OperatorEnv) -> str:
-    lease = client.CoordinationV1Api(e.kube).read_namespaced_lease(LEASE, e.namespace)
+    """The Lease's holder; "" before the first operator has created it (its start may lag the env's)."""
+    try:
+        lease = client.CoordinationV1Api(e.kube).read_namespaced_lease(LEASE, e.namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return ""
+        raise
     return lease.spec.holder_identity or ""
 
 
