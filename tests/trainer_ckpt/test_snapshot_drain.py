@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -27,14 +28,14 @@ from rtj_trainer.checkpoint.device_stage import (
 )
 from rtj_trainer.checkpoint.snapshot_ring import layout, populate
 from rtj_trainer.checkpoint.staging import Snapshot
-from rtj_trainer.checkpoint_format import local_rank_dir, local_snapshots
+from rtj_trainer.checkpoint_format import LOCAL_META, local_rank_dir, local_snapshots
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(120)]
 
 
-def _manager(tmp_path: Path) -> CheckpointManager:
+def _manager(tmp_path: Path, persist_every: int = 5) -> CheckpointManager:
     return CheckpointManager(
-        str(tmp_path / "persist"), rank=0, world_size=1, interval_steps=5,
+        str(tmp_path / "persist"), rank=0, world_size=1, interval_steps=persist_every,
         local_root=str(tmp_path / "shm"), local_interval_steps=5,
     )  # fmt: skip
 
@@ -274,6 +275,88 @@ def test_the_manager_stages_drains_commits_and_resumes_through_the_device_stage(
     got = _state(model2, optim2)
     assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
     assert optim2.state_dict()["state"][0]["step"].item() == 5
+
+
+def _snapshots_at_5_and_10(tmp_path: Path) -> dict[int, list[torch.Tensor]]:
+    """Memory snapshots of steps 5 and 10 in the tier (by the host path; nothing persisted); each
+    step's state."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 64)
+    optim = torch.optim.AdamW(model.parameters())
+    mgr, states = _manager(tmp_path, persist_every=1000), {}
+    for step in range(1, 11):
+        _train(model, optim)
+        if mgr.maybe_save(step, model, optim):
+            assert mgr.wait(timeout=30)
+            states[step] = [t.clone() for t in _state(model, optim)]
+    mgr.close()
+    assert sorted(states) == [5, 10]
+    return states
+
+
+def _restarted_rank(tmp_path: Path) -> tuple[CheckpointManager, DeviceStage, list[str]]:
+    """A new rank process's manager on the stand-in GPU; the threads that allocate device buffers."""
+    mgr, ops = _manager(tmp_path), HostOps()
+    stage = stage_on_host(mgr, ops)
+    allocated_in: list[str] = []
+    buffer = ops.buffer
+    ops.buffer = lambda n, d: (allocated_in.append(threading.current_thread().name), buffer(n, d))[1]  # type: ignore[method-assign]
+    return mgr, stage, allocated_in
+
+
+def _resume(mgr: CheckpointManager) -> tuple[int, list[torch.Tensor]]:
+    model = torch.nn.Linear(64, 64)
+    optim = torch.optim.AdamW(model.parameters())
+    resumed = mgr.load_latest(model, optim)
+    assert resumed is not None and resumed.source == "local"
+    return resumed.step, _state(model, optim)
+
+
+def test_a_restarted_rank_resumes_from_the_snapshot_it_prefetched_to_the_gpu(tmp_path: Path) -> None:
+    """A new rank process begins its newest snapshot's way to the GPU before its process group is
+    up (`prefetch_memory_snapshot`); the resume takes that buffer instead of loading again."""
+    want = _snapshots_at_5_and_10(tmp_path)
+    mgr, stage, allocated_in = _restarted_rank(tmp_path)
+    prefetched = mgr.prefetch_memory_snapshot(0)
+    assert prefetched is not None and prefetched[0] == 10
+    step, got = _resume(mgr)
+    assert step == 10 and all(torch.equal(g, w) for g, w in zip(got, want[10], strict=True))
+    assert allocated_in == ["rtj-ckpt-prefetch"]  # the one buffer: the prefetch's
+    report = mgr.prefetch_report()
+    assert report is not None and (report["step"], report["used"]) == (10, True) and report["seconds"] >= 0
+    assert stage.prefetched is None and stage.ops.calls["release"] == 1  # type: ignore[attr-defined]
+
+
+def test_a_prefetched_snapshot_the_ranks_do_not_resume_from_is_given_back(tmp_path: Path) -> None:
+    """The ranks agree on an older step (here: the newest is unreadable after the prefetch began):
+    the prefetched buffer is given back and the agreed step loaded as without a prefetch."""
+    want = _snapshots_at_5_and_10(tmp_path)
+    mgr, stage, allocated_in = _restarted_rank(tmp_path)
+    prefetched = mgr.prefetch_memory_snapshot(0)
+    assert prefetched is not None and prefetched[0] == 10
+    os.remove(os.path.join(mgr._p.memory.path(*prefetched), LOCAL_META))  # type: ignore[union-attr]
+    step, got = _resume(mgr)
+    assert step == 5 and all(torch.equal(g, w) for g, w in zip(got, want[5], strict=True))
+    assert allocated_in == ["rtj-ckpt-prefetch", "MainThread"]
+    assert (mgr.prefetch_report() or {}).get("used") is False
+    assert stage.prefetched is None and stage.ops.calls["release"] == 2  # type: ignore[attr-defined]
+
+
+def test_no_prefetch_without_a_snapshot_or_without_gpu_staging(tmp_path: Path) -> None:
+    mgr, stage, allocated_in = _restarted_rank(tmp_path)
+    assert mgr.prefetch_memory_snapshot(0) is None and stage.prefetched is None
+    _snapshots_at_5_and_10(tmp_path)
+    assert _manager(tmp_path).prefetch_memory_snapshot(0) is None  # no DeviceStage (no CUDA here)
+    assert allocated_in == []
+
+
+def test_a_prefetch_no_resume_took_is_given_back_before_a_staging_buffer_is_kept() -> None:
+    ops = HostOps()
+    stage = DeviceStage(threads=1, ops=ops)
+    whole = torch.randint(0, 256, (1 << 16,), dtype=torch.uint8)
+    stage.prefetch(("slot", whole.numel(), 0), whole, 0)
+    assert stage.prepare(4096, 0) and stage.prefetched is None
+    assert ops.calls["buffer"] == 2 and ops.calls["release"] == 1
 
 
 def test_out_of_gpu_memory_gives_the_staging_buffer_back_and_snapshots_go_on_without_it(

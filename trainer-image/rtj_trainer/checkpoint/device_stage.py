@@ -14,16 +14,21 @@ A restarted rank loads the same way backwards (`load`): the slot's file through 
 flat buffer, then device-to-device into the model. That buffer is given back to the driver right
 after the load: how much memory the first steps need is not known yet; `prepare` (after the first
 step) keeps a buffer only when the GPU has room for it beside what training reserved (`fits`), else
-snapshots take the pinned path.
+snapshots take the pinned path. A new rank process starts that load ahead of need (`prefetch`, in
+a thread of its own, from the rank's newest committed snapshot): the bytes cross to the GPU while
+the rank sets up its process group and builds its model, and the resume, when the ranks agree on
+that snapshot, finds them there (1xH100, 13.7 GB: the load took 0.97 s of a 3.96 s in-job restart,
+after 1.15 s of process group and 0.14 s of model build, done one after the other).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -31,6 +36,8 @@ import torch
 
 from ..checkpoint_format import TensorEntry
 from .state_tree import dtype_named
+
+log = logging.getLogger(__name__)
 
 #: Memory the GPU keeps free beside the staging buffer: the larger of these (bytes, fraction of
 #: the GPU's memory). Training's own peak is already reserved when `fits` is asked (after a step).
@@ -233,6 +240,34 @@ class ChunkPipe:
             self._pool.shutdown(wait=False)
 
 
+class Prefetch:
+    """A load begun ahead of need (`DeviceStage.prefetch`): its thread, and the buffer it filled."""
+
+    def __init__(self, key: Hashable, load: Callable[[], torch.Tensor | None]) -> None:
+        self.key = key
+        self.started = time.monotonic()
+        self.seconds: float | None = None  # how long the load took, once done
+        self._flat: torch.Tensor | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(load,), name="rtj-ckpt-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self, load: Callable[[], torch.Tensor | None]) -> None:
+        try:
+            self._flat = load()
+        except Exception as e:  # raised to nobody: the resume loads as if there were no prefetch
+            self._error = e
+        self.seconds = time.monotonic() - self.started
+
+    def take(self) -> torch.Tensor | None:
+        """Wait for the load; its buffer (None: no room on the GPU, or it failed, logged), once."""
+        self._thread.join()
+        if self._error is not None:
+            log.warning("the memory snapshot prefetched to the GPU failed: %r", self._error)
+        flat, self._flat = self._flat, None
+        return flat
+
+
 class DeviceStage:
     """The flat CUDA buffer a snapshot is staged in, and its way to and from the memory tier."""
 
@@ -243,6 +278,11 @@ class DeviceStage:
         self._device: int | None = None  # where `flat` is
         self.pipe: ChunkPipe | None = None
         self._drained: Any = None  # the last drain's reads of `flat` are done once it has happened
+        #: A load begun ahead of need; `load` with its key takes it, anything else discards it.
+        self.prefetched: Prefetch | None = None
+        #: The last prefetch once taken or discarded: (its key, whether a load took its buffer,
+        #: the seconds it took). For the resume's record.
+        self.last_prefetch: tuple[Hashable, bool, float | None] | None = None
 
     def size(self) -> int:
         return self.flat.numel() if self.flat is not None else -1
@@ -258,6 +298,7 @@ class DeviceStage:
         if self.flat is not None and self.flat.numel() == size and self._device == device:
             return True
         self.flat = None
+        self.discard_prefetch()  # never held beside a staging buffer (the resume took it long since)
         if size == 0 or not fits(size, device, self.ops):
             return False
         self._pipe(device).allocate()
@@ -293,10 +334,37 @@ class DeviceStage:
         self._drained = self.pipe.to_host(flat, dst, after=staged)
 
     # --- a restarted rank ------------------------------------------------------------------------------
-    def load(self, whole: torch.Tensor, device: int) -> torch.Tensor | None:
+    def prefetch(self, key: Hashable, whole: torch.Tensor, device: int) -> None:
+        """Begin `load(whole, device)` in a thread of its own; `load(..., key=key)` takes its buffer
+        (waiting for it as needed). One at a time: a second is ignored."""
+        if self.prefetched is None:
+            self.prefetched = Prefetch(key, lambda: self._load(whole, device))
+
+    def discard_prefetch(self) -> None:
+        """Wait for a prefetch no load took (it uses the pipe's chunks) and give its buffer back."""
+        pending, self.prefetched = self.prefetched, None
+        if pending is None:
+            return
+        if pending.take() is not None:
+            self.ops.release()
+        self.last_prefetch = (pending.key, False, pending.seconds)
+
+    def load(self, whole: torch.Tensor, device: int, key: Hashable = None) -> torch.Tensor | None:
         """The flat host bytes `whole` (a mapped snapshot) copied into a new CUDA buffer, or None
-        when the GPU has no room for one. The caller drops it after the load; see the module doc.
-        Room means twice the snapshot's size: while the buffer is held, the load may allocate as
+        when the GPU has no room for one: the prefetched one when `key` is the prefetch's. The
+        caller drops it after the load; see the module doc."""
+        pending = self.prefetched
+        if pending is not None and key is not None and pending.key == key:
+            self.prefetched = None
+            flat = pending.take()
+            self.last_prefetch = (pending.key, flat is not None, pending.seconds)
+            if flat is not None:
+                return flat
+        self.discard_prefetch()
+        return self._load(whole, device)
+
+    def _load(self, whole: torch.Tensor, device: int) -> torch.Tensor | None:
+        """Room means twice the snapshot's size: while the buffer is held, the load may allocate as
         much again (an optimizer's state is created by it)."""
         if whole.numel() == 0 or not fits(2 * whole.numel(), device, self.ops):
             return None

@@ -118,6 +118,7 @@ class CheckpointManager:
         self.saves_started = 0
         self.saves_skipped = 0
         self.last_snapshot_s = 0.0
+        self._prefetched: tuple[int, int] | None = None  # (step, nonce) of `prefetch_memory_snapshot`
 
     # --- the training-loop API ----------------------------------------------------------------
     def set_group(self, group: Any) -> None:
@@ -385,6 +386,25 @@ class CheckpointManager:
         return ok
 
     # --- resume --------------------------------------------------------------------------------
+    def prefetch_memory_snapshot(self, device: int) -> tuple[int, int] | None:
+        """In a new rank process, before its process group is up: begin copying this rank's newest
+        memory snapshot to GPU `device` in the background, so that `load_latest`, if the ranks agree
+        on it, finds it there (`memory_tier.MemoryTier.prefetch_newest`); its (step, nonce) or None."""
+        memory = self._p.memory
+        self._prefetched = memory.prefetch_newest(device) if memory is not None else None
+        return self._prefetched
+
+    def prefetch_report(self) -> dict[str, Any] | None:
+        """The prefetch, once the resume took or discarded it: its step, whether the resume loaded
+        from it, and the seconds its copy took; None before, or when there was none."""
+        memory = self._p.memory
+        last = memory.device.last_prefetch if memory is not None and memory.device is not None else None
+        if self._prefetched is None or last is None:
+            return None
+        _key, used, seconds = last
+        took = None if seconds is None else round(seconds, 3)
+        return {"step": self._prefetched[0], "used": used, "seconds": took}
+
     def load_latest(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
     ) -> Resumed | None:

@@ -304,9 +304,7 @@ class MemoryTier:
                     remove_local(self.path(s, n))
 
     # --- reading -------------------------------------------------------------------------------------
-    def read(self, step: int, nonce: int) -> Shard:
-        """This rank's snapshot (step, nonce), its tensors mapped from the file (raises
-        CheckpointError, OSError)."""
+    def _manifest(self, step: int, nonce: int) -> tuple[str, Manifest]:
         snap_dir = self.path(step, nonce)
         meta = read_local_meta(snap_dir)
         if (meta["step"], meta["nonce"], meta["rank"]) != (step, nonce, self.rank):
@@ -316,6 +314,32 @@ class MemoryTier:
         manifest = Manifest(
             step, nonce, self.world_size, meta["time"], {self.rank: meta["files"]}, meta["extra"]
         )
+        return snap_dir, manifest
+
+    def prefetch_newest(self, device: int) -> tuple[int, int] | None:
+        """Begin copying this rank's newest committed snapshot to GPU `device` in the background
+        (`DeviceStage.prefetch`), for `read` to find there if the ranks resume from it; its
+        (step, nonce), or None when there is none or no GPU staging. A new rank process calls it
+        before its process group is up: the ranks' agreement comes later."""
+        if self.device is None or self.ring is None:
+            return None
+        for step, nonce in self.snapshots()[:1]:
+            try:
+                snap_dir, manifest = self._manifest(step, nonce)
+                _index, size = read_index(snap_dir, self.rank, manifest)
+                path = self.slot_file(snap_dir)
+                whole = self.ring.mapped(path, size)
+            except (CheckpointError, OSError, KeyError, ValueError) as e:
+                log.info("no prefetch of memory snapshot %d: %r", step, e)
+                return None
+            self.device.prefetch((path, size, device), whole, device)
+            return step, nonce
+        return None
+
+    def read(self, step: int, nonce: int) -> Shard:
+        """This rank's snapshot (step, nonce), its tensors mapped from the file (raises
+        CheckpointError, OSError)."""
+        snap_dir, manifest = self._manifest(step, nonce)
         if self.ring is None:
             return manifest, read_shard(snap_dir, self.rank, manifest)
         index, size = read_index(snap_dir, self.rank, manifest)
@@ -323,7 +347,8 @@ class MemoryTier:
         whole = self.ring.mapped(path, size)
         if self.device is not None and self.device.ops.active():  # the state lives on the GPU
             try:
-                on_gpu = self.device.load(whole, self.device.ops.current_device())
+                device = self.device.ops.current_device()
+                on_gpu = self.device.load(whole, device, key=(path, size, device))
             except RuntimeError as e:  # CUDA refused it: tensor by tensor from the mapped file
                 log.warning("memory snapshot of step %d loaded without GPU staging: %r", step, e)
                 on_gpu = None

@@ -92,6 +92,13 @@ class ResumeSelection:
         self._holders: dict[tuple[int, int], str] = {}
 
     def load_latest(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> Resumed | None:
+        try:
+            return self._load_latest(model, optimizer)
+        finally:
+            if self._memory is not None and self._memory.device is not None:
+                self._memory.device.discard_prefetch()  # a prefetch of a snapshot not resumed from
+
+    def _load_latest(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> Resumed | None:
         cands = self._candidates()
         self._holders = cands.holders
         local, persistent = cands.local, cands.persistent

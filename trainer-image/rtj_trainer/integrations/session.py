@@ -141,6 +141,9 @@ class Resilience:
         self.kept = KeptState()  # survives in-process restarts (this process), never in-job restarts
         self.stop = GracefulStop.install(status_dir=env.status_dir)
         self.use_cuda = env.dist_backend == "nccl"
+        if self.use_cuda and self.ckpt is not None:
+            # An in-job restart's state crosses to the GPU while the process group comes up.
+            self.ckpt.prefetch_memory_snapshot(env.local_rank)
 
     def _log_write(self, ev: CheckpointEvent) -> None:
         """A memory snapshot's write into the tier or a persist, in the step log with its seconds
@@ -241,6 +244,8 @@ class Attempt:
         else:
             start, source = 0, "init"
         res.kept.hold(model, optimizer, start)
+        if res.ckpt is not None and (prefetch := res.ckpt.prefetch_report()) is not None:
+            log = {"prefetch": prefetch, **log}
         self.log(
             event="resume",
             step=start,
