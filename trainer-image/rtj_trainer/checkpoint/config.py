@@ -17,12 +17,15 @@ from typing import Any
 from ..runtime_env import RankEnv
 
 #: Threads copying a memory snapshot from the host buffers into the memory tier, each one memmove
-#: at a time (`device_stage.copy_bytes`). While the copies went through torch's `copy_`, each was
-#: spread over torch's intra-op threads too, and one thread drained 13.7 GB in 0.66-0.78 s on an
-#: H100 host (4 threads: 0.48 s). One memmove thread alone is slower than that pool (not measured
-#: on a GPU host yet), and the 10-step interval there is 1.75 s: so 4 threads of our own
-#: (bench/results/2026-12-06-handoff-goodput-h100.md).
-DEFAULT_LOCAL_WRITE_THREADS = 4
+#: at a time (`device_stage.copy_bytes`), beside training. One drained 13.7 GB in 0.66-0.78 s on an
+#: H100 host (4: 0.48 s), well inside a 10-step interval (1.75 s there), and every thread more is
+#: more trips through the GIL that the training thread waits behind: in training, a persist every
+#: 40 steps, 84.0 % of the throughput without snapshots with one thread, 82.0 % with four (1xH100,
+#: bench/results/2026-12-06-handoff-goodput-h100.md); on the CPU stand-in (2 cores, 4 GiB drained
+#: in 64 MiB chunks, 5 runs, bench/drain_interference.py) the main thread kept a median 0.95 of its
+#: rate of small torch ops with one thread, 0.68 with four. A restarted rank's load, with nothing
+#: to share the CPU with, uses more (`device_stage.LOAD_THREADS`).
+DEFAULT_LOCAL_WRITE_THREADS = 1
 
 
 @dataclass(frozen=True)

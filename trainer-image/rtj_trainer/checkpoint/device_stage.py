@@ -43,9 +43,15 @@ log = logging.getLogger(__name__)
 #: the GPU's memory). Training's own peak is already reserved when `fits` is asked (after a step).
 HEADROOM_BYTES = 2 << 30
 HEADROOM_FRACTION = 0.05
-#: The pinned ring between the GPU and the mapped files: this many chunks of this size.
-CHUNK_BYTES = 64 << 20
-CHUNKS = 4
+#: The pinned ring between the GPU and the mapped files: this many chunks of this size. Each chunk
+#: costs the drain's thread a few trips through the GIL (its event, its host copy, the next
+#: chunk's copy call), and each trip may hold up the training thread's next torch call: on the CPU
+#: stand-in (2 cores, 4 GiB drained, 5 runs, `bench/drain_interference.py`) the main thread kept a
+#: median 0.95 of its rate of small torch ops beside a drain in 64 MiB chunks, 0.98 in 256 MiB, 0.99
+#: in 512 MiB. Two chunks keep the host copy, the slower side, busy: one crosses the bus while the
+#: other is copied.
+CHUNK_BYTES = 256 << 20
+CHUNKS = 2
 #: Threads copying the mapped snapshot into the chunks when a restarted rank loads: one thread's
 #: memory copy (about 10 GB/s) is what bounds the load, not the bus, and the rank does nothing else
 #: meanwhile (the drain during training keeps `memory_snapshot_write_threads`). bench/snapshot_paths.py
