@@ -15,7 +15,8 @@
 # picks parts when one call must fit fewer; THREADS=n adds a throughput row with n snapshot copy
 # threads (`snapshot_write_threads`) to the norollback part; PINNED= (empty) leaves out its row with GPU
 # staging off; HANG_KIND=hang makes the smoke's hang a rank blocked in a system call (default: a
-# stall); PARTS=goodput (not in the default) runs the product's goodput window alone.
+# stall); PARTS=goodput (not in the default) runs the product's goodput window alone; PARTS=drain
+# (not in the default) times the snapshot drain's cost to the training thread.
 set -u
 source bench/gpu_env.sh
 RESULTS=$OUT
@@ -26,6 +27,12 @@ rm -rf /dev/shm/rtj-*
 part paths && timeout 70 python3 bench/snapshot_paths.py --gb 13.7 --dir /dev/shm --threads 1,4,8 \
     --out "$RESULTS/snapshot_paths.json" > /tmp/snapshot_paths.log 2>&1
 echo "snapshot_paths rc $?"
+rm -rf /dev/shm/rtj-*
+# drain: the memory tier's drain beside small GPU ops, by chunk size and copy threads (not in the
+# default PARTS).
+part drain && timeout 120 python3 bench/drain_interference.py --device cuda --gib 13 --rounds 3 \
+    --out "$RESULTS/drain_interference.json" > /tmp/drain_interference.log 2>&1
+part drain && { echo "drain_interference rc $?"; cat /tmp/drain_interference.log; }
 rm -rf /dev/shm/rtj-*
 part populate && timeout 40 python3 bench/populate_lock.py --gb 13.7 --dir /dev/shm --out "$RESULTS/populate_lock.json" \
     > /tmp/populate_lock.log 2>&1
@@ -56,6 +63,6 @@ part norollback && OUT=/tmp/norollback THREADS=${THREADS:-0} NPROC=1 RUNS=throug
 echo "norollback rc $?"
 cp /tmp/norollback/norollback.json "$RESULTS/" 2>/dev/null
 tail -40 /tmp/norollback/summary.txt
-tar czf "$RESULTS/logs.tgz" -C /tmp snapshot_paths.log populate_lock.log persist_copy.log gpu_smoke.log smoke-logs norollback \
+tar czf "$RESULTS/logs.tgz" -C /tmp snapshot_paths.log drain_interference.log populate_lock.log persist_copy.log gpu_smoke.log smoke-logs norollback \
     2>/dev/null
 ls -la "$RESULTS"
