@@ -393,6 +393,9 @@ def run_size(n: int, a: argparse.Namespace, tmp: Path, rng: random.Random) -> di
                     raise TimeoutError(f"N={n}: {len(got)}/{count} events after {timeout} s")
                 cond.wait(left)
 
+    from rtj_trainer.entrypoint import monitor_interval_seconds
+
+    interval = a.monitor_interval if a.monitor_interval is not None else monitor_interval_seconds(n)
     pending: list[dict[str, Any]] = []
     try:
         wait_port(port)
@@ -402,7 +405,7 @@ def run_size(n: int, a: argparse.Namespace, tmp: Path, rng: random.Random) -> di
         for i, w in enumerate(workers):
             ids = list(range(i, n, procs))
             owner.update({lid: i for lid in ids})
-            w.send(cmd="init", port=port, n=n, ids=ids, interval=a.monitor_interval)
+            w.send(cmd="init", port=port, n=n, ids=ids, interval=interval)
         take(lambda e: e["ev"] == "ready", procs, 300)
         client_ps = [psutil.Process(w.proc.pid) for w in workers]
 
@@ -587,7 +590,12 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=4, help="processes hosting the launcher threads")
     parser.add_argument("--runs", type=int, default=1, help="runs per size (each: a new host, a first round)")
     parser.add_argument("--cycles", type=int, default=4, help="loss + replacement cycles per size")
-    parser.add_argument("--monitor-interval", type=float, default=0.5, help="ft_launcher --monitor-interval")
+    parser.add_argument(
+        "--monitor-interval",
+        type=float,
+        default=None,
+        help="ft_launcher --monitor-interval (default: the product's for each size)",
+    )
     parser.add_argument("--detect-delay", type=float, default=1.5, help="order `first`: loss -> round opened")
     parser.add_argument("--quiet", type=float, default=3.0, help="seconds of steady state measured")
     parser.add_argument("--settle", type=float, default=1.0, help="seconds between cycles")

@@ -14,6 +14,7 @@ from rtj_trainer.entrypoint import (
     launcher_command,
     load_config,
     map_exit_code,
+    monitor_interval_seconds,
     reported_permanent_fault,
 )
 from rtj_trainer.runtime_env import RankEnv, rank_env_vars
@@ -222,3 +223,9 @@ def test_a_rank_file_with_a_permanent_fault_stops_the_pod() -> None:
 )
 def test_no_permanent_fault_in_rank_files(docs: list) -> None:
     assert reported_permanent_fault(_reports(docs)) is None
+
+
+def test_the_launchers_monitor_interval_is_short_until_their_store_reads_would_load_the_host() -> None:
+    assert "--monitor-interval=0.1" in _argv()  # 4 pods
+    assert [monitor_interval_seconds(n) for n in (1, 100, 250, 500, 2048)] == [0.1, 0.1, 0.25, 0.5, 0.5]
+    assert "--monitor-interval=0.5" in _argv(nnodes=512)

@@ -116,6 +116,14 @@ HANDOFF_EXIT_SECONDS = 2.0
 #: Seconds ft_launcher waits between SIGTERM and SIGKILL when it stops ranks to restart them.
 WORKERS_STOP_TIMEOUT_SECONDS = 10
 GPU_MEMORY_POLL_SECONDS = 0.1
+#: ft_launcher checks its ranks, and (one store read) whether another launcher opened a restart,
+#: once per monitor interval: a dead rank is seen on average half an interval late, on its own
+#: launcher and then on the others. The shortest and longest interval, and the store reads per
+#: second the job's launchers together make at most between the two (the rendezvous host's load:
+#: bench/rendezvous_scale.py measured 8 to 512 launchers at 0.5 s).
+MONITOR_INTERVAL_FLOOR_SECONDS = 0.1
+MONITOR_INTERVAL_CEILING_SECONDS = 0.5
+MONITOR_STORE_READS_PER_SECOND = 1000.0
 PROGRESS_FILE_NAME = "checkpoint-iteration"
 #: Seconds ft_launcher may linger after every rank finished before it is killed. Its exit barrier
 #: waits up to 300 s for the other pods' workers, so the default stays above that.
@@ -196,6 +204,14 @@ def ranks_deadline(signalled: float, graceful_stop_seconds: float) -> float:
     return signalled + launcher_term_timeout(graceful_stop_seconds) - GRACEFUL_STOP_EXIT_MARGIN_S
 
 
+def monitor_interval_seconds(nnodes: int) -> float:
+    """ft_launcher's monitor interval for a job of `nnodes` pods (pure): the floor, or longer where
+    the launchers' store reads would pass `MONITOR_STORE_READS_PER_SECOND`, up to the ceiling
+    (0.1 s up to 100 pods, 0.25 s at 250, 0.5 s from 500 on)."""
+    interval = round(nnodes / MONITOR_STORE_READS_PER_SECOND, 3)
+    return min(MONITOR_INTERVAL_CEILING_SECONDS, max(MONITOR_INTERVAL_FLOOR_SECONDS, interval))
+
+
 def build_launcher_argv(
     cfg: TrainerConfig,
     *,
@@ -219,7 +235,7 @@ def build_launcher_argv(
         f"--max-restarts={cfg.max_in_job_restarts}",
         f"--term-timeout={max(1, int(term_timeout_seconds))}",
         f"--workers-stop-timeout={WORKERS_STOP_TIMEOUT_SECONDS}",
-        "--monitor-interval=0.5",
+        f"--monitor-interval={monitor_interval_seconds(cfg.nnodes):g}",
         # Hang detection: a rank silent past these is killed and the workers restarted.
         f"--ft-initial-rank-heartbeat-timeout={cfg.rank_initial_timeout_seconds:g}",
         f"--ft-rank-heartbeat-timeout={cfg.rank_hang_timeout_seconds:g}",
