@@ -14,6 +14,11 @@ stand-in copies the "device" bytes (tests/trainer_ckpt/host_device.py's way), wi
 thread.
 
     PYTHONPATH=trainer-image python bench/drain_interference.py --device cuda --gib 13 --out F
+
+`--persist DIR` adds the persist's cost: the product's persisted copy (`shard_io.copy_shard`, a
+memory-tier snapshot of `--gib` into a partial under DIR, the persisted tier's disk) run in a thread
+of this process, as a rank persists today, and in a child process (a persist outside the rank),
+each beside the same small ops, alternating with the ops alone.
 """
 
 from __future__ import annotations
@@ -23,7 +28,11 @@ import contextlib
 import json
 import mmap
 import os
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -107,31 +116,131 @@ def one(device: torch.device, pipe: ChunkPipe, src: torch.Tensor, dst: torch.Ten
     return {"rate": rate, **spent}
 
 
+def persist_once(src: str, dst_root: str) -> float:
+    """The product's persisted copy of the snapshot `src` into a new partial under `dst_root`."""
+    from rtj_trainer.checkpoint.shard_io import WriteControl, copy_shard
+
+    partial = tempfile.mkdtemp(prefix="step.partial-", dir=dst_root)
+    try:
+        t0 = time.perf_counter()
+        copy_shard(src, partial, 0, WriteControl())
+        return time.perf_counter() - t0
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def persist_beside(device: torch.device, src: str, dst_root: str, where: str) -> dict[str, float]:
+    """The main thread's rate while one persist runs in a thread of ours or in a child process."""
+    done = threading.Event()
+    spent: dict[str, float] = {}
+
+    def in_thread() -> None:
+        spent["persist_s"] = persist_once(src, dst_root)
+        done.set()
+
+    def in_child() -> None:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, __file__, "--persist-child", src, dst_root], check=True)
+        spent["persist_s"] = time.perf_counter() - t0  # the child's start included
+        done.set()
+
+    worker = threading.Thread(target=in_thread if where == "thread" else in_child)
+    worker.start()
+    rate = main_thread_rate(device, 0.0, done)
+    worker.join()
+    return {"rate": rate, **spent}
+
+
+def persist_rows(device: torch.device, gib: float, src_dir: str, dst_dir: str, rounds: int) -> dict[str, Any]:
+    from rtj_trainer.checkpoint.shard_io import WriteControl, write_shard
+    from rtj_trainer.checkpoint_format import write_local_meta
+
+    src_root = tempfile.mkdtemp(prefix="rtj-drain-interference-src-", dir=src_dir)
+    dst_root = tempfile.mkdtemp(prefix="rtj-drain-interference-dst-", dir=dst_dir)
+    rows: dict[str, Any] = {}
+    try:
+        src = os.path.join(src_root, "step-1")
+        os.makedirs(src)
+        data = torch.randint(0, 256, (int(gib * (1 << 30)),), dtype=torch.uint8)
+        files = write_shard(
+            src, 0, [data], {"state": ["x"], "extra": {}}, WriteControl(), throttle=False, checksum=False
+        )
+        del data
+        meta = {
+            "step": 1,
+            "nonce": 1,
+            "worldSize": 1,
+            "rank": 0,
+            "time": "2026-12-06T00:00:00Z",
+            "files": files,
+        }
+        write_local_meta(src, meta)
+        for where in ("thread", "process"):
+            rel, took = [], []
+            for _ in range(rounds):
+                alone = main_thread_rate(device, 1.0, None)
+                r = persist_beside(device, src, dst_root, where)
+                rel.append(r["rate"] / alone)
+                took.append(r["persist_s"])
+            rows[f"persist in a {where}"] = row = {
+                "main_rate_relative": [round(x, 3) for x in rel],
+                "median_relative": round(statistics.median(rel), 3),
+                "persist_s": [round(x, 2) for x in took],
+            }
+            print(
+                f"persist in a {where:7s}: main thread {row['median_relative']:.3f} of its rate alone "
+                f"({row['main_rate_relative']}); persist {row['persist_s']} s",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(src_root, ignore_errors=True)
+        shutil.rmtree(dst_root, ignore_errors=True)
+    return rows
+
+
 def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--persist-child":
+        persist_once(sys.argv[2], sys.argv[3])
+        return
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     default = "cuda" if torch.cuda.is_available() else "cpu"
     p.add_argument("--device", choices=("cuda", "cpu"), default=default)
     p.add_argument("--gib", type=float, default=2.0, help="the drained snapshot's size")
     p.add_argument("--dir", default="/dev/shm", help="where the slot file goes (a tmpfs)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--persist", default=None, help="also time a persist into this directory (a disk)")
+    p.add_argument("--no-drain", action="store_true", help="only the persist rows")
     p.add_argument("--out", default=None)
     a = p.parse_args()
     device = torch.device(a.device)
     if device.type == "cpu":
         torch.set_num_threads(1)  # the stand-in's "device" copies stay on the writer's thread
-    nbytes = int(a.gib * (1 << 30))
+    results: dict[str, Any] = {}
+    if not a.no_drain:
+        results.update(drain_rows(device, a.gib, a.dir, a.rounds))
+    if a.persist:
+        results.update(persist_rows(device, a.gib, a.dir, a.persist, a.rounds))
+    out = {"device": a.device, "gib": a.gib, "rounds": a.rounds, "results": results}
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name()
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=1))
+
+
+def drain_rows(device: torch.device, gib: float, slot_dir: str, rounds: int) -> dict[str, Any]:
+    nbytes = int(gib * (1 << 30))
     src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device)
-    path = os.path.join(a.dir, f"rtj-drain-interference-{os.getpid()}")
+    path = os.path.join(slot_dir, f"rtj-drain-interference-{os.getpid()}")
+    results: dict[str, Any] = {}
     try:
         dst = mapped_file(path, nbytes)
         ops = CUDA if device.type == "cuda" else HostOps()
-        results: dict[str, Any] = {}
         for mib, threads, depth in CONFIGS:
             pipe = ChunkPipe(0, threads, chunk_bytes=mib << 20, depth=depth, ops=ops)
             pipe.allocate()
             one(device, pipe, src, dst)  # warm: the chunks' first use
             rel, drains = [], []
-            for _ in range(a.rounds):
+            for _ in range(rounds):
                 alone = main_thread_rate(device, 1.0, None)
                 r = one(device, pipe, src, dst)
                 rel.append(r["rate"] / alone)
@@ -139,26 +248,21 @@ def main() -> None:
             pipe.close()
             assert torch.equal(dst[: 1 << 20].to(device), src[: 1 << 20])
             key = f"{mib}MiB x{depth} {threads}thr"
-            results[key] = {
+            results[key] = row = {
                 "main_rate_relative": [round(x, 3) for x in rel],
                 "median_relative": round(statistics.median(rel), 3),
                 "drain_s": [round(x, 3) for x in drains],
                 "gb_per_s": round(nbytes / statistics.median(drains) / 1e9, 2),
             }
             print(
-                f"chunks {key:16s}: main thread {results[key]['median_relative']:.3f} of its rate alone "
-                f"({results[key]['main_rate_relative']}); drain {results[key]['drain_s']} s, "
-                f"{results[key]['gb_per_s']} GB/s",
+                f"chunks {key:16s}: main thread {row['median_relative']:.3f} of its rate alone "
+                f"({row['main_rate_relative']}); drain {row['drain_s']} s, {row['gb_per_s']} GB/s",
                 flush=True,
             )
     finally:
         with contextlib.suppress(OSError):
             os.remove(path)
-    out = {"device": a.device, "gib": a.gib, "rounds": a.rounds, "results": results}
-    if device.type == "cuda":
-        out["gpu"] = torch.cuda.get_device_name()
-    if a.out:
-        Path(a.out).write_text(json.dumps(out, indent=1))
+    return results
 
 
 if __name__ == "__main__":

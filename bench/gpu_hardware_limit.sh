@@ -28,9 +28,9 @@ part paths && timeout 70 python3 bench/snapshot_paths.py --gb 13.7 --dir /dev/sh
     --out "$RESULTS/snapshot_paths.json" > /tmp/snapshot_paths.log 2>&1
 echo "snapshot_paths rc $?"
 rm -rf /dev/shm/rtj-*
-# drain: the memory tier's drain beside small GPU ops, by chunk size and copy threads (not in the
-# default PARTS).
-part drain && timeout 120 python3 bench/drain_interference.py --device cuda --gib 13 --rounds 3 \
+# drain: the memory tier's drain beside small GPU ops, by chunk size and copy threads, and a
+# 13 GiB persist in a thread of the process against one in a child process (not in the default PARTS).
+part drain && timeout 240 python3 bench/drain_interference.py --device cuda --gib 13 --rounds 3 --persist /tmp \
     --out "$RESULTS/drain_interference.json" > /tmp/drain_interference.log 2>&1
 part drain && { echo "drain_interference rc $?"; cat /tmp/drain_interference.log; }
 rm -rf /dev/shm/rtj-*
