@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import inspect
 import os
+import queue
 import re
 import signal
 import threading
@@ -65,6 +66,8 @@ def restore(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     monkeypatch.setattr(pw, "pause_and_synchronize", pw.pause_and_synchronize)
     mt = inprocess.monitor_thread
     monkeypatch.setattr(mt, "async_abort_main_thread", mt.async_abort_main_thread)
+    mp = inprocess.monitor_process.MonitorProcess
+    monkeypatch.setattr(mp, "run", mp.__dict__["run"])  # the staticmethod itself
     handler = signal.getsignal(nvrx_patches.ABORT_SIGNAL)
     yield monkeypatch
     signal.signal(nvrx_patches.ABORT_SIGNAL, handler)
@@ -208,6 +211,59 @@ def test_the_monitor_thread_waits_for_the_main_thread_twice_in_an_abort() -> Non
     pause = _source(inprocess.progress_watchdog.ProgressWatchdog.pause_and_synchronize)
     assert "self.paused.wait()" in pause
     assert "PyThreadState_SetAsyncExc" in _source(inprocess.monitor_thread.async_raise)
+
+
+def test_the_monitor_process_runs_run_with_its_queue_and_timeouts_by_keyword() -> None:
+    """What `apply_deadline_wakeup` wraps: the forked monitor process calls the static `run` it was
+    built with (`self.run`, looked up when the MonitorProcess is made) with keyword arguments, the
+    queue and both timeouts among them; its loop reads `(message, content)` pairs from the queue."""
+    mp = inprocess.monitor_process
+    init = _source(mp.MonitorProcess.__init__)
+    assert "'fn': self.run" in init
+    assert all(f"'{k}': {k}" in init for k in ("soft_timeout", "hard_timeout")), init
+    assert "'msg_queue': self.msg_queue" in init
+    assert "fn(*fn_args, **fn_kwargs)" in _source(mp.daemonize_fn)
+    assert isinstance(mp.MonitorProcess.__dict__["run"], staticmethod)
+    assert "msg, content = msg_queue.get(timeout=interval.total_seconds())" in _source(mp.MonitorProcess.run)
+    assert "def send_timestamp(self, timestamp):" in _source(mp.MonitorProcess)
+    assert "(Message.TIMESTAMP, timestamp)" in _source(mp.MonitorProcess.send_timestamp)
+
+
+def test_the_patched_run_gets_its_queue_behind_the_deadline_queue(restore: pytest.MonkeyPatch) -> None:
+    mp = inprocess.monitor_process
+    got: dict[str, Any] = {}
+    restore.setattr(mp.MonitorProcess, "run", staticmethod(lambda **kw: got.update(kw)))
+    nvrx_patches.apply_deadline_wakeup()
+    nvrx_patches.apply_deadline_wakeup()  # once
+    q: queue.Queue[Any] = queue.Queue()
+    soft, hard = datetime.timedelta(seconds=5), datetime.timedelta(seconds=9)
+    mp.MonitorProcess.run(msg_queue=q, soft_timeout=soft, hard_timeout=hard, rank=3)
+    assert got["rank"] == 3 and got["soft_timeout"] is soft and got["hard_timeout"] is hard
+    assert isinstance(got["msg_queue"], nvrx_patches._DeadlineQueue) and got["msg_queue"]._queue is q
+    assert got["msg_queue"].qsize() == 0  # the rest is the queue's
+
+
+def test_the_deadline_queue_comes_back_empty_at_the_soft_then_the_hard_deadline() -> None:
+    """The loop checks the timeouts after an empty get: it is woken when they fall due, not a poll
+    later; once both have passed, a get waits its whole timeout again (no busy loop)."""
+    mp = inprocess.monitor_process
+    q: queue.Queue[Any] = queue.Queue()
+    dq = nvrx_patches._DeadlineQueue(q, mp.Message.TIMESTAMP, 10.0, 10.4)
+    now = time.monotonic()
+    stamp = inprocess.progress_watchdog.Timestamp(auto=now, manual=now - 9.8)  # soft due in 0.2 s
+    q.put((mp.Message.TIMESTAMP, stamp))
+    assert dq.get(timeout=1.0) == (mp.Message.TIMESTAMP, stamp)
+    for due in (10.0, 10.4):  # soft, then hard, of the manual timestamp
+        t0 = time.monotonic()
+        with pytest.raises(queue.Empty):
+            dq.get(timeout=3.0)
+        assert time.monotonic() - t0 < 1.0 and stamp.is_timed_out(datetime.timedelta(seconds=due))
+    t0 = time.monotonic()
+    with pytest.raises(queue.Empty):
+        dq.get(timeout=0.3)  # the auto timestamp's deadlines are 10 s away: the full timeout
+    assert time.monotonic() - t0 >= 0.3
+    q.put((mp.Message.ITERATION_START, (0, 1, 0)))
+    assert dq.get(timeout=1.0)[0] is mp.Message.ITERATION_START
 
 
 class _NoMonitorProcess:

@@ -18,7 +18,8 @@ What, and who applies it:
   only user of `nvidia_resiliency_ext.inprocess` (see below), `set_progress_deadline` (its
   progress watchdog's timestamp; `report.RankReporter` calls it with the learned hang budgets) and
   `apply_interrupting_abort` (`monitor_thread.async_abort_main_thread` and
-  `progress_watchdog.ProgressWatchdog.pause_and_synchronize`, which `inprocess_wrapper` applies).
+  `progress_watchdog.ProgressWatchdog.pause_and_synchronize`) and `apply_deadline_wakeup`
+  (`monitor_process.MonitorProcess.run`), both of which `inprocess_wrapper` applies.
 - log text of torch and NVRx we match: `STORE_POLL_TIMEOUT` (`log_filter`), `LOST_STORE`
   (`rendezvous_loss`), `PEER_FAILURE_MARKERS` (`inprocess.classify_exception`).
 - CPython's private exit steps, in a rank forked by `rank_forkserver`: `run_interpreter_exit`.
@@ -226,6 +227,7 @@ def inprocess_wrapper[T](
     if not gpu_restart_probes:
         wrapper.restart_health_check = wrapper.health_check
     apply_interrupting_abort()
+    apply_deadline_wakeup()
     wrapped: Callable[[], T] = wrapper(_annotated_entry(entry))
     return wrapped
 
@@ -306,6 +308,74 @@ def _interrupt_main_thread() -> None:
 def _raise_pending_abort(signum: int, frame: Any) -> None:
     """`ABORT_SIGNAL`'s handler: nothing of its own. Running it lets the interpreter raise the
     exception NVRx set on the main thread; without one pending, the interrupted call goes on."""
+
+
+#: How long after a deadline the monitor process wakes to check it (NVRx's check is a strict `>`).
+DEADLINE_WAKE_MARGIN_SECONDS = 0.002
+
+
+class _DeadlineQueue:
+    """The monitor process's message queue, whose blocking `get` also comes back empty at the next
+    soft or hard deadline of the last timestamp it passed on; everything else is the queue's."""
+
+    def __init__(self, queue: Any, timestamp_message: Any, *timeouts_s: float) -> None:
+        self._queue = queue
+        self._timestamp_message = timestamp_message
+        self._timeouts_s = timeouts_s
+        self._deadlines: list[float] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if block and timeout is not None:
+            now = time.monotonic()
+            ahead = [d - now for d in self._deadlines if d > now]
+            if ahead:
+                timeout = min(timeout, min(ahead) + DEADLINE_WAKE_MARGIN_SECONDS)
+        message = self._queue.get(block, timeout)
+        kind, content = message
+        if kind == self._timestamp_message:
+            stamps = [t for t in (content.auto, content.manual) if t is not None]
+            self._deadlines = [t + limit for t in stamps for limit in self._timeouts_s]
+        return message
+
+
+def apply_deadline_wakeup() -> None:
+    """Make NVRx's monitor process check a rank's soft and hard timeouts when they fall due, not on
+    its next poll.
+
+    `monitor_process.MonitorProcess.run` loops on `msg_queue.get(timeout=interval)` and checks the
+    timeouts (`Timestamp.is_timed_out`) only after a get came back empty, so a deadline was seen up
+    to one poll plus one watchdog interval late (0.05 + 0.1 s here; a 5 s hang budget fired 0.06-
+    0.16 s late on CPU and on an H100). Patched: `run` (a static method, which the forked monitor
+    process runs with keyword arguments) gets its queue behind `_DeadlineQueue`, whose `get` also
+    returns empty just after the soft or hard deadline of the last timestamp the loop received, so
+    the loop's own check runs then. The loop, its checks and the interval are NVRx's; patches once.
+    """
+    from nvidia_resiliency_ext.inprocess import monitor_process
+
+    run = monitor_process.MonitorProcess.run
+    if getattr(run, _PATCHED, False):
+        return
+
+    @_patched
+    def _run_waking_at_deadlines(
+        *args: Any,
+        msg_queue: Any,
+        soft_timeout: datetime.timedelta,
+        hard_timeout: datetime.timedelta,
+        **kwargs: Any,
+    ) -> Any:
+        queue = _DeadlineQueue(
+            msg_queue,
+            monitor_process.Message.TIMESTAMP,
+            soft_timeout.total_seconds(),
+            hard_timeout.total_seconds(),
+        )
+        return run(*args, msg_queue=queue, soft_timeout=soft_timeout, hard_timeout=hard_timeout, **kwargs)
+
+    monitor_process.MonitorProcess.run = staticmethod(_run_waking_at_deadlines)
 
 
 def _finalize_on_restart(on_restart: OnRestart) -> Any:
