@@ -35,6 +35,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +118,24 @@ def one(device: torch.device, pipe: ChunkPipe, src: torch.Tensor, dst: torch.Ten
     return {"rate": rate, **spent}
 
 
+def alternate(
+    device: torch.device, rounds: int, beside: Callable[[], dict[str, float]], seconds: str
+) -> dict[str, Any]:
+    """`rounds` times: the main thread's rate alone for a second, then beside `beside()` (which
+    returns that rate and `seconds`); the ratios and the seconds."""
+    rel, took = [], []
+    for _ in range(rounds):
+        alone = main_thread_rate(device, 1.0, None)
+        r = beside()
+        rel.append(r["rate"] / alone)
+        took.append(r[seconds])
+    return {
+        "main_rate_relative": [round(x, 3) for x in rel],
+        "median_relative": round(statistics.median(rel), 3),
+        seconds: [round(x, 3) for x in took],
+    }
+
+
 def persist_once(src: str, dst_root: str) -> float:
     """The product's persisted copy of the snapshot `src` into a new partial under `dst_root`."""
     from rtj_trainer.checkpoint.shard_io import WriteControl, copy_shard
@@ -176,17 +196,10 @@ def persist_rows(device: torch.device, gib: float, src_dir: str, dst_dir: str, r
         }
         write_local_meta(src, meta)
         for where in ("thread", "process"):
-            rel, took = [], []
-            for _ in range(rounds):
-                alone = main_thread_rate(device, 1.0, None)
-                r = persist_beside(device, src, dst_root, where)
-                rel.append(r["rate"] / alone)
-                took.append(r["persist_s"])
-            rows[f"persist in a {where}"] = row = {
-                "main_rate_relative": [round(x, 3) for x in rel],
-                "median_relative": round(statistics.median(rel), 3),
-                "persist_s": [round(x, 2) for x in took],
-            }
+            row = alternate(
+                device, rounds, partial(persist_beside, device, src, dst_root, where), "persist_s"
+            )
+            rows[f"persist in a {where}"] = row
             print(
                 f"persist in a {where:7s}: main thread {row['median_relative']:.3f} of its rate alone "
                 f"({row['main_rate_relative']}); persist {row['persist_s']} s",
@@ -239,20 +252,13 @@ def drain_rows(device: torch.device, gib: float, slot_dir: str, rounds: int) -> 
             pipe = ChunkPipe(0, threads, chunk_bytes=mib << 20, depth=depth, ops=ops)
             pipe.allocate()
             one(device, pipe, src, dst)  # warm: the chunks' first use
-            rel, drains = [], []
-            for _ in range(rounds):
-                alone = main_thread_rate(device, 1.0, None)
-                r = one(device, pipe, src, dst)
-                rel.append(r["rate"] / alone)
-                drains.append(r["drain_s"])
+            row = alternate(device, rounds, partial(one, device, pipe, src, dst), "drain_s")
             pipe.close()
             assert torch.equal(dst[: 1 << 20].to(device), src[: 1 << 20])
             key = f"{mib}MiB x{depth} {threads}thr"
             results[key] = row = {
-                "main_rate_relative": [round(x, 3) for x in rel],
-                "median_relative": round(statistics.median(rel), 3),
-                "drain_s": [round(x, 3) for x in drains],
-                "gb_per_s": round(nbytes / statistics.median(drains) / 1e9, 2),
+                **row,
+                "gb_per_s": round(nbytes / statistics.median(row["drain_s"]) / 1e9, 2),
             }
             print(
                 f"chunks {key:16s}: main thread {row['median_relative']:.3f} of its rate alone "
