@@ -286,9 +286,9 @@ class DeviceStage:
         self._drained: Any = None  # the last drain's reads of `flat` are done once it has happened
         #: A load begun ahead of need; `load` with its key takes it, anything else discards it.
         self.prefetched: Prefetch | None = None
-        #: The last prefetch once taken or discarded: (its key, whether a load took its buffer,
-        #: the seconds it took). For the resume's record.
-        self.last_prefetch: tuple[Hashable, bool, float | None] | None = None
+        #: The last prefetch once taken or discarded: (whether a load took its buffer, the seconds
+        #: it took). For the resume's record.
+        self.last_prefetch: tuple[bool, float | None] | None = None
 
     def size(self) -> int:
         return self.flat.numel() if self.flat is not None else -1
@@ -353,7 +353,7 @@ class DeviceStage:
             return
         if pending.take() is not None:
             self.ops.release()
-        self.last_prefetch = (pending.key, False, pending.seconds)
+        self.last_prefetch = (False, pending.seconds)
 
     def load(self, whole: torch.Tensor, device: int, key: Hashable = None) -> torch.Tensor | None:
         """The flat host bytes `whole` (a mapped snapshot) copied into a new CUDA buffer, or None
@@ -363,7 +363,7 @@ class DeviceStage:
         if pending is not None and key is not None and pending.key == key:
             self.prefetched = None
             flat = pending.take()
-            self.last_prefetch = (pending.key, flat is not None, pending.seconds)
+            self.last_prefetch = (flat is not None, pending.seconds)
             if flat is not None:
                 return flat
         self.discard_prefetch()

@@ -401,7 +401,7 @@ class CheckpointManager:
         last = memory.device.last_prefetch if memory is not None and memory.device is not None else None
         if self._prefetched is None or last is None:
             return None
-        _key, used, seconds = last
+        used, seconds = last
         took = None if seconds is None else round(seconds, 3)
         return {"step": self._prefetched[0], "used": used, "seconds": took}
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from rtj.contract import FaultReason
 
 from ..checkpoint_format import (
@@ -325,26 +326,30 @@ class MemoryTier:
             return None
         for step, nonce in self.snapshots()[:1]:
             try:
-                snap_dir, manifest = self._manifest(step, nonce)
-                _index, size = read_index(snap_dir, self.rank, manifest)
-                path = self.slot_file(snap_dir)
-                whole = self.ring.mapped(path, size)
+                _manifest, _index, path, whole = self._mapped_slot(step, nonce)
             except (CheckpointError, OSError, KeyError, ValueError) as e:
                 log.info("no prefetch of memory snapshot %d: %r", step, e)
                 return None
-            self.device.prefetch((path, size, device), whole, device)
+            self.device.prefetch((path, whole.numel(), device), whole, device)
             return step, nonce
         return None
+
+    def _mapped_slot(self, step: int, nonce: int) -> tuple[Manifest, ShardIndex, str, torch.Tensor]:
+        """(manifest, index, slot file, its bytes mapped) of this rank's ring snapshot (step, nonce)."""
+        assert self.ring is not None
+        snap_dir, manifest = self._manifest(step, nonce)
+        index, size = read_index(snap_dir, self.rank, manifest)
+        path = self.slot_file(snap_dir)
+        return manifest, index, path, self.ring.mapped(path, size)
 
     def read(self, step: int, nonce: int) -> Shard:
         """This rank's snapshot (step, nonce), its tensors mapped from the file (raises
         CheckpointError, OSError)."""
-        snap_dir, manifest = self._manifest(step, nonce)
         if self.ring is None:
+            snap_dir, manifest = self._manifest(step, nonce)
             return manifest, read_shard(snap_dir, self.rank, manifest)
-        index, size = read_index(snap_dir, self.rank, manifest)
-        path = self.slot_file(snap_dir)
-        whole = self.ring.mapped(path, size)
+        manifest, index, path, whole = self._mapped_slot(step, nonce)
+        size = whole.numel()
         if self.device is not None and self.device.ops.active():  # the state lives on the GPU
             try:
                 device = self.device.ops.current_device()
