@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 from peer_saver import pod_root
-from rtj_local.procs import free_port
+from rtj_local.procs import free_port, free_port_run
 from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint_format import latest_valid, local_rank_dir, local_snapshots, read_local_meta
 from rtj_trainer.peer_replica import replicas_root
@@ -294,7 +294,7 @@ def test_the_entrypoint_serves_replicas_on_its_slots_port_and_tells_its_ranks(tm
     from rtj_trainer.peer_replica import list_held
     from rtj_trainer.runtime_env import RankEnv
 
-    base = free_port()
+    base = free_port_run(4)  # slot s serves on base + s
     cfg = TrainerConfig.model_validate(
         {
             "jobName": "train",

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from fsdp_job import VENV_BIN
 from rtj.contract import replica_service_name
-from rtj_local.procs import free_port, kill_tree
+from rtj_local.procs import free_port, free_port_run, kill_tree
 from rtj_local.wait import wait_for
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(900)]
@@ -36,7 +36,7 @@ class TwoPods:
         self.tmp = tmp
         self.log_dir = tmp / "logs"
         self.ckpt = tmp / "ckpt"
-        self.rdzv_port, self.replica_port = free_port(), free_port()
+        self.rdzv_port, self.replica_port = free_port(), free_port_run(2)  # slot s: replica_port + s
         self.hosts = tmp / "hosts"
         names = " ".join(f"{replica_service_name(JOB, s)}.default.svc" for s in (0, 1))
         self.hosts.write_text(Path("/etc/hosts").read_text() + f"\n127.0.0.1 {names}\n")

@@ -191,6 +191,8 @@ class CheckpointManager:
             write_s=self._p.memory.last_write_s if self._p.memory is not None else 0.0,
             step_s=schedule.step_s,
         )
+        if self._p.replication is not None and not agreed.any_busy and not agreed.any_replicating:
+            self._p.replication.settle()
         decision = schedule.decide(step, persist_due, memory_due, agreed)
         if decision.skipped:
             self.saves_skipped += 1

@@ -40,7 +40,7 @@ class Parts:
 
     def protected(self) -> tuple[str | None, ...]:
         """Memory snapshots kept whatever their age: being persisted, being replicated, replicated last."""
-        replica = self.replication.protected() if self.replication is not None else (None, None)
+        replica = self.replication.protected() if self.replication is not None else ()
         return (self.persistent.persist_source, *replica)
 
     def set_world_size(self, world_size: int) -> None:
