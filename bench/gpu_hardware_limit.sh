@@ -37,8 +37,8 @@ rm -rf /dev/shm/rtj-*
 part populate && timeout 40 python3 bench/populate_lock.py --gb 13.7 --dir /dev/shm --out "$RESULTS/populate_lock.json" \
     > /tmp/populate_lock.log 2>&1
 echo "populate_lock rc $?"; cat "$RESULTS/populate_lock.json"
-part persist && timeout 150 python3 bench/persist_copy.py --gb 13.7 --src /dev/shm --dst /tmp --threads 1,4,8 \
-    --out "$RESULTS/persist_copy.json" > /tmp/persist_copy.log 2>&1
+part persist && timeout "${PERSIST_TIMEOUT:-150}" python3 bench/persist_copy.py --gb 13.7 --src /dev/shm --dst /tmp \
+    --threads "${PERSIST_THREADS:-1,4,8}" ${PERSIST_NO_LOOP:+--no-loop} --out "$RESULTS/persist_copy.json" > /tmp/persist_copy.log 2>&1
 echo "persist_copy rc $?"; cat "$RESULTS/persist_copy.json"
 rm -rf /dev/shm/rtj-*
 part smoke && timeout 150 python3 bench/gpu_smoke.py --nproc 1 --steps 200 --hang-step 100 --sigkill-step 150 \

@@ -4,11 +4,17 @@ tier's disk), fsync included. Rows:
 
 - `loop_s`: one thread reading 64 MiB into a new buffer, writing it and adding it to the CRC32 in
   turn (the copy before 2026-12-06);
-- `copy_<n>t_s`: `copy_shard` with n writer threads over the mapped snapshot, the CRC32 computed
-  meanwhile;
+- `mapped_4t_s`: 4 threads writing from the snapshot mapped into the process while the calling
+  thread computes the CRC32 over the mapping (the copy from 2026-12-06 until `copy_shard` read the
+  snapshot instead);
+- `copy_<n>t_s`: `copy_shard` with n writer threads (the snapshot read into reused buffers, the
+  CRC32 computed meanwhile);
 - `crc_alone_s`: the CRC32 of the mapped bytes, nothing else.
 
-Each copy is checked against the source's CRC32. One JSON line.
+Beside each copy another thread maps and unmaps 2 MiB every 2 ms (as training's allocations do):
+`<row>_probe_max_wait_s` is its longest wait, what a training step could stall for while the copy
+holds the process's mmap lock (faulting in the mapping, unmapping it). Each copy is checked
+against the source's CRC32. One JSON line.
 
     PYTHONPATH=trainer-image python bench/persist_copy.py --gb 2 --src /dev/shm --dst /tmp
 """
@@ -20,8 +26,11 @@ import mmap
 import os
 import shutil
 import tempfile
+import threading
 import time
 import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from rtj_trainer.checkpoint.shard_io import WriteControl, copy_shard, write_shard
@@ -54,12 +63,67 @@ def previous_loop(src: str, dst: str) -> int:
     return crc
 
 
+def previous_mapped(src: str, dst: str, threads: int = 4) -> int:
+    """The snapshot mapped, `threads` threads writing its pieces, this thread's CRC32 meanwhile."""
+    with open(os.path.join(src, shard_bin(0)), "rb") as fin:
+        size = os.fstat(fin.fileno()).st_size
+        mapped = mmap.mmap(fin.fileno(), size, prot=mmap.PROT_READ)
+    view = memoryview(mapped)
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    crc = 0
+
+    def write(at: int) -> None:
+        piece, done = view[at : at + CHUNK_BYTES], 0
+        while done < len(piece):
+            done += os.pwrite(fd, piece[done:], at + done)
+        piece.release()
+
+    with ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(write, at) for at in range(0, size, CHUNK_BYTES)]
+        for at in range(0, size, CHUNK_BYTES):
+            with view[at : at + CHUNK_BYTES] as piece:
+                crc = zlib.crc32(piece, crc)
+        for f in futures:
+            f.result()
+    os.fsync(fd)
+    os.close(fd)
+    view.release()
+    mapped.close()
+    return crc
+
+
+def beside_probe(copy: Callable[[], int]) -> tuple[int, float, float]:
+    """(copy's result, its seconds, the longest wait of a 2 MiB map and unmap in another thread)."""
+    stop, waits = threading.Event(), [0.0]
+
+    def probe() -> None:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            m = mmap.mmap(-1, 2 << 20)
+            m[0] = 1
+            m.close()
+            waits.append(time.perf_counter() - t0)
+            time.sleep(0.002)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    t0 = time.perf_counter()
+    try:
+        result = copy()
+    finally:
+        seconds = time.perf_counter() - t0
+        stop.set()
+        prober.join()
+    return result, seconds, max(waits)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gb", type=float, default=2.0)
     p.add_argument("--src", default="/dev/shm", help="a tmpfs: where the memory tier lives")
     p.add_argument("--dst", default="/tmp", help="the persisted tier's disk")
     p.add_argument("--threads", default="1,2,4,8")
+    p.add_argument("--no-loop", action="store_true", help="leave out the loop's row (the slowest)")
     p.add_argument("--out", help="also write the JSON line here")
     a = p.parse_args()
     src_root = tempfile.mkdtemp(prefix="rtj-persist-src-", dir=a.src)
@@ -73,17 +137,23 @@ def main() -> None:
         want = zlib.crc32(m)
         out["crc_alone_s"] = time.perf_counter() - t0
         m.close()
-        t0 = time.perf_counter()
-        got = previous_loop(src, os.path.join(dst_root, "loop.bin"))
-        out["loop_s"] = time.perf_counter() - t0
+        if not a.no_loop:
+            got, out["loop_s"], out["loop_probe_max_wait_s"] = beside_probe(
+                lambda: previous_loop(src, os.path.join(dst_root, "loop.bin"))
+            )
+            assert got == want
+            os.unlink(os.path.join(dst_root, "loop.bin"))
+        got, out["mapped_4t_s"], out["mapped_4t_probe_max_wait_s"] = beside_probe(
+            lambda: previous_mapped(src, os.path.join(dst_root, "mapped.bin"))
+        )
         assert got == want
-        os.unlink(os.path.join(dst_root, "loop.bin"))
+        os.unlink(os.path.join(dst_root, "mapped.bin"))
         for n in [int(x) for x in a.threads.split(",")]:
             partial = os.path.join(dst_root, f"partial-{n}")
             os.makedirs(partial)
-            t0 = time.perf_counter()
-            files = copy_shard(src, partial, 0, WriteControl(), threads=n)
-            out[f"copy_{n}t_s"] = time.perf_counter() - t0
+            files, out[f"copy_{n}t_s"], out[f"copy_{n}t_probe_max_wait_s"] = beside_probe(
+                lambda: copy_shard(src, partial, 0, WriteControl(), threads=n)  # noqa: B023
+            )
             assert files[shard_bin(0)]["crc32"] == want
             shutil.rmtree(partial)
     finally:

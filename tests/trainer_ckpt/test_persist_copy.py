@@ -1,10 +1,13 @@
-"""The persisted copy of a memory snapshot (`shard_io.copy_shard`): the mapped snapshot written by
-several threads while the calling thread computes the CRC32. Real files; a shard of a few 64 MiB
-pieces and an odd tail, so that every thread writes and the last piece is short."""
+"""The persisted copy of a memory snapshot (`shard_io.copy_shard`): the calling thread reads the
+snapshot in pieces and computes the CRC32 while several threads write the pieces, and the snapshot
+is never mapped into the rank (its munmap would hold the rank's mmap lock). Real files; a shard of
+a few 64 MiB pieces and an odd tail, so that every thread writes and the last piece is short."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
 import zlib
 from pathlib import Path
 
@@ -67,3 +70,43 @@ def test_a_snapshot_whose_file_has_another_size_is_refused(tmp_path: Path) -> No
     with pytest.raises(CheckpointError, match="sizes it was committed with"):
         copy_shard(src, str(partial), 0, WriteControl())
     assert not (partial / shard_bin(0)).exists()
+
+
+def test_the_snapshot_is_never_mapped_while_it_is_copied(tmp_path: Path) -> None:
+    src, data = _snapshot(tmp_path, 3 * CHUNK_BYTES)
+    partial = tmp_path / "persist" / "partial"
+    partial.mkdir(parents=True)
+    control = WriteControl(bytes_per_s=len(data) / 1.5)  # ~1.5 s: time to look at the mappings
+    done, seen = threading.Event(), []
+
+    def look() -> None:
+        while not done.is_set():
+            seen.append(Path("/proc/self/maps").read_text())
+            done.wait(0.05)
+
+    looker = threading.Thread(target=look)
+    looker.start()
+    try:
+        copy_shard(src, str(partial), 0, control, threads=2)
+    finally:
+        done.set()
+        looker.join()
+    assert len(seen) > 10
+    assert not [m for m in seen if os.path.join(src, shard_bin(0)) in m]
+    assert (partial / shard_bin(0)).read_bytes() == data
+
+
+def test_a_full_disk_ends_the_copy_with_its_error_and_leaves_no_shard(tmp_path: Path) -> None:
+    src, _data = _snapshot(tmp_path, 4 * CHUNK_BYTES)
+    disk = tmp_path / "small"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(disk)], check=True)
+    try:
+        partial = disk / "partial"
+        partial.mkdir()
+        with pytest.raises(OSError) as raised:
+            copy_shard(src, str(partial), 0, WriteControl(), threads=3)
+        assert raised.value.errno == 28  # ENOSPC, from a writer thread
+        assert not (partial / shard_bin(0)).exists() and not (partial / shard_idx(0)).exists()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -8,9 +8,8 @@ CHUNK_BYTES write.
 
 from __future__ import annotations
 
-import contextlib
-import mmap
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -190,42 +189,29 @@ def copy_shard(
 ) -> FileSums:
     """Copy this rank's memory-tier shard `src` into a partial under root, computing its CRC32 on
     the way (the memory tier has no checksums: committed by rename, in RAM; the persisted copy does).
-    The snapshot is mapped, never read into buffers: `threads` threads write its 64 MiB pieces while
-    this thread computes the CRC32 of the same bytes."""
+    This thread reads 64 MiB pieces in order into a few reused buffers and adds each to the CRC32
+    while `threads` threads write the pieces read before (`_copy_pieces`)."""
     files = read_local_meta(src)["files"]
     bin_name, idx_name = shard_bin(rank), shard_idx(rank)
     size = int(files[bin_name]["size"])
     bin_path = os.path.join(partial, bin_name)
     tmp = f"{bin_path}.tmp"
     t_start = time.monotonic()
-    with open(os.path.join(src, bin_name), "rb") as fin:
-        if os.fstat(fin.fileno()).st_size != size:
-            raise CheckpointError(f"{src}: its files do not have the sizes it was committed with")
-        mapped = mmap.mmap(fin.fileno(), size, prot=mmap.PROT_READ) if size else None
-    view = memoryview(mapped) if mapped is not None else memoryview(b"")
-    pieces = [(view[i : i + CHUNK_BYTES], i) for i in range(0, size, CHUNK_BYTES)]
-    crc = 0
-
-    def checksum() -> None:
-        nonlocal crc
-        for piece, _at in pieces:
-            control.check()
-            crc = crc32_of(piece, crc)
-
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    fin = os.open(os.path.join(src, bin_name), os.O_RDONLY)
     try:
-        os.ftruncate(fd, size)
-        _pwrite_pieces(fd, pieces, threads, control, throttle_from=t_start, meanwhile=checksum)
-        os.fsync(fd)
+        if os.fstat(fin).st_size != size:
+            raise CheckpointError(f"{src}: its files do not have the sizes it was committed with")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            os.ftruncate(fd, size)
+            crc = _copy_pieces(fin, fd, size, threads, control, throttle_from=t_start)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     finally:
-        os.close(fd)
-        pieces.clear()
-        view.release()
-        if mapped is not None:
-            with contextlib.suppress(BufferError):  # a failure's traceback may still hold a piece
-                mapped.close()
-    with open(os.path.join(src, idx_name), "rb") as fin:
-        idx = fin.read()
+        os.close(fin)
+    with open(os.path.join(src, idx_name), "rb") as f:
+        idx = f.read()
     if len(idx) != files[idx_name]["size"]:
         raise CheckpointError(f"{src}: its files do not have the sizes it was committed with")
     os.replace(tmp, bin_path)
@@ -234,6 +220,69 @@ def copy_shard(
         bin_name: {"size": size, "crc32": crc},
         idx_name: {"size": len(idx), "crc32": crc32_of(idx)},
     }
+
+
+def _copy_pieces(
+    fin: int, fd: int, size: int, threads: int, control: WriteControl, *, throttle_from: float
+) -> int:
+    """Copy `size` bytes of `fin` to `fd` in CHUNK_BYTES pieces; the CRC32 of the bytes.
+
+    Read with pread, never mapped: a mapping of the snapshot in this process would take the rank's
+    mmap lock for every page it faults in and, at its munmap, for as long as unmapping 13.7 GB takes
+    (tenths of a second), and any thread of the rank that maps memory meanwhile (the training
+    thread's allocations) waits. `threads` + 1 buffers are reused: this thread reads a piece and adds
+    it to the CRC32 while the writers write the pieces before it; every call here releases the GIL."""
+    threads = max(1, min(threads, -(-size // CHUNK_BYTES)))
+    free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+    for _ in range(threads + 1):
+        free.put(bytearray(CHUNK_BYTES))
+    lock, written, crc = threading.Lock(), 0, 0
+    errors: list[BaseException] = []
+
+    def write(buf: bytearray, at: int, n: int) -> None:
+        nonlocal written
+        try:
+            control.check()
+            view, done = memoryview(buf), 0
+            while done < n:
+                done += os.pwrite(fd, view[done:n], at + done)
+            with lock:
+                written += n
+                total = written
+            control.throttle(total, throttle_from)
+        except BaseException as e:
+            errors.append(e)  # the reader stops at its next piece
+            raise
+        finally:
+            free.put(buf)
+
+    futures = []
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rtj-ckpt-pwrite") as pool:
+        try:
+            for at in range(0, size, CHUNK_BYTES):
+                control.check()
+                buf = free.get()
+                if errors:
+                    raise errors[0]
+                n = _pread_full(fin, buf, at, min(CHUNK_BYTES, size - at))
+                crc = crc32_of(memoryview(buf)[:n], crc)
+                futures.append(pool.submit(write, buf, at, n))
+            for f in futures:
+                f.result()
+        finally:
+            for f in futures:
+                f.cancel()  # those not begun; the running ones end before the pool's exit
+    return crc
+
+
+def _pread_full(fin: int, buf: bytearray, at: int, n: int) -> int:
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = os.preadv(fin, [view[got:n]], at + got)
+        if k == 0:
+            raise CheckpointError(f"the snapshot ended at byte {at + got}, {n - got} short")
+        got += k
+    return got
 
 
 def read_index(ckpt_dir: str, rank: int, manifest: Manifest) -> tuple[ShardIndex, int]:
