@@ -146,6 +146,7 @@ def recoveries(records: list[dict[str, Any]], container_starts: Sequence[float] 
                     # A new rank process's newest memory snapshot, copied to the GPU while its
                     # process group came up: its step, whether the resume used it, its seconds.
                     **({"prefetch": resume["prefetch"]} if "prefetch" in resume else {}),
+                    **({"load": resume["load"]} if "load" in resume else {}),
                 }
             )
             pending = None

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +44,10 @@ class Resumed:
     #: SOURCE_LOCAL (the node-local memory tier), SOURCE_PEER (memory snapshots, one rank's at least
     #: fetched from the pod holding its replica) or SOURCE_PERSISTENT (root).
     source: str = SOURCE_PERSISTENT
+    #: Where the load's seconds went: agreeing on the candidates, reading this rank's shard (mapping
+    #: it, or copying it to the GPU), putting it into the model and optimizer ("state"), noting the
+    #: tiers' steps, freeing the GPU buffer.
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 #: What one rank tells the others: (its memory snapshots, its committed steps, the replicas its pod
@@ -99,9 +105,19 @@ class ResumeSelection:
                 self._memory.device.discard_prefetch()  # a prefetch of a snapshot not resumed from
 
     def _load_latest(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> Resumed | None:
+        t = time.perf_counter()
+        seconds: dict[str, float] = {}
+
+        def took(phase: str) -> None:
+            nonlocal t
+            now_ = time.perf_counter()
+            seconds[phase] = round(seconds.get(phase, 0.0) + now_ - t, 4)
+            t = now_
+
         cands = self._candidates()
         self._holders = cands.holders
         local, persistent = cands.local, cands.persistent
+        took("candidates")
         for step in sorted(set(local) | persistent, reverse=True):
             tiers = ([SOURCE_LOCAL] if step in local else []) + (
                 [SOURCE_PERSISTENT] if step in persistent else []
@@ -111,13 +127,15 @@ class ResumeSelection:
                 ok, no_peer = self._agreement.all_min(
                     1 if shard is not None else 0, 0 if used == SOURCE_PEER else 1
                 )
+                took("read")
                 if ok == 1:
                     assert shard is not None
                     used = SOURCE_PEER if no_peer == 0 else source
-                    resumed = self._apply(model, optimizer, step, used, shard)
+                    resumed = self._apply(model, optimizer, step, used, shard, took)
                     del shard
                     self._release_device_buffer()
-                    return resumed
+                    took("release")
+                    return replace(resumed, seconds=seconds)
         if self._memory is not None:
             self._memory.drop_after(-1)
         return None
@@ -179,9 +197,11 @@ class ResumeSelection:
         step: int,
         source: str,
         shard: Shard,
+        took: Callable[[str], None],
     ) -> Resumed:
         manifest, (skeleton, loaded) = shard
         state = load_state(model, optimizer, skeleton, loaded, mapped=source != SOURCE_PERSISTENT)
+        took("state")
         if self._memory is not None:
             self._memory.drop_after(step)
         if source == SOURCE_PERSISTENT:
@@ -198,4 +218,5 @@ class ResumeSelection:
                     self._events.put(
                         CheckpointEvent("committed", newest, self._persistent.committed_time(newest))
                     )
+        took("tiers")
         return Resumed(step=step, extra=dict(state.get("extra") or manifest.extra), source=source)

@@ -241,6 +241,7 @@ class Attempt:
             start = self.kept_step
         elif res.ckpt is not None and (resumed := res.ckpt.load_latest(model, optimizer)) is not None:
             start, source = resumed.step, resumed.source
+            log = {"load": resumed.seconds, **log}
         else:
             start, source = 0, "init"
         res.kept.hold(model, optimizer, start)
