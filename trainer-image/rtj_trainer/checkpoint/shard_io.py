@@ -12,7 +12,6 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,9 +36,10 @@ FileSums = dict[str, dict[str, Any]]
 
 #: Threads writing the persisted copy of a memory snapshot (`copy_shard`). One thread reading into
 #: new buffers, writing and checksumming in turn persisted 13.7 GB at 0.6-0.7 GB/s on an H100 host
-#: (19-24 s). `bench/persist_copy.py` times the mapped copy against that loop: 2 GB from /dev/shm to
-#: the 2-core machine's disk in 1.4-2.2 s with 1 to 8 threads (8 of 9 copies), 6.3-7.5 s for the
-#: loop. More than one is for stores that want several writes in flight (FSx for Lustre, NVMe).
+#: (19-24 s). `bench/persist_copy.py` times the copies: 3 GB from /dev/shm to the 2-core machine's
+#: disk in 2.8-3.7 s with 1 or 4 threads, 1.7-2.4 s mapped (the copy before, which stalled the
+#: rank's other threads at its munmap), 9.8-10.3 s for the loop (2 runs). More than one is for
+#: stores that want several writes in flight (FSx for Lustre, NVMe).
 PERSIST_WRITE_THREADS = 4
 
 
@@ -149,13 +149,11 @@ def _pwrite_pieces(
     control: WriteControl,
     *,
     throttle_from: float | None = None,
-    meanwhile: Callable[[], None] | None = None,
 ) -> None:
     """Write each (bytes, offset) of `pieces` into `fd` with pwrite, spread over `threads` threads
     (the syscalls release the GIL); `throttle_from`: the throttle's start, the bytes of all threads
-    counted together; `meanwhile` runs in the calling thread while they write. Returns once every
-    piece is written; on a failure or an abort the pieces not begun are dropped and the first error
-    is raised once the running ones are done."""
+    counted together. Returns once every piece is written; on a failure or an abort the pieces not
+    begun are dropped and the first error is raised once the running ones are done."""
     lock, written = threading.Lock(), 0
 
     def write(piece: tuple[memoryview, int]) -> None:
@@ -176,8 +174,6 @@ def _pwrite_pieces(
     )
     try:
         futures = [pool.submit(write, piece) for piece in pieces]
-        if meanwhile is not None:
-            meanwhile()
         for f in futures:
             f.result()
     finally:
