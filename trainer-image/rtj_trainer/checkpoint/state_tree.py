@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..checkpoint_format import CheckpointError, ref_index, tensor_ref
+from .optimizer_state import prefill
 
 
 def flatten(obj: Any, out: list[torch.Tensor], path: str = "") -> Any:
@@ -82,17 +83,34 @@ def load_state(
     *,
     mapped: bool,
 ) -> dict[str, Any]:
-    """Put a saved (skeleton, tensors) into the live model and optimizer; the saved tree."""
+    """Put a saved (skeleton, tensors) into the live model and optimizer; the saved tree. A fresh
+    optimizer's state is made from the snapshot's layout (`optimizer_state.prefill`); should the
+    load not fit it, the state is dropped and torch makes it (a step with zero gradients)."""
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
 
-    current = state_of(model, optimizer)
-    with torch.no_grad():
-        state = unflatten(skeleton, current, loaded, mapped=mapped)
-    if optimizer is None:
-        set_model_state_dict(model, state["model"])
-    else:
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    return state
+    prefilled = (
+        optimizer is not None
+        and isinstance(skeleton, dict)
+        and prefill(model, optimizer, skeleton.get("optim"), loaded)
+    )
+    while True:
+        try:
+            current = state_of(model, optimizer)
+            with torch.no_grad():
+                state = unflatten(skeleton, current, loaded, mapped=mapped)
+            if optimizer is None:
+                set_model_state_dict(model, state["model"])
+            else:
+                set_state_dict(
+                    model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+                )
+            return state
+        except (CheckpointError, RuntimeError, KeyError, ValueError):
+            if not prefilled:
+                raise
+            assert optimizer is not None
+            optimizer.state.clear()  # torch's way, from scratch
+            prefilled = False
 
 
 def as_bytes(t: torch.Tensor) -> memoryview:

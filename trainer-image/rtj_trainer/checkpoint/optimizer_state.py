@@ -1,0 +1,57 @@
+"""A fresh optimizer's state, made from a saved snapshot's layout instead of by a step.
+
+torch's `get_state_dict`/`set_state_dict` give an optimizer that has no state yet (a restarted rank's
+new one) its state by running a whole optimizer step with zero gradients over every parameter, and
+only then load into it: 0.82 s of a 1.14 B-parameter rank's 1.2 s load on an H100 (FSDP2, AdamW),
+0.27 s for 16 M parameters on the 2-core machine against 0.009 s once the state exists. `prefill`
+makes the same tensors directly, zeros of the saved shapes and dtypes, placed as torch.optim's own
+lazy initialisation places them: a tensor shaped like its parameter like the parameter (a DTensor
+with its mesh and placements), a scalar such as Adam's `step` on the CPU unless the parameter's
+group is `capturable` or `fused` (then on the parameter's device). The load then copies the
+snapshot into them as before. Anything it cannot match (a name that is not one of the model's
+parameters, a parameter of no group, state already there) leaves the optimizer untouched and the
+caller on torch's path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..checkpoint_format import ref_index
+
+
+def prefill(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, saved: Any, loaded: list[torch.Tensor]
+) -> bool:
+    """Give `optimizer` (with no state yet) zero state tensors laid out like `saved`, the saved
+    optimizer skeleton (`get_state_dict`'s, parameters by their names); True when it did."""
+    if optimizer.state or not isinstance(saved, dict) or not isinstance(saved.get("state"), dict):
+        return False
+    params = dict(model.named_parameters())
+    group_of = {id(p): group for group in optimizer.param_groups for p in group["params"]}
+    made: dict[torch.Tensor, dict[str, Any]] = {}
+    for name, entry in saved["state"].items():
+        param = params.get(name)
+        if param is None or id(param) not in group_of or not isinstance(entry, dict):
+            return False
+        group = group_of[id(param)]
+        on_device = bool(group.get("capturable") or group.get("fused"))
+        local_shape = tuple((param.to_local() if hasattr(param, "to_local") else param).shape)
+        state: dict[str, Any] = {}
+        for key, value in entry.items():
+            index = ref_index(value)
+            if index is None:
+                state[key] = value  # a plain value: the load sets it
+                continue
+            like = loaded[index]
+            if like.dim() > 0 and tuple(like.shape) == local_shape:
+                state[key] = torch.zeros_like(param, dtype=like.dtype, requires_grad=False)
+            else:
+                device = param.device if on_device else torch.device("cpu")
+                state[key] = torch.zeros(like.shape, dtype=like.dtype, device=device)
+        made[param] = state
+    for param, state in made.items():
+        optimizer.state[param] = state
+    return True
