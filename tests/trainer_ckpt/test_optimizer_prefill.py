@@ -106,3 +106,17 @@ def test_a_saved_state_it_cannot_place_leaves_the_optimizer_to_torch(group: None
     assert not fresh.state
     _step(fresh_model, fresh, 0)  # torch's lazy initialisation, untouched
     assert not prefill(fresh_model, fresh, skeleton["optim"], loaded)  # state already there
+
+
+def test_an_optimizer_whose_state_is_not_shaped_like_its_parameters_is_left_to_torch(group: None) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 6)
+    optim = torch.optim.Adafactor(model.parameters(), lr=1e-2)  # row and column factors per matrix
+    model(torch.randn(4, 8)).pow(2).mean().backward()
+    optim.step()
+    skeleton, loaded = _snapshot(model, optim)
+    fresh_model = torch.nn.Linear(8, 6)
+    fresh = torch.optim.Adafactor(fresh_model.parameters(), lr=1e-2)
+    assert not prefill(fresh_model, fresh, skeleton["optim"], loaded) and not fresh.state
+    load_state(fresh_model, fresh, skeleton, loaded, mapped=True)  # torch's path
+    assert all(torch.equal(a, b) for a, b in zip(_snapshot(fresh_model, fresh)[1], loaded, strict=True))
