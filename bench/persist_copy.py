@@ -26,16 +26,15 @@ import mmap
 import os
 import shutil
 import tempfile
-import threading
 import time
 import zlib
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+from populate_lock import beside_probe  # bench/, beside this script
 from rtj_trainer.checkpoint.shard_io import WriteControl, copy_shard, write_shard
 from rtj_trainer.checkpoint_format import CHUNK_BYTES, shard_bin, write_local_meta
-from snapshot_paths import save  # bench/, beside this script
+from snapshot_paths import save
 
 
 def make_snapshot(root: str, nbytes: int) -> str:
@@ -92,31 +91,6 @@ def previous_mapped(src: str, dst: str, threads: int = 4) -> int:
     return crc
 
 
-def beside_probe(copy: Callable[[], int]) -> tuple[int, float, float]:
-    """(copy's result, its seconds, the longest wait of a 2 MiB map and unmap in another thread)."""
-    stop, waits = threading.Event(), [0.0]
-
-    def probe() -> None:
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            m = mmap.mmap(-1, 2 << 20)
-            m[0] = 1
-            m.close()
-            waits.append(time.perf_counter() - t0)
-            time.sleep(0.002)
-
-    prober = threading.Thread(target=probe, daemon=True)
-    prober.start()
-    t0 = time.perf_counter()
-    try:
-        result = copy()
-    finally:
-        seconds = time.perf_counter() - t0
-        stop.set()
-        prober.join()
-    return result, seconds, max(waits)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gb", type=float, default=2.0)
@@ -138,12 +112,12 @@ def main() -> None:
         out["crc_alone_s"] = time.perf_counter() - t0
         m.close()
         if not a.no_loop:
-            got, out["loop_s"], out["loop_probe_max_wait_s"] = beside_probe(
+            got, out["loop_s"], out["loop_probe_max_wait_s"], _ = beside_probe(
                 lambda: previous_loop(src, os.path.join(dst_root, "loop.bin"))
             )
             assert got == want
             os.unlink(os.path.join(dst_root, "loop.bin"))
-        got, out["mapped_4t_s"], out["mapped_4t_probe_max_wait_s"] = beside_probe(
+        got, out["mapped_4t_s"], out["mapped_4t_probe_max_wait_s"], _ = beside_probe(
             lambda: previous_mapped(src, os.path.join(dst_root, "mapped.bin"))
         )
         assert got == want
@@ -151,7 +125,7 @@ def main() -> None:
         for n in [int(x) for x in a.threads.split(",")]:
             partial = os.path.join(dst_root, f"partial-{n}")
             os.makedirs(partial)
-            files, out[f"copy_{n}t_s"], out[f"copy_{n}t_probe_max_wait_s"] = beside_probe(
+            files, out[f"copy_{n}t_s"], out[f"copy_{n}t_probe_max_wait_s"], _ = beside_probe(
                 lambda: copy_shard(src, partial, 0, WriteControl(), threads=n)  # noqa: B023
             )
             assert files[shard_bin(0)]["crc32"] == want

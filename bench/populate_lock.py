@@ -15,10 +15,40 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 
 import torch
 from rtj_trainer.checkpoint.snapshot_ring import POPULATE_CHUNK_BYTES, populate
 from snapshot_paths import save  # bench/, beside this script
+
+
+def beside_probe[T](work: Callable[[], T]) -> tuple[T, float, float, int]:
+    """(`work()`'s result, its seconds, the longest wait of another thread mapping, touching and
+    unmapping 2 MiB every 2 ms meanwhile, how many times it did)."""
+    stop, started, waits = threading.Event(), threading.Event(), [0.0]
+
+    def probe() -> None:
+        started.set()
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            m = mmap.mmap(-1, 2 << 20)
+            m[0] = 1
+            m.close()
+            waits.append(time.perf_counter() - t0)
+            time.sleep(0.002)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    started.wait()
+    t0 = time.perf_counter()
+    try:
+        result = work()
+    finally:
+        seconds = time.perf_counter() - t0
+        stop.set()
+        prober.join()
+    return result, seconds, max(waits), len(waits) - 1
 
 
 def probe_beside_populate(size: int, directory: str, chunk_bytes: int) -> dict[str, float]:
@@ -27,30 +57,11 @@ def probe_beside_populate(size: int, directory: str, chunk_bytes: int) -> dict[s
         os.posix_fallocate(fd, 0, size)
         os.close(fd)
         mapped = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
-        stop, started, waits = threading.Event(), threading.Event(), []
-
-        def probe() -> None:
-            started.set()
-            while not stop.is_set():
-                t0 = time.perf_counter()
-                m = mmap.mmap(-1, 2 << 20)
-                m[0] = 1
-                m.close()
-                waits.append(time.perf_counter() - t0)
-                time.sleep(0.002)
-
-        prober = threading.Thread(target=probe, daemon=True)
-        prober.start()
-        started.wait()
-        t0 = time.perf_counter()
-        populate(mapped, chunk_bytes)
-        seconds = time.perf_counter() - t0
-        stop.set()
-        prober.join()
+        _, seconds, max_wait, probes = beside_probe(partial(populate, mapped, chunk_bytes))
         del mapped
     finally:
         os.unlink(path)
-    return {"populate_s": seconds, "probe_max_wait_s": max(waits), "probes": len(waits)}
+    return {"populate_s": seconds, "probe_max_wait_s": max_wait, "probes": probes}
 
 
 def main() -> None:

@@ -5,7 +5,6 @@ after it. FSDP2 on one gloo rank in this process (the example's model), real ten
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 
@@ -25,10 +24,13 @@ CFG = ModelConfig(vocab=512, dim=64, layers=4, heads=4, seq=32)
 
 @pytest.fixture(scope="module")
 def group() -> Iterator[None]:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
-    dist.init_process_group("gloo")
-    yield
-    dist.destroy_process_group()
+    with pytest.MonkeyPatch.context() as env:  # not left to the tests that run after these
+        pg_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "WORLD_SIZE": "1"}
+        for name, value in pg_env.items():
+            env.setenv(name, value)
+        dist.init_process_group("gloo")
+        yield
+        dist.destroy_process_group()
 
 
 def _trained(seed: int = 0, steps: int = 2) -> tuple[torch.nn.Module, torch.optim.Optimizer]:

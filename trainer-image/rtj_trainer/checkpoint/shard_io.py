@@ -147,27 +147,14 @@ def _pwrite_pieces(
     pieces: list[tuple[memoryview, int]],
     threads: int,
     control: WriteControl,
-    *,
-    throttle_from: float | None = None,
 ) -> None:
     """Write each (bytes, offset) of `pieces` into `fd` with pwrite, spread over `threads` threads
-    (the syscalls release the GIL); `throttle_from`: the throttle's start, the bytes of all threads
-    counted together. Returns once every piece is written; on a failure or an abort the pieces not
-    begun are dropped and the first error is raised once the running ones are done."""
-    lock, written = threading.Lock(), 0
+    (the syscalls release the GIL). Returns once every piece is written; on a failure or an abort
+    the pieces not begun are dropped and the first error is raised once the running ones are done."""
 
     def write(piece: tuple[memoryview, int]) -> None:
-        nonlocal written
-        chunk, at = piece
         control.check()
-        done = 0
-        while done < len(chunk):
-            done += os.pwrite(fd, chunk[done:], at + done)
-        if throttle_from is not None:
-            with lock:
-                written += len(chunk)
-                total = written
-            control.throttle(total, throttle_from)
+        _pwrite_all(fd, *piece)
 
     pool = ThreadPoolExecutor(
         max_workers=min(threads, max(1, len(pieces))), thread_name_prefix="rtj-ckpt-pwrite"
@@ -239,9 +226,7 @@ def _copy_pieces(
         nonlocal written
         try:
             control.check()
-            view, done = memoryview(buf), 0
-            while done < n:
-                done += os.pwrite(fd, view[done:n], at + done)
+            _pwrite_all(fd, memoryview(buf)[:n], at)
             with lock:
                 written += n
                 total = written
@@ -269,6 +254,12 @@ def _copy_pieces(
             for f in futures:
                 f.cancel()  # those not begun; the running ones end before the pool's exit
     return crc
+
+
+def _pwrite_all(fd: int, chunk: memoryview, at: int) -> None:
+    done = 0
+    while done < len(chunk):
+        done += os.pwrite(fd, chunk[done:], at + done)
 
 
 def _pread_full(fin: int, buf: bytearray, at: int, n: int) -> int:
