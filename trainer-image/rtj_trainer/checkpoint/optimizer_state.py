@@ -56,6 +56,6 @@ def prefill(
             else:  # e.g. Adafactor's row and column factors: left to torch
                 return False
         made[param] = state
-    for param, state in made.items():
-        optimizer.state[param] = state
+    for tensor, tensor_state in made.items():
+        optimizer.state[tensor] = tensor_state
     return True
