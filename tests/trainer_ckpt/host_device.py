@@ -81,12 +81,16 @@ class HostOps(CudaOps):
         self.calls["buffer"] += 1
         return torch.empty(nbytes, dtype=torch.uint8)
 
+    def register(self, t: torch.Tensor) -> None:
+        self.calls["register"] += 1
+
 
 def stage_on_host(mgr: object, ops: HostOps, threads: int = 2, chunk_bytes: int = 4096) -> DeviceStage:
     """Give a `CheckpointManager` with a memory tier a `DeviceStage` on the stand-in (small chunks:
     many of them for a small state), as `parts` gives one on a GPU."""
-    stage = DeviceStage(threads=threads, ops=ops)
-    stage._pipe(0).chunk_bytes = chunk_bytes
     parts = mgr._p  # type: ignore[attr-defined]
+    ring = parts.ring  # the pod's slot copier where its memory root has one, as `parts` connects it
+    stage = DeviceStage(threads=threads, ops=ops, copier=ring.copier, file_of=ring.file_of)
+    stage._pipe(0).chunk_bytes = chunk_bytes
     parts.staging.device = parts.memory.device = stage
     return stage

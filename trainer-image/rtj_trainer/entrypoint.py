@@ -99,6 +99,7 @@ from .runtime_env import (
     rank_env_vars,
     write_graceful_stop,
 )
+from .slot_copier import SlotCopier, socket_path
 from .warm_launcher import ENV_PREWARM_MODULE, prewarm_module
 
 log = logging.getLogger("rtj_trainer")
@@ -282,6 +283,21 @@ def start_peer_replica(
     return server
 
 
+def start_slot_copier(cfg: TrainerConfig) -> SlotCopier | None:
+    """The pod's slot copier (`rtj_trainer.slot_copier`) when the memory tier is on; None when it
+    is off or the copier cannot listen (the ranks then copy their snapshots themselves)."""
+    if not cfg.memory_snapshot_interval_steps or not cfg.memory_snapshot_dir:
+        return None
+    path = socket_path(memory_tier_root(cfg.memory_snapshot_dir, cfg.job_name))
+    try:
+        copier = SlotCopier(path).start()
+    except OSError as e:
+        log.warning("slot copier off: it cannot listen on %s: %r", path, e)
+        return None
+    log.info("slot copier: serving the ranks' memory snapshot copies at %s", path)
+    return copier
+
+
 def _prepare_status_dir(pod: PodIdentity) -> str:
     status_dir = os.environ.get(ENV_STATUS_DIR) or os.path.join(
         tempfile.gettempdir(), f"rtj-status-{pod.name}"
@@ -400,6 +416,7 @@ class _LauncherRuns:
         slot = parse_worker_pod_name(pod.name)
         if not cfg.standby:  # a hot spare starts it once it learns its slot
             start_peer_replica(cfg, pod.namespace, slot[0] if slot else None, status_dir)
+        self.slot_copier = start_slot_copier(cfg)
         self.env = {
             **os.environ,
             **rank_env_vars(cfg, status_dir=status_dir, progress_file=self.progress_file),
@@ -480,8 +497,16 @@ class _LauncherRuns:
                 break
             relaunches += 1
             argv = self.argv(False)  # a promoted spare relaunches as the worker it has become
+        # The ranks are gone: the copier's mappings of the slots (the whole memory tier) are taken
+        # down beside the pod's persist, not at this process's exit, where they would delay it.
+        closing: threading.Thread | None = None
+        if self.slot_copier is not None:
+            closing = threading.Thread(target=self.slot_copier.close, name="rtj-slot-copier-close")
+            closing.start()
         if self.pod_persist is not None:
             self.pod_persist.finish()
+        if closing is not None:
+            closing.join()
         if self.forkserver is not None:
             stop_process(self.forkserver, grace_s=5)  # SIGTERM first: it removes its socket (in /tmp)
         if self.exit_watch.fired:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -35,6 +36,7 @@ from typing import Any
 import torch
 
 from ..checkpoint_format import TensorEntry
+from ..slot_copier import COPY_THREADS, CopierClient
 from .state_tree import dtype_named
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,13 @@ class CudaOps:
     def buffer(self, nbytes: int, device: int) -> torch.Tensor:
         return torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", device))
 
+    def register(self, t: torch.Tensor) -> None:
+        """Pin the host memory of `t` (shared memory the copier also maps) for the device's copies."""
+        nbytes = t.numel() * t.element_size()
+        err = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), nbytes, 0)
+        if int(err) != 0:
+            raise RuntimeError(f"cudaHostRegister of {nbytes} bytes: CUDA error {int(err)}")
+
 
 CUDA = CudaOps()
 
@@ -139,8 +148,13 @@ def entry_views(flat: torch.Tensor, entries: Sequence[TensorEntry]) -> list[torc
 
 class ChunkPipe:
     """Bytes between a flat CUDA buffer and flat host memory (pageable: a mapped file) through a ring
-    of pinned chunks; each chunk's host side is copied (`copy_bytes`) by `threads` threads on the way
-    to the host and `load_threads` on the way back while the next chunks cross the bus."""
+    of pinned chunks; each chunk's host side is copied while the next chunks cross the bus.
+
+    With the pod's slot copier (`copier`) the chunks are shared memory (memfds registered with
+    CUDA) and the copier copies each between its chunk and the slot file, given the file's
+    descriptor: the rank never touches the slot's pages (see `rtj_trainer.slot_copier`). Without
+    one, or for host memory that is no slot file, the rank copies (`copy_bytes`) on `threads`
+    threads on the way to the host and `load_threads` on the way back."""
 
     def __init__(
         self,
@@ -150,9 +164,11 @@ class ChunkPipe:
         depth: int = CHUNKS,
         ops: CudaOps = CUDA,
         load_threads: int = LOAD_THREADS,
+        copier: CopierClient | None = None,
     ) -> None:
         self.device = device
         self.ops = ops
+        self.copier = copier
         self.threads = max(1, threads)
         self.load_threads = max(1, load_threads)
         self.chunk_bytes = chunk_bytes
@@ -175,15 +191,48 @@ class ChunkPipe:
             with self.ops.on_device(self.device):
                 self._stream = self.ops.stream()
                 self._events = [self.ops.event() for _ in range(self.depth)]
-                self.chunks = [
+                shared = self._shared_chunks() if self.copier is not None else None
+                self.chunks = shared or [
                     torch.empty(self.chunk_bytes, dtype=torch.uint8, pin_memory=self.ops.pin)
                     for _ in range(self.depth)
                 ]
 
-    def to_host(self, src: torch.Tensor, dst: torch.Tensor, after: Any = None) -> Any:
-        """Copy the flat CUDA bytes `src` into the flat host bytes `dst` (same length) once the CUDA
-        event `after` has happened; returns an event recorded on the pipe's stream when its reads of
-        `src` are done (the buffer may then be overwritten)."""
+    def _shared_chunks(self) -> list[torch.Tensor] | None:
+        """Chunks the copier maps too: memfds, registered with CUDA here, handed to the copier;
+        None (and no copier from now on) when any step fails."""
+        assert self.copier is not None
+        fds: list[int] = []
+        try:
+            chunks = []
+            for _ in range(self.depth):
+                fds.append(os.memfd_create("rtj-ckpt-chunk", os.MFD_CLOEXEC))
+                os.ftruncate(fds[-1], self.chunk_bytes)
+                path = f"/proc/self/fd/{fds[-1]}"
+                chunks.append(torch.from_file(path, shared=True, size=self.chunk_bytes, dtype=torch.uint8))
+            for chunk in chunks:
+                self.ops.register(chunk)
+            self.copier.attach(fds)
+            return chunks
+        except (OSError, RuntimeError) as e:
+            self._without_copier(e)
+            return None
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _without_copier(self, e: BaseException) -> None:
+        log.warning("memory snapshots copied in the rank from now on, not by the pod's slot copier: %r", e)
+        copier, self.copier = self.copier, None
+        if copier is not None:
+            copier.close()
+
+    def to_host(
+        self, src: torch.Tensor, dst: torch.Tensor, after: Any = None, dst_fd: int | None = None
+    ) -> Any:
+        """Copy the flat CUDA bytes `src` into the flat host bytes `dst` (same length; `dst_fd`: the
+        slot file `dst` maps, for the copier) once the CUDA event `after` has happened; returns an
+        event recorded on the pipe's stream when its reads of `src` are done (the buffer may then
+        be overwritten)."""
         self.allocate()
         stream = self._stream
         pending: list[tuple[int, int, int]] = []  # (chunk, start, length): on its way to the host
@@ -193,21 +242,22 @@ class ChunkPipe:
                 stream.wait_event(after)
             for i, start in enumerate(range(0, src.numel(), self.chunk_bytes)):
                 if len(pending) == self.depth:
-                    self._land(pending.pop(0), dst, spent)
+                    self._land(pending.pop(0), dst, dst_fd, spent)
                 n = min(self.chunk_bytes, src.numel() - start)
                 k = i % self.depth
                 self.chunks[k][:n].copy_(src[start : start + n], non_blocking=True)
                 self._events[k].record(stream)
                 pending.append((k, start, n))
             for item in pending:
-                self._land(item, dst, spent)
+                self._land(item, dst, dst_fd, spent)
             done = self.ops.event()
             done.record(stream)
         self.last_drain = (spent[0], spent[1])
         return done
 
-    def to_device(self, src: torch.Tensor, dst: torch.Tensor) -> None:
-        """Copy the flat host bytes `src` into the flat CUDA bytes `dst`; returns when they are there."""
+    def to_device(self, src: torch.Tensor, dst: torch.Tensor, src_fd: int | None = None) -> None:
+        """Copy the flat host bytes `src` (`src_fd`: the slot file it maps, for the copier) into the
+        flat CUDA bytes `dst`; returns when they are there."""
         self.allocate()
         stream = self._stream
         with self.ops.on_device(self.device), self.ops.on_stream(stream):
@@ -215,19 +265,35 @@ class ChunkPipe:
                 n = min(self.chunk_bytes, src.numel() - start)
                 k = i % self.depth
                 self._events[k].synchronize()  # the chunk's previous upload has left it
-                self._copy(self.chunks[k][:n], src[start : start + n], self.load_threads)
+                if not self._by_copier("get", k, n, src_fd, start):
+                    self._copy(self.chunks[k][:n], src[start : start + n], self.load_threads)
                 dst[start : start + n].copy_(self.chunks[k][:n], non_blocking=True)
                 self._events[k].record(stream)
         stream.synchronize()
 
-    def _land(self, item: tuple[int, int, int], dst: torch.Tensor, spent: list[float]) -> None:
+    def _land(
+        self, item: tuple[int, int, int], dst: torch.Tensor, dst_fd: int | None, spent: list[float]
+    ) -> None:
         k, start, n = item
         t0 = time.perf_counter()
         self._events[k].synchronize()
         t1 = time.perf_counter()
-        self._copy(dst[start : start + n], self.chunks[k][:n], self.threads)
+        if not self._by_copier("put", k, n, dst_fd, start):
+            self._copy(dst[start : start + n], self.chunks[k][:n], self.threads)
         spent[0] += t1 - t0
         spent[1] += time.perf_counter() - t1
+
+    def _by_copier(self, op: str, k: int, n: int, fd: int | None, offset: int) -> bool:
+        """Chunk k's n bytes to (put) or from (get) the slot file `fd` at `offset` by the copier;
+        False when the rank must copy them itself (no copier, no file, or the copier failed)."""
+        if self.copier is None or fd is None:
+            return False
+        try:
+            (self.copier.put if op == "put" else self.copier.get)(k, n, fd, offset, COPY_THREADS)
+        except (OSError, ValueError) as e:
+            self._without_copier(e)
+            return False
+        return True
 
     def _copy(self, dst: torch.Tensor, src: torch.Tensor, threads: int) -> None:
         if self._pool is None or threads == 1 or dst.numel() < 2 * threads * 4096:
@@ -244,6 +310,8 @@ class ChunkPipe:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
+        if self.copier is not None:
+            self.copier.close()
 
 
 class Prefetch:
@@ -277,9 +345,19 @@ class Prefetch:
 class DeviceStage:
     """The flat CUDA buffer a snapshot is staged in, and its way to and from the memory tier."""
 
-    def __init__(self, threads: int, ops: CudaOps = CUDA) -> None:
+    def __init__(
+        self,
+        threads: int,
+        ops: CudaOps = CUDA,
+        copier: Callable[[], CopierClient | None] | None = None,
+        file_of: Callable[[torch.Tensor], int | None] | None = None,
+    ) -> None:
+        """`copier` connects to the pod's slot copier (None: there is none); `file_of` gives the
+        descriptor of the slot file a host tensor maps (`SnapshotRing.file_of`), for the copier."""
         self.threads = threads
         self.ops = ops
+        self._connect = copier
+        self._file_of = file_of
         self.flat: torch.Tensor | None = None
         self._device: int | None = None  # where `flat` is
         self.pipe: ChunkPipe | None = None
@@ -295,8 +373,20 @@ class DeviceStage:
 
     def _pipe(self, device: int) -> ChunkPipe:
         if self.pipe is None or self.pipe.device != device:
-            self.pipe = ChunkPipe(device, self.threads, ops=self.ops)
+            if self.pipe is not None:
+                self.pipe.close()
+            copier = self._connect() if self._connect is not None else None
+            self.pipe = ChunkPipe(device, self.threads, ops=self.ops, copier=copier)
         return self.pipe
+
+    def close(self) -> None:
+        """Give up the chunk pipe (and its connection to the copier); the next use makes another."""
+        pipe, self.pipe = self.pipe, None
+        if pipe is not None:
+            pipe.close()
+
+    def _fd(self, host: torch.Tensor) -> int | None:
+        return self._file_of(host) if self._file_of is not None else None
 
     # --- a background thread (`HostStaging.prepare`) -----------------------------------------------
     def prepare(self, size: int, device: int) -> bool:
@@ -336,8 +426,13 @@ class DeviceStage:
     def drain(self, flat: torch.Tensor, dst: torch.Tensor, staged: Any) -> None:
         """The snapshot staged in `flat` (after the CUDA event `staged`) into the flat host bytes
         `dst`; returns once every byte is there."""
-        assert self.pipe is not None
-        self._drained = self.pipe.to_host(flat, dst, after=staged)
+        assert self._device is not None
+        pipe, fd = self._pipe(self._device), self._fd(dst)
+        try:
+            self._drained = pipe.to_host(flat, dst, after=staged, dst_fd=fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     # --- a restarted rank ------------------------------------------------------------------------------
     def prefetch(self, key: Hashable, whole: torch.Tensor, device: int) -> None:
@@ -375,5 +470,10 @@ class DeviceStage:
         if whole.numel() == 0 or not fits(2 * whole.numel(), device, self.ops):
             return None
         flat = self.ops.buffer(whole.numel(), device)
-        self._pipe(device).to_device(whole, flat)
+        fd = self._fd(whole)
+        try:
+            self._pipe(device).to_device(whole, flat, src_fd=fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
         return flat

@@ -379,7 +379,12 @@ class CheckpointManager:
         self.poll()
 
     def close(self, timeout: float | None = None) -> None:
+        """Wait for the writes, then let go of the GPU staging's chunks and its connection to the
+        pod's slot copier (a later save takes them again)."""
         self.wait(timeout)
+        memory = self._p.memory
+        if memory is not None and memory.device is not None:
+            memory.device.close()
 
     def wait_replicated(self, timeout: float | None = None) -> bool:
         """Wait until no replica is pending or streaming (tests, the end of training)."""

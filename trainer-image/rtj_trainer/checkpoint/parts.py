@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ..slot_copier import CopierClient, socket_path
 from .agreement import RankAgreement
 from .config import CheckpointConfig
 from .device_stage import DeviceStage
@@ -95,9 +96,16 @@ def build_parts(
         )
         if cfg.peer_endpoint:
             replication = ReplicationHook(cfg.peer_endpoint, cfg.rank, memory.lock, events)
-        ring = memory.ring = SnapshotRing(memory)
+        copier_path = socket_path(cfg.memory_tier_root)
+
+        def copier() -> CopierClient | None:
+            return CopierClient.connect(copier_path)
+
+        ring = memory.ring = SnapshotRing(memory, copier=copier)
         if wants_device_stage(cfg, torch.cuda.is_available()) and not memory.gpu_staging_refused:
-            device = memory.device = DeviceStage(cfg.memory_snapshot_write_threads)
+            device = memory.device = DeviceStage(
+                cfg.memory_snapshot_write_threads, copier=ring.copier, file_of=ring.file_of
+            )
     parts = Parts(
         events=events,
         control=control,

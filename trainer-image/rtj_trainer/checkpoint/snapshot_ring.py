@@ -22,11 +22,13 @@ both.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import logging
 import mmap
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -34,8 +36,11 @@ from typing import Protocol
 import torch
 
 from ..checkpoint_format import TensorEntry
+from ..slot_copier import CopierClient
 from .device_stage import entry_views
 from .staging import PinnedBuffers
+
+log = logging.getLogger(__name__)
 
 
 class RingTier(Protocol):
@@ -93,13 +98,17 @@ def populate(whole: torch.Tensor, chunk_bytes: int = POPULATE_CHUNK_BYTES) -> No
 class _Mapping:
     whole: torch.Tensor  # the file's bytes, mapped shared
     size: int
+    fd: int  # the file, open for the slot copier (`file_of`)
 
 
 class SnapshotRing:
     """The memory tier's `staging.HostBuffers`: views of the claimed slot's file."""
 
-    def __init__(self, tier: RingTier) -> None:
+    def __init__(self, tier: RingTier, copier: Callable[[], CopierClient | None] | None = None) -> None:
+        """`copier` connects to the pod's slot copier (None: there is none): it makes the slots'
+        pages present in its own mappings, for the snapshots it drains (`prepare`)."""
         self._tier = tier
+        self.copier = copier
         self._maps: dict[tuple[int, int], _Mapping] = {}  # (st_dev, st_ino) -> mapping
         self._lock = threading.Lock()
         #: (step, nonce) of the save about to copy (`claim`), and what `buffers` made of it.
@@ -163,16 +172,35 @@ class SnapshotRing:
         return views
 
     # --- any thread --------------------------------------------------------------------------------
-    def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> None:
+    def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool], drained: bool = False) -> None:
         """Map the slots a coming snapshot may reuse, and add spare slots while the
-        tier holds fewer than `keep`, so that no save maps, reserves or pins in the training thread."""
+        tier holds fewer than `keep`, so that no save maps, reserves or pins in the training thread.
+        Snapshots `drained` through the pod's slot copier have their pages made present in the
+        copier, not here: the rank then never holds them (`rtj_trainer.slot_copier`)."""
         _entries, size = layout(specs)
         files = self._tier.ring_files(size)
+        copier = self.copier() if drained and self.copier is not None else None
+
+        def reserve(path: str) -> None:
+            whole = self._mapped(path, size)
+            if copier is None:
+                populate(whole)
+
         # One thread per file: reserving a tmpfs file's pages (2.96 s per 13.7 GB on an H200 host)
         # is serialised per file only.
         with ThreadPoolExecutor(max(1, len(files)), "rtj-ckpt-slots") as pool:
-            for f in [pool.submit(lambda p: populate(self._mapped(p, size)), path) for path in files]:
+            for f in [pool.submit(reserve, path) for path in files]:
                 f.result()
+        if copier is not None:
+            fds = [fd for fd in (self.file_of(self._mapped(p, size)) for p in files) if fd is not None]
+            try:
+                copier.populate(fds)
+            except OSError as e:  # the drain then makes them present (the copier, or the rank)
+                log.warning("the slot copier did not make the memory tier's slots present: %r", e)
+            finally:
+                copier.close()
+                for fd in fds:
+                    os.close(fd)
         if any(pin):
             self.fallback.prepare(specs, pin)
 
@@ -181,6 +209,15 @@ class SnapshotRing:
         snapshot reuses the mapping)."""
         return self._mapped(path, size, grow=False)
 
+    def file_of(self, whole: torch.Tensor) -> int | None:
+        """A new descriptor (the caller closes it) of the slot file `whole` maps, None when it maps
+        none (private bytes)."""
+        with self._lock:
+            for m in self._maps.values():
+                if m.size and m.whole.data_ptr() == whole.data_ptr() and m.size == whole.numel():
+                    return os.dup(m.fd)
+        return None
+
     def forget(self, path: str) -> None:
         """`path` is about to be deleted: drop its mapping."""
         try:
@@ -188,41 +225,53 @@ class SnapshotRing:
         except OSError:
             return
         with self._lock:
-            self._maps.pop((st.st_dev, st.st_ino), None)
+            m = self._maps.pop((st.st_dev, st.st_ino), None)
+        if m is not None:
+            os.close(m.fd)
 
     def close(self) -> None:
         with self._lock:
-            self._maps = {}  # each mapping goes with its last view
+            maps, self._maps = self._maps, {}  # each mapping goes with its last view
+        for m in maps.values():
+            os.close(m.fd)
 
     def _mapped(self, path: str, size: int, *, grow: bool = True) -> torch.Tensor:
         """`path` mapped shared, `size` bytes long (`grow`: created, resized and its space reserved
-        as needed; else it must have that size); the mapping is kept, so a file is mapped once per
-        process."""
-        fd = os.open(path, os.O_RDWR | (os.O_CREAT if grow else 0), 0o600)
+        as needed; else it must have that size); the mapping (and the file, open) is kept, so a
+        file is mapped once per process. Mapping makes no page present: `populate` does."""
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if grow else 0) | os.O_CLOEXEC, 0o600)
         try:
             st = os.fstat(fd)
             key = (st.st_dev, st.st_ino)
             with self._lock:
                 m = self._maps.get(key)
             if m is not None and m.size == size == st.st_size:
+                os.close(fd)
                 return m.whole
             if m is not None:  # resized below: a mapping past the end would fault
                 with self._lock:
-                    self._maps.pop(key, None)
+                    if self._maps.get(key) is m:
+                        del self._maps[key]
+                        os.close(m.fd)
             if st.st_size != size:
                 if not grow:
                     raise OSError(f"{path} is {st.st_size} bytes, not {size}")
                 os.ftruncate(fd, size)
             if grow and size:
                 os.posix_fallocate(fd, 0, size)  # ENOSPC here, not a SIGBUS in a copy
-        finally:
-            os.close(fd)
-        whole = (
-            torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
-            if size
-            else torch.empty(0, dtype=torch.uint8)
-        )
-        m = _Mapping(whole, size)
+            whole = (  # the file opened above, whatever its name is by now
+                torch.from_file(f"/proc/self/fd/{fd}", shared=True, size=size, dtype=torch.uint8)
+                if size
+                else torch.empty(0, dtype=torch.uint8)
+            )
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+        m = _Mapping(whole, size, fd)
         with self._lock:
+            old = self._maps.get(key)
             self._maps[key] = m
+        if old is not None:
+            os.close(old.fd)
         return whole

@@ -85,8 +85,9 @@ class HostBuffers(Protocol):
         """Host tensors of `specs`' shapes and dtypes (reused while they match), pinned where `pin`."""
         ...
 
-    def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> None:
-        """Do ahead, in a background thread, what `buffers` would allocate, map or pin."""
+    def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool], drained: bool = False) -> None:
+        """Do ahead, in a background thread, what `buffers` would allocate, map or pin (`drained`:
+        the snapshots are staged on the GPU and drained through `DeviceStage`'s chunks)."""
         ...
 
 
@@ -121,7 +122,7 @@ class PinnedBuffers:
         del self.tensors[len(specs) :]
         return list(self.tensors)
 
-    def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool]) -> None:
+    def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool], drained: bool = False) -> None:
         self.buffers(specs, pin)
 
 
@@ -153,12 +154,12 @@ class HostStaging:
         device = stage.ops.current_device() if stage is not None and self._staged(tensors) else None
 
         def allocate() -> None:
-            pin = [cuda] * len(specs)
+            pin, drained = [cuda] * len(specs), False
             if stage is not None and device is not None and flat is not None:
                 stage.ops.set_device(device)
                 if stage.prepare(flat.layout(specs)[1], device):
-                    pin = [False] * len(specs)  # drained through the stage's own pinned chunks
-            self.buffers.prepare(specs, pin)
+                    pin, drained = [False] * len(specs), True  # through the stage's pinned chunks
+            self.buffers.prepare(specs, pin, drained=drained)
 
         self.preparer = threading.Thread(target=allocate, name="rtj-ckpt-prepare", daemon=True)
         self.preparer.start()
