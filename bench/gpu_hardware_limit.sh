@@ -16,7 +16,9 @@
 # threads (`snapshot_write_threads`) to the norollback part; PINNED= (empty) leaves out its row with GPU
 # staging off; HANG_KIND=hang makes the smoke's hang a rank blocked in a system call (default: a
 # stall); PARTS=goodput (not in the default) runs the product's goodput window alone; PARTS=drain
-# (not in the default) times the snapshot drain's cost to the training thread.
+# (not in the default) times the snapshot drain's cost to the training thread; PARTS=copier (not in
+# the default) times a SIGKILLed rank's teardown, its drains and a restarted rank's load with and
+# without the pod's slot copier (bench/slot_copier.py, 13.7 GB, 2 rounds).
 set -u
 source bench/gpu_env.sh
 RESULTS=$OUT
@@ -33,6 +35,10 @@ rm -rf /dev/shm/rtj-*
 part drain && timeout 240 python3 bench/drain_interference.py --device cuda --gib 13 --rounds 3 --persist /tmp \
     --out "$RESULTS/drain_interference.json" > /tmp/drain_interference.log 2>&1
 part drain && { echo "drain_interference rc $?"; cat /tmp/drain_interference.log; }
+rm -rf /dev/shm/rtj-*
+part copier && timeout "${COPIER_TIMEOUT:-240}" python3 bench/slot_copier.py --device cuda --gb 13.7 --runs 2 \
+    --dir /dev/shm > "$RESULTS/slot_copier.json" 2> /tmp/slot_copier.log
+part copier && { echo "slot_copier rc $?"; cat "$RESULTS/slot_copier.json"; tail -5 /tmp/slot_copier.log; }
 rm -rf /dev/shm/rtj-*
 part populate && timeout 40 python3 bench/populate_lock.py --gb 13.7 --dir /dev/shm --out "$RESULTS/populate_lock.json" \
     > /tmp/populate_lock.log 2>&1
@@ -63,6 +69,6 @@ part norollback && OUT=/tmp/norollback THREADS=${THREADS:-0} NPROC=1 RUNS=throug
 echo "norollback rc $?"
 cp /tmp/norollback/norollback.json "$RESULTS/" 2>/dev/null
 tail -40 /tmp/norollback/summary.txt
-tar czf "$RESULTS/logs.tgz" -C /tmp snapshot_paths.log drain_interference.log populate_lock.log persist_copy.log gpu_smoke.log smoke-logs norollback \
+tar czf "$RESULTS/logs.tgz" -C /tmp snapshot_paths.log drain_interference.log slot_copier.log populate_lock.log persist_copy.log gpu_smoke.log smoke-logs norollback \
     2>/dev/null
 ls -la "$RESULTS"

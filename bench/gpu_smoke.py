@@ -158,8 +158,9 @@ def snapshot_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Rank 0's saves: memory snapshots started and skipped (a due one that had to wait), the GPU
     seconds of the copy training waited for or overlapped (device-to-device when staged on the GPU,
     else device-to-host; median, max), the seconds of each write into the memory tier (median, max)
-    and how many of those snapshots were staged on the GPU; per staged write, in order, the writer's
-    seconds waiting for the GPU's chunks and copying them into the slot, and whether a persist ran."""
+    and how many of those snapshots were staged on the GPU (and copied into the tier by the pod's
+    slot copier); per staged write, in order, the writer's seconds waiting for the GPU's chunks and
+    copying them into the slot, and whether a persist ran."""
     steps = [x for x in records if "loss" in x]
     copies = sorted(x["copy"] for x in steps if x.get("copy"))
     writes = [x for x in records if x.get("event") == "snapshot"]
@@ -178,6 +179,7 @@ def snapshot_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
         "write_seconds_median": write_s[len(write_s) // 2] if write_s else None,
         "write_seconds_max": write_s[-1] if write_s else None,
         "writes_staged_on_gpu": sum(1 for x in writes if x.get("staged")),
+        "writes_by_slot_copier": sum(1 for x in writes if x.get("by_copier")),
         "writes": len(writes),
     }
 

@@ -489,9 +489,10 @@ def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
             "snapshots": sum(1 for x in recs if x.get("save") in ("snapshot", "saved")),
             "skipped": sum(1 for x in recs if x.get("save") == "skipped"),
             # each write into the memory tier (the step log's snapshot records): median, and how many
-            # were staged on the GPU
+            # were staged on the GPU, and copied into the tier by the pod's slot copier
             "write_s_median": writes[len(writes) // 2] if writes else None,
             "staged": sum(1 for x in recs if x.get("event") == "snapshot" and x.get("staged")),
+            "by_copier": sum(1 for x in recs if x.get("event") == "snapshot" and x.get("by_copier")),
             "first_snapshot_step": first_snapshot_step(recs),
             # writes logged while a persist was in flight
             "writes_beside_persist": sum(

@@ -81,7 +81,7 @@ class StandInOps(PipeOps):
 def _rank(
     root: str, gb: float, device: str
 ) -> tuple[CheckpointManager, torch.nn.Module, torch.optim.Optimizer]:
-    layers = max(1, round(gb * (1 << 30) / (3 * WIDTH * WIDTH * 4)))
+    layers = max(1, round(gb * 1e9 / (3 * WIDTH * WIDTH * 4)))
     dev = torch.device(device)
     model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(layers)]).to(dev)
     optim = torch.optim.AdamW(model.parameters())

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from host_device import HostOps, stage_on_host
+from rtj.contract import TrainerConfig
 from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint import CheckpointManager
 from rtj_trainer.slot_copier import CopierClient, socket_path
@@ -254,3 +255,42 @@ def test_no_copier_where_its_socket_cannot_be_reached(root: Path) -> None:
     (root / "slot-copier.sock").write_text("")  # a stale file, no socket
     assert CopierClient.connect(socket_path(str(root))) is None
     assert CopierClient.connect("/" + "x" * 120) is None  # too long for a Unix socket
+
+
+def _trainer_config(memory_dir: Path, interval: int) -> TrainerConfig:
+    return TrainerConfig.model_validate(
+        {
+            "jobName": "train", "command": ["python"], "args": [], "nnodes": 1, "nprocPerNode": 1,
+            "rdzvEndpoint": "train-rdzv.ml.svc:29400", "rdzvId": "x", "maxInJobRestarts": 1,
+            "heartbeatIntervalSeconds": 1, "rankHangTimeoutSeconds": 10, "rankInitialTimeoutSeconds": 10,
+            "inProcess": {
+                "enabled": False, "softTimeoutSeconds": 1, "hardTimeoutSeconds": 2, "maxRestarts": 0
+            },
+            "checkpointDir": str(memory_dir / "ckpt"), "checkpointIntervalSteps": 10, "checkpointsToKeep": 2,
+            "memorySnapshotIntervalSteps": interval, "memorySnapshotDir": str(memory_dir),
+            "maxNoProgressCycles": 3, "doNotRestartExitCodes": [93],
+        }
+    )  # fmt: skip
+
+
+def test_the_entrypoint_serves_a_copier_where_its_ranks_look_only_with_the_memory_tier(root: Path) -> None:
+    """`rtj-trainer launch`'s part: the copier listens in the job's directory of the memory volume,
+    where a rank's `CheckpointManager` of that job connects; none with the memory tier off."""
+    from rtj_trainer.entrypoint import start_slot_copier
+
+    cfg = _trainer_config(root, interval=2)
+    copier = start_slot_copier(cfg)
+    assert copier is not None
+    try:
+        mgr = CheckpointManager(
+            str(root / "persist"), rank=0, world_size=1, interval_steps=10,
+            local_root=str(root / "train"), local_interval_steps=2,
+        )  # fmt: skip
+        assert mgr._p.ring is not None and mgr._p.ring.copier is not None
+        client = mgr._p.ring.copier()
+        assert client is not None  # the rank found the entrypoint's copier
+        client.close()
+    finally:
+        copier.close()
+    assert not os.path.exists(copier.path)
+    assert start_slot_copier(_trainer_config(root, interval=0)) is None

@@ -1,14 +1,16 @@
 """Memory snapshots staged on the GPU: training waits only for a device-to-device copy.
 
-With the memory tier on a GPU, a snapshot is first copied, on the training stream, into one flat CUDA
-buffer laid out like the memory tier's slot file (`snapshot_ring.layout`): one multi-tensor copy at
-the GPU memory's speed (milliseconds for 13.7 GB on an H200), after which training changes its state
-freely: no fence before the next optimizer step, which the pinned path (`staging.HostStaging`) needs
-because its device-to-host copy reads the live tensors. The writer thread then drains the buffer
-into the slot's mapped file through a small ring of pinned chunks (`ChunkPipe`), the host side copied
-by our own threads (`copy_bytes`), never torch's intra-op pool: no pinned buffer of the state's size
-is allocated (pinning 13.7 GB took 6-7 s and held the CUDA driver meanwhile) and the slot needs no
-registration with CUDA (0.72 s per GB).
+With the memory tier on a GPU, a snapshot is first copied, on the training stream, into one flat
+CUDA buffer laid out like the memory tier's slot file (`snapshot_ring.layout`): one multi-tensor
+copy at the GPU memory's speed (milliseconds for 13.7 GB on an H200), after which training changes
+its state freely: no fence before the next optimizer step, which the pinned path
+(`staging.HostStaging`) needs because its device-to-host copy reads the live tensors. The writer
+thread then drains the buffer into the slot's file through a small ring of pinned chunks
+(`ChunkPipe`), the host side copied by the pod's slot copier (`rtj_trainer.slot_copier`: another
+process, so the rank never holds the slot's pages) or, without one, by our own threads
+(`copy_bytes`), never torch's intra-op pool: no pinned buffer of the state's size is allocated
+(pinning 13.7 GB took 6-7 s and held the CUDA driver meanwhile) and the slot needs no registration
+with CUDA (0.72 s per GB); only the chunks are pinned (with the copier: registered, being shared).
 
 A restarted rank loads the same way backwards (`load`): the slot's file through the chunks into a
 flat buffer, then device-to-device into the model. That buffer is given back to the driver right
@@ -109,7 +111,7 @@ class CudaOps:
     def register(self, t: torch.Tensor) -> None:
         """Pin the host memory of `t` (shared memory the copier also maps) for the device's copies."""
         nbytes = t.numel() * t.element_size()
-        err = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), nbytes, 0)
+        err = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), nbytes, 1)  # 1: portable
         if int(err) != 0:
             raise RuntimeError(f"cudaHostRegister of {nbytes} bytes: CUDA error {int(err)}")
 

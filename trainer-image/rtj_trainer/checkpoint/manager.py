@@ -464,6 +464,13 @@ class CheckpointManager:
         device = self._p.staging.device
         return device.pipe.last_drain if device is not None and device.pipe is not None else None
 
+    @property
+    def drained_by_copier(self) -> bool:
+        """Whether the pod's slot copier copies the drained snapshots into the memory tier (else
+        the rank does: no copier in the pod, or it failed)."""
+        device = self._p.staging.device
+        return device is not None and device.pipe is not None and device.pipe.copier is not None
+
     replicate_failures = property(
         lambda self: self._p.replication.replicate_failures if self._p.replication is not None else 0
     )

@@ -9,16 +9,18 @@ not its name). A snapshot's tensors are copied into the claimed slot's mapped fi
 thread then commits it: the index (each tensor's dtype, shape and offset, with its CRC32), the
 metadata, one rename. A kill before the rename leaves a `.partial`, never loaded.
 
-On CPU the copy lands in the slot directly. On a GPU with room for it, the snapshot is staged in
-a GPU buffer of the slot's layout and the writer thread drains it into the slot through a few
-pinned chunks (`device_stage`); otherwise the device-to-host copy goes to private pinned buffers
-(54 GB/s on an H200) and the writer thread copies them into the slot. Either way the slot's pages
-are already there (`prepare` reserves and maps them, `populate`): no syscall, no allocation per
-snapshot. Registering the slot files with CUDA would save the host-side copy, but pinning them cost
-0.72 s per GB on an H200 (9.9 s for 13.7 GB, holding the driver while it runs: training ran at half
-speed meanwhile) and has to be done again by every restarted process; bench/d2h_floor.py measures
-both.
-"""
+On CPU the copy lands in the slot directly. On a GPU with room for it, the snapshot is staged in a
+GPU buffer of the slot's layout and the writer thread drains it into the slot through a few pinned
+chunks (`device_stage`); otherwise the device-to-host copy goes to private pinned buffers (54 GB/s
+on an H200) and the writer thread copies them into the slot. Either way the slot's pages are already
+there (`prepare` reserves and maps them, `populate`): no syscall, no allocation per snapshot. A
+drain through the pod's slot copier (`rtj_trainer.slot_copier`) is copied into the slot by the
+copier, through its own mapping, which `prepare` asks it to populate: the rank's mapping of the slot
+then holds no page, and a killed rank has no page tables of 41 GB to tear down before its GPU memory
+is freed (`file_of` gives the copier each slot's file). Registering the slot files with CUDA would
+save the host-side copy, but pinning them cost 0.72 s per GB on an H200 (9.9 s for 13.7 GB, holding
+the driver while it runs: training ran at half speed meanwhile) and has to be done again by every
+restarted process; bench/d2h_floor.py measures both."""
 
 from __future__ import annotations
 

@@ -148,7 +148,8 @@ class Resilience:
     def _log_write(self, ev: CheckpointEvent) -> None:
         """A memory snapshot's write into the tier or a persist, in the step log with its seconds
         (and whether the snapshot was staged on the GPU, then the drain's seconds waiting for the GPU
-        and copying into the tier, and whether a persist was in flight when its record was logged):
+        and copying into the tier and whether the pod's slot copier did that copy, and whether a
+        persist was in flight when its record was logged):
         what the adaptive interval is made of."""
         if ev.kind not in ("snapshot", "persisted") or ev.seconds is None:
             return
@@ -158,6 +159,7 @@ class Resilience:
             rec["persisting"] = self.ckpt.persisting
             if rec["staged"] and (drain := self.ckpt.last_drain) is not None:
                 rec["drain_gpu_wait"], rec["drain_host_copy"] = round(drain[0], 4), round(drain[1], 4)
+                rec["by_copier"] = self.ckpt.drained_by_copier
         self.log.write(**rec, t=time.time())
 
     def run(self, train: Callable[[Attempt], T]) -> T:
