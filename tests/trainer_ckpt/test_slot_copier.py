@@ -23,7 +23,7 @@ from host_device import HostOps, stage_on_host
 from rtj.contract import TrainerConfig
 from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint import CheckpointManager
-from rtj_trainer.slot_copier import CopierClient, socket_path
+from rtj_trainer.slot_copier import CopierClient, CopierProcess, socket_path
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(120)]
 
@@ -292,5 +292,42 @@ def test_the_entrypoint_serves_a_copier_where_its_ranks_look_only_with_the_memor
         client.close()
     finally:
         copier.close()
-    assert not os.path.exists(copier.path)
+    assert not os.path.exists(copier.path)  # it removed its socket on the way out
     assert start_slot_copier(_trainer_config(root, interval=0)) is None
+
+
+def test_a_copier_that_dies_is_started_again_and_none_outlives_its_entrypoint(root: Path) -> None:
+    path = socket_path(str(root))
+    copier = CopierProcess(path).start()
+    try:
+        assert copier.proc is not None
+        copier.proc.kill()  # the OOM killer's pick: it maps the whole memory tier
+        wait_for(lambda: copier.starts == 2, timeout=30, message="the copier started again")
+        client = CopierClient.connect(path)
+        assert client is not None
+        client.close()
+    finally:
+        copier.close()
+    assert copier.proc.poll() is not None
+
+    # An entrypoint SIGKILLed: its copier goes with it (PR_SET_PDEATHSIG).
+    code = (
+        "import sys; from rtj_trainer.slot_copier import CopierProcess; "
+        "c = CopierProcess(sys.argv[1]).start(); print(c.proc.pid, flush=True); sys.stdin.read()"
+    )
+    entry = subprocess.Popen(
+        [sys.executable, "-c", code, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert entry.stdout is not None
+    pid = int(entry.stdout.readline())
+    entry.kill()
+    entry.wait(timeout=30)
+    wait_for(lambda: _gone(pid), timeout=30, message="the orphaned copier gone")
+
+
+def _gone(pid: int) -> bool:
+    """No process `pid`, or only its zombie (an orphan's is reaped by whoever adopted it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True

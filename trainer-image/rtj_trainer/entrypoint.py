@@ -99,7 +99,7 @@ from .runtime_env import (
     rank_env_vars,
     write_graceful_stop,
 )
-from .slot_copier import COPY_THREADS, SlotCopier, socket_path
+from .slot_copier import COPY_THREADS, CopierProcess, socket_path
 from .warm_launcher import ENV_PREWARM_MODULE, prewarm_module
 
 log = logging.getLogger("rtj_trainer")
@@ -283,18 +283,18 @@ def start_peer_replica(
     return server
 
 
-def start_slot_copier(cfg: TrainerConfig) -> SlotCopier | None:
+def start_slot_copier(cfg: TrainerConfig) -> CopierProcess | None:
     """The pod's slot copier (`rtj_trainer.slot_copier`) when the memory tier is on; None when it
-    is off or the copier cannot listen (the ranks then copy their snapshots themselves)."""
+    is off or the copier does not start (the ranks then copy their snapshots themselves)."""
     if not cfg.memory_snapshot_interval_steps or not cfg.memory_snapshot_dir:
         return None
     path = socket_path(memory_tier_root(cfg.memory_snapshot_dir, cfg.job_name))
     # Each local rank's copies as fast as one rank's alone, within the pod's cores.
     threads = min(os.cpu_count() or 1, COPY_THREADS * max(1, cfg.nproc_per_node))
     try:
-        copier = SlotCopier(path, threads=max(1, threads)).start()
+        copier = CopierProcess(path, threads=max(1, threads)).start()
     except OSError as e:
-        log.warning("slot copier off: it cannot listen on %s: %r", path, e)
+        log.warning("slot copier off: %r", e)
         return None
     log.info("slot copier: serving the ranks' memory snapshot copies at %s", path)
     return copier

@@ -9,7 +9,8 @@ for that memory before it starts the next rank (0.91 s of a 4.59 s SIGKILL resta
 host; with no slot mapped the new rank started 0.6 s sooner). The host copies also ran on the
 rank's own threads, beside its training thread's GIL.
 
-Here they run in the pod's entrypoint (`rtj-trainer launch`), which outlives the ranks:
+Here they run in a process the pod's entrypoint (`rtj-trainer launch`) starts and keeps running
+(`CopierProcess`), which outlives the ranks:
 
 - a rank's chunks are memfds (shared memory, registered with CUDA by the rank, so pinned), handed to
   the copier once over a Unix socket (SCM_RIGHTS);
@@ -23,26 +24,35 @@ Here they run in the pod's entrypoint (`rtj-trainer launch`), which outlives the
 A rank that cannot reach the copier (none running: tests, a plain launch; its socket path too long;
 it died) copies in-process as before: the copier saves time, it is never needed for correctness.
 The socket lives in the job's directory of the memory volume (`socket_path`), where every rank of
-the pod finds it without configuration. Stdlib only: the entrypoint does not import torch.
+the pod finds it without configuration. Stdlib only: neither the copier nor the entrypoint imports
+torch.
 
 Hand-written: no library copies between two processes' shared mappings on request.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import json
 import logging
 import mmap
 import os
+import select
+import signal
 import socket
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from .pids import stop_process
+
 log = logging.getLogger(__name__)
 
+MODULE = "rtj_trainer.slot_copier"
 SOCKET_NAME = "slot-copier.sock"
 #: Threads the copier splits one request over: a memory copy is about 10 GB/s per thread on an H100
 #: host (bench/snapshot_paths.py: 13.7 GB in 2.72 s with 1 thread, 0.92 s with 4, 0.61 s with 8), and
@@ -56,6 +66,8 @@ MAX_MESSAGE = 4096
 MAX_FDS = 16
 #: Longest path a Unix socket takes (sun_path less its terminating NUL).
 MAX_SOCKET_PATH = 107
+#: <linux/prctl.h>: the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 
 _PROT_RW = mmap.PROT_READ | mmap.PROT_WRITE
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
@@ -380,21 +392,94 @@ class CopierClient:
             raise OSError(f"slot copier: {reply['error']}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`python -m rtj_trainer.slot_copier SOCKET`: a copier on its own (benchmarks, tests), serving
-    until SIGTERM or SIGINT; it prints "ready" once it listens."""
-    import signal
-    import sys
+class CopierProcess:
+    """The copier as the entrypoint runs it: a process of its own (`python -m rtj_trainer.slot_copier`),
+    started again when it dies. Its own process because it maps the whole memory tier: the kernel's
+    OOM killer ranks processes by what they map, and a copier killed loses nothing (ranks copy
+    in-process meanwhile; the slots' pages stay in the volume), where the entrypoint killed would
+    end the pod."""
 
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        sys.exit("usage: python -m rtj_trainer.slot_copier SOCKET")
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    copier = SlotCopier(args[0]).start()
+    #: Seconds before starting a copier that died again: doubled per death, up to the last.
+    BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
+
+    def __init__(self, path: str, threads: int = COPY_THREADS, ready_timeout: float = 30.0) -> None:
+        self.path = path
+        self.threads = threads
+        self.ready_timeout = ready_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def start(self) -> CopierProcess:
+        """Start it and wait until it listens (raises OSError when it does not). Call it from a
+        thread that lives as long as the copier should: the copier stops when its parent thread
+        ends (PR_SET_PDEATHSIG is per thread; copiers started again are the watcher's)."""
+        self._spawn()
+        threading.Thread(target=self._watch, name="rtj-slot-copier-watch", daemon=True).start()
+        return self
+
+    def close(self, grace_s: float = 10.0) -> None:
+        """Stop it (SIGTERM: it unmaps the tier and removes its socket) and do not start it again."""
+        self._stop.set()
+        with self._lock:
+            proc = self.proc
+        if proc is not None and proc.poll() is None:
+            stop_process(proc, grace_s=grace_s)
+
+    def _spawn(self) -> None:
+        argv = [sys.executable, "-m", MODULE, self.path, "--threads", str(self.threads)]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        ready = select.select([proc.stdout], [], [], self.ready_timeout)[0] and proc.stdout.readline()
+        if ready != b"ready\n":
+            stop_process(proc, grace_s=1)
+            raise OSError(f"the slot copier at {self.path} did not start (exit code {proc.poll()})")
+        with self._lock:
+            self.proc = proc
+            self.starts += 1
+
+    def _watch(self) -> None:
+        deaths = 0
+        while not self._stop.is_set():
+            with self._lock:
+                proc = self.proc
+            assert proc is not None
+            code = proc.wait()
+            if self._stop.is_set():
+                return
+            delay = self.BACKOFF[min(deaths, len(self.BACKOFF) - 1)]
+            deaths += 1
+            log.warning(
+                "the slot copier exited (code %s): the ranks copy their snapshots themselves; "
+                "starting it again in %.0f s", code, delay,
+            )  # fmt: skip
+            while not self._stop.wait(delay):
+                try:
+                    self._spawn()
+                    break
+                except OSError as e:
+                    log.warning("%s; trying again in %.0f s", e, delay)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m rtj_trainer.slot_copier SOCKET [--threads N]`: serve until SIGTERM or SIGINT (or
+    the parent's death); prints "ready" once it listens."""
+    parser = argparse.ArgumentParser(prog="python -m rtj_trainer.slot_copier")
+    parser.add_argument("socket")
+    parser.add_argument("--threads", type=int, default=COPY_THREADS)
+    args = parser.parse_args(argv)
+    parent = os.getppid()
+    stop = {signal.SIGTERM, signal.SIGINT}
+    # Blocked before any thread starts (they inherit the mask): `sigwait` takes them here, whichever
+    # thread the kernel would have given them to.
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # no copier outlives its entrypoint
+    if os.getppid() != parent:  # the entrypoint died before the line above
+        return
+    copier = SlotCopier(args.socket, threads=args.threads).start()
     print("ready", flush=True)
-    stop.wait()
+    signal.sigwait(stop)
     copier.close()
 
 
