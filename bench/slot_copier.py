@@ -12,8 +12,8 @@ between the rank copying its slots itself and the copier (`python -m rtj_trainer
 the entrypoint runs it) copying them. One JSON line.
 
 `--device cuda` runs the real CUDA path (streams, pinned or registered chunks, the device buffer);
-`--device cpu` a synchronous stand-in for the device (bench/drain_interference.py's, as the tests'
-`host_device.HostOps`), chunks not pinned.
+`--device cpu` the tests' synchronous stand-in for the device (tests/trainer_ckpt/host_device.py),
+chunks not pinned.
 
     PYTHONPATH=trainer-image python bench/slot_copier.py --device cpu --gb 1 --runs 3
 """
@@ -30,52 +30,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
-from drain_interference import HostOps as PipeOps
 from rtj_trainer.checkpoint import CheckpointManager
 from rtj_trainer.checkpoint.device_stage import DeviceStage
 from rtj_trainer.slot_copier import socket_path
 
 WIDTH = 4096  # each layer: WIDTH x WIDTH float32 (64 MiB), and three times that with AdamW's state
-
-
-class _Stream:
-    def wait_event(self, event: object) -> None: ...
-
-    def synchronize(self) -> None: ...
-
-
-class StandInOps(PipeOps):
-    """The device of `device_stage.CudaOps` on the CPU: every tensor but scalars "on the device"."""
-
-    def stream(self) -> Any:
-        return _Stream()
-
-    def holds(self, t: torch.Tensor) -> bool:
-        return t.dim() > 0
-
-    def active(self) -> bool:
-        return True
-
-    def current_device(self) -> int:
-        return 0
-
-    def set_device(self, device: int) -> None: ...
-
-    def release(self) -> None: ...
-
-    def current_stream(self) -> Any:
-        return _Stream()
-
-    def mem_get_info(self, device: int) -> tuple[int, int]:
-        return 1 << 40, 1 << 40
-
-    def buffer(self, nbytes: int, device: int) -> torch.Tensor:
-        return torch.empty(nbytes, dtype=torch.uint8)
-
-    def register(self, t: torch.Tensor) -> None: ...
 
 
 def _rank(
@@ -90,8 +53,11 @@ def _rank(
         local_root=root, local_interval_steps=1, local_keep=2,
     )  # fmt: skip
     if device == "cpu":  # as `parts` gives a GPU rank its stage
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "trainer_ckpt"))
+        from host_device import HostOps  # the tests' stand-in for the GPU
+
         parts = mgr._p
-        stage = DeviceStage(1, ops=StandInOps(), copier=parts.ring.copier, file_of=parts.ring.file_of)  # type: ignore[union-attr]
+        stage = DeviceStage(1, ops=HostOps(), copier=parts.ring.copier, file_of=parts.ring.file_of)  # type: ignore[union-attr]
         parts.staging.device = parts.memory.device = stage  # type: ignore[union-attr]
     return mgr, model, optim
 

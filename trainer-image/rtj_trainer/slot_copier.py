@@ -18,8 +18,9 @@ Here they run in a process the pod's entrypoint (`rtj-trainer launch`) starts an
   slot at an offset (a drain), `get` the slot into the chunk (a load), `populate` maps slot files and
   makes their pages present ahead of the first copy;
 - the copier maps each slot file once (by inode, across the renames that commit and recycle it) and
-  drops a mapping once its file is deleted or its size changes. A rank keeps only a mapping nothing
-  populates: the few pages it writes itself (an optimizer's step counts).
+  drops a mapping once its file is deleted (looked at on every request) or its size changes. A rank
+  keeps only a mapping nothing populates: the few pages it writes itself (an optimizer's step
+  counts).
 
 A rank that cannot reach the copier (none running: tests, a plain launch; its socket path too long;
 it died) copies in-process as before: the copier saves time, it is never needed for correctness.
@@ -58,8 +59,8 @@ SOCKET_NAME = "slot-copier.sock"
 #: host (bench/snapshot_paths.py: 13.7 GB in 2.72 s with 1 thread, 0.92 s with 4, 0.61 s with 8), and
 #: here no training thread waits for the GIL behind them.
 COPY_THREADS = 8
-#: Bytes one madvise(MADV_POPULATE_WRITE) call makes present: each holds the mmap lock of the process
-#: that makes it (here the entrypoint's), so a large one delays the entrypoint's other threads only.
+#: Bytes one madvise(MADV_POPULATE_WRITE) call makes present: each holds the copier's mmap lock, which
+#: a request mapping a new slot meanwhile waits for.
 POPULATE_CHUNK_BYTES = 64 << 20
 #: The largest request or reply (JSON), and the most descriptors one request passes.
 MAX_MESSAGE = 4096
@@ -112,8 +113,8 @@ class _Mapping:
 
 
 class _Mappings:
-    """The copier's shared mappings of slot files and chunks, by inode; one unmapped only when no
-    request is using it."""
+    """The copier's shared mappings of slot files, by inode; one unmapped only when no request is
+    using it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -172,10 +173,6 @@ class _Mappings:
             maps, self._maps = list(self._maps.values()), {}
             for m in maps:
                 self._drop_later(m)
-
-    def mapped(self) -> int:
-        with self._lock:
-            return len(self._maps)
 
     def _drop_later(self, m: _Mapping) -> None:
         """`m` leaves the table (lock held): unmapped now unless a request still uses it."""
@@ -275,8 +272,8 @@ class SlotCopier:
                     return  # the rank is gone (exited, or killed)
                 try:
                     reply = self._handle(json.loads(data), fds, chunks)
-                except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
-                    reply = {"error": repr(e)}
+                except (OSError, ValueError, KeyError, IndexError, TypeError, RuntimeError) as e:
+                    reply = {"error": repr(e)}  # RuntimeError: the pool shut down (closing)
                 finally:
                     for fd in fds:
                         os.close(fd)
@@ -367,7 +364,8 @@ class CopierClient:
 
     def populate(self, slot_fds: list[int]) -> None:
         """Map these slot files in the copier and make their pages present."""
-        self._call({"op": "populate"}, slot_fds)
+        for i in range(0, len(slot_fds), MAX_FDS):
+            self._call({"op": "populate"}, slot_fds[i : i + MAX_FDS])
 
     def put(self, chunk: int, n: int, slot_fd: int, offset: int, threads: int = COPY_THREADS) -> None:
         """chunk[:n] -> slot[offset:offset + n]; returns once the bytes are there."""
