@@ -110,6 +110,7 @@ def one_round(root: str, gb: float, device: str, snapshots: int, with_copier: bo
                       "--snapshots", str(snapshots))  # fmt: skip
         assert rank.stdout is not None
         report = json.loads(rank.stdout.readline())
+        held = _resident(rank.pid)
         t0 = time.perf_counter()
         rank.send_signal(signal.SIGKILL)
         rank.wait()
@@ -122,7 +123,14 @@ def one_round(root: str, gb: float, device: str, snapshots: int, with_copier: bo
             copier.send_signal(signal.SIGTERM)
             copier.wait(timeout=60)
     assert report["by_copier"] == with_copier, report
-    return {"kill_to_reaped": round(reaped, 3), "drains": report["drains"], "load": loaded["load"]}
+    return {"kill_to_reaped": round(reaped, 3), **held, "drains": report["drains"], "load": loaded["load"]}
+
+
+def _resident(pid: int) -> dict[str, float]:
+    """GB the process has present in its page tables: shared memory (the slots it maps, its chunks)
+    and private memory (on the CPU stand-in, the "device" buffers too); what a kill tears down."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return {f"{k.lower()}_gb": round(int(fields[k].split()[0]) / 1e6, 2) for k in ("RssShmem", "RssAnon")}
 
 
 def main() -> None:
@@ -155,7 +163,8 @@ def main() -> None:
         values = [r[key] if key != "drains" else statistics.median(r[key][1:] or r[key]) for r in rows[mode]]
         return round(statistics.median(values), 3)
 
-    summary = {mode: {k: median(k, mode) for k in ("kill_to_reaped", "drains", "load")} for mode in rows}
+    keys = ("kill_to_reaped", "rssshmem_gb", "rssanon_gb", "drains", "load")
+    summary = {mode: {k: median(k, mode) for k in keys} for mode in rows}
     print(json.dumps({
         "device": torch.cuda.get_device_name() if a.device == "cuda" else f"cpu ({os.cpu_count()} cores)",
         "gb": a.gb, "runs": a.runs, "snapshots_per_rank": a.snapshots, "slots": 3,
