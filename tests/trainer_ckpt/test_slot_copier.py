@@ -192,6 +192,28 @@ def test_a_copier_that_dies_leaves_the_rank_copying_itself_and_loses_nothing(roo
     restarted.close()
 
 
+def test_a_copier_that_hangs_is_given_up_after_its_timeout_and_nothing_is_lost(
+    root: Path, copier: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rank = _Rank(root)
+    rank.run(range(2, 7))
+    stage = rank.stage
+    assert stage.pipe is not None and stage.pipe.copier is not None
+    monkeypatch.setattr("rtj_trainer.slot_copier.CHUNK_REPLY_TIMEOUT", 1.0)
+    os.kill(copier.pid, signal.SIGSTOP)  # hung: it never replies
+    try:
+        rank.run(range(7, 11))
+    finally:
+        os.kill(copier.pid, signal.SIGCONT)
+    assert sorted(rank.states) == [5, 10] and stage.pipe.copier is None
+    # Given up only once dead: a copier resumed later would write chunk bytes the rank has reused.
+    assert copier.wait(timeout=10) == -signal.SIGKILL
+    rank.mgr.close()
+    restarted, step, got = _resume(root)
+    assert step == 10 and _equal(got, rank.states[10])
+    restarted.close()
+
+
 def _copier_maps(proc: subprocess.Popen[str]) -> str:
     return Path(f"/proc/{proc.pid}/maps").read_text()
 

@@ -43,6 +43,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -67,6 +68,12 @@ MAX_MESSAGE = 4096
 MAX_FDS = 16
 #: Longest path a Unix socket takes (sun_path less its terminating NUL).
 MAX_SOCKET_PATH = 107
+#: Seconds a rank waits for the copier's reply before it copies itself: a chunk's copy takes
+#: milliseconds, making a whole memory tier's pages present seconds (first reserved: 3 s per 13.7 GB).
+CHUNK_REPLY_TIMEOUT = 60.0
+POPULATE_REPLY_TIMEOUT = 600.0
+#: Seconds a rank waits for a copier it SIGKILLed to be dead.
+KILL_WAIT_SECONDS = 60.0
 #: <linux/prctl.h>: the signal a process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
 
@@ -329,18 +336,27 @@ class SlotCopier:
         if threads == 1 or n <= part:
             ctypes.memmove(dst, src, n)  # ctypes releases the GIL for the call
             return
-        futures = [
-            self._pool.submit(ctypes.memmove, dst + i, src + i, min(part, n - i)) for i in range(0, n, part)
-        ]
-        for f in futures:
-            f.result()
+        futures = []
+        try:
+            for i in range(0, n, part):
+                futures.append(self._pool.submit(ctypes.memmove, dst + i, src + i, min(part, n - i)))
+        finally:  # no reply, not even an error, while a piece of the request may still be written
+            for f in futures:
+                f.result()
 
 
 class CopierClient:
-    """A rank's connection to its pod's copier (one request at a time; thread-safe)."""
+    """A rank's connection to its pod's copier (one request at a time; thread-safe).
 
-    def __init__(self, sock: socket.socket) -> None:
+    A copier that does not reply in time is SIGKILLed (through a pidfd of the process that
+    accepted the connection) and waited for before the caller hears of it: a copier that went on
+    later with the request the rank gave up would write a chunk's bytes, by then others, into a
+    slot, or into a chunk the rank is using again. Dead, it writes nothing more, and the rank
+    redoes the copy itself. Without a pidfd (Linux before 5.3) there is no copier."""
+
+    def __init__(self, sock: socket.socket, pidfd: int) -> None:
         self._sock = sock
+        self._pidfd = pidfd
         self._lock = threading.Lock()
 
     @classmethod
@@ -352,42 +368,63 @@ class CopierClient:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             sock.connect(path)
-        except OSError as e:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            pidfd = os.pidfd_open(struct.unpack("3i", creds)[0])
+        except (OSError, AttributeError) as e:  # AttributeError: no os.pidfd_open here
             sock.close()
             log.debug("no slot copier at %s: %r", path, e)
             return None
-        return cls(sock)
+        return cls(sock, pidfd)
 
     def attach(self, chunk_fds: list[int]) -> None:
         """The memfds of this rank's chunks, by index (the copier keeps its own descriptors)."""
-        self._call({"op": "attach"}, chunk_fds)
+        self._call({"op": "attach"}, chunk_fds, CHUNK_REPLY_TIMEOUT)
 
     def populate(self, slot_fds: list[int]) -> None:
         """Map these slot files in the copier and make their pages present."""
         for i in range(0, len(slot_fds), MAX_FDS):
-            self._call({"op": "populate"}, slot_fds[i : i + MAX_FDS])
+            self._call({"op": "populate"}, slot_fds[i : i + MAX_FDS], POPULATE_REPLY_TIMEOUT)
 
     def put(self, chunk: int, n: int, slot_fd: int, offset: int, threads: int = COPY_THREADS) -> None:
         """chunk[:n] -> slot[offset:offset + n]; returns once the bytes are there."""
-        self._call({"op": "put", "chunk": chunk, "n": n, "offset": offset, "threads": threads}, [slot_fd])
+        req = {"op": "put", "chunk": chunk, "n": n, "offset": offset, "threads": threads}
+        self._call(req, [slot_fd], CHUNK_REPLY_TIMEOUT)
 
     def get(self, chunk: int, n: int, slot_fd: int, offset: int, threads: int = COPY_THREADS) -> None:
         """slot[offset:offset + n] -> chunk[:n]; returns once the bytes are there."""
-        self._call({"op": "get", "chunk": chunk, "n": n, "offset": offset, "threads": threads}, [slot_fd])
+        req = {"op": "get", "chunk": chunk, "n": n, "offset": offset, "threads": threads}
+        self._call(req, [slot_fd], CHUNK_REPLY_TIMEOUT)
 
     def close(self) -> None:
         self._sock.close()
+        with contextlib.suppress(OSError):
+            os.close(self._pidfd)
 
-    def _call(self, req: dict[str, object], fds: list[int]) -> None:
-        """Raises OSError when the copier refused the request or is gone."""
+    def _call(self, req: dict[str, object], fds: list[int], timeout: float) -> None:
+        """Raises OSError when the copier refused the request, is gone, or has not replied within
+        `timeout` (then it is killed first; the caller gives this client up)."""
         with self._lock:
-            socket.send_fds(self._sock, [json.dumps(req).encode()], fds)
-            data = self._sock.recv(MAX_MESSAGE)
+            self._sock.settimeout(timeout)
+            try:
+                socket.send_fds(self._sock, [json.dumps(req).encode()], fds)
+                data = self._sock.recv(MAX_MESSAGE)
+            except TimeoutError:
+                self._kill()
+                raise
         if not data:
             raise ConnectionError("the slot copier closed the connection")
         reply = json.loads(data)
         if "error" in reply:
             raise OSError(f"slot copier: {reply['error']}")
+
+    def _kill(self) -> None:
+        """SIGKILL the copier and wait until it is dead (raises RuntimeError if it is not: the
+        caller must then not touch what the request named)."""
+        log.error("the slot copier did not reply in time: killing it (the rank copies itself from now on)")
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        if not select.select([self._pidfd], [], [], KILL_WAIT_SECONDS)[0]:
+            raise RuntimeError(f"the slot copier did not die within {KILL_WAIT_SECONDS:.0f} s of SIGKILL")
 
 
 class CopierProcess:

@@ -292,9 +292,13 @@ class ChunkPipe:
             return False
         try:
             (self.copier.put if op == "put" else self.copier.get)(k, n, fd, offset, COPY_THREADS)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError) as e:  # refused, or the copier is gone (dead: it writes no more)
             self._without_copier(e)
             return False
+        except RuntimeError as e:  # hung and not dead: it may still write the request's slot or chunk
+            self._without_copier(e)
+            self.chunks = []  # private chunks for the copies to come; this one fails
+            raise
         return True
 
     def _copy(self, dst: torch.Tensor, src: torch.Tensor, threads: int) -> None:
