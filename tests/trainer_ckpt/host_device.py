@@ -84,6 +84,9 @@ class HostOps(CudaOps):
     def register(self, t: torch.Tensor) -> None:
         self.calls["register"] += 1
 
+    def unregister(self, t: torch.Tensor) -> None:
+        self.calls["unregister"] += 1
+
 
 def stage_on_host(mgr: object, ops: HostOps, threads: int = 2, chunk_bytes: int = 4096) -> DeviceStage:
     """Give a `CheckpointManager` with a memory tier a `DeviceStage` on the stand-in (small chunks:

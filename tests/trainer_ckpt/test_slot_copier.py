@@ -110,7 +110,8 @@ class _Rank:
         torch.manual_seed(0)
         self.model, self.optim = _model()
         self.mgr = _manager(root)
-        self.stage = stage_on_host(self.mgr, HostOps(), chunk_bytes=CHUNK)
+        self.ops = HostOps()
+        self.stage = stage_on_host(self.mgr, self.ops, chunk_bytes=CHUNK)
         self.states: dict[int, list[torch.Tensor]] = {}
         _train(self.model, self.optim)
         self.mgr.prepare(self.model, self.optim)
@@ -154,7 +155,9 @@ def test_snapshots_drained_by_the_copier_land_whole_while_the_rank_holds_no_slot
     # The rank wrote only the optimizer's step count itself (a page or two of each slot it drained
     # into), of 773 pages each.
     assert all(present <= FEW_PAGES for present, _ in rss.values()), rss
+    assert rank.ops.calls["register"] == 2 and rank.ops.calls["unregister"] == 0  # the 2 chunks, pinned
     mgr.close()
+    assert rank.ops.calls["unregister"] == 2  # unpinned before they are unmapped
 
     restarted, step, got = _resume(root)
     assert step == 25 and _equal(got, states[25])

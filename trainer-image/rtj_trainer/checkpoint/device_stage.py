@@ -115,6 +115,10 @@ class CudaOps:
         if int(err) != 0:
             raise RuntimeError(f"cudaHostRegister of {nbytes} bytes: CUDA error {int(err)}")
 
+    def unregister(self, t: torch.Tensor) -> None:
+        """Unpin what `register` pinned (before its memory is unmapped)."""
+        torch.cuda.cudart().cudaHostUnregister(t.data_ptr())
+
 
 CUDA = CudaOps()
 
@@ -171,6 +175,8 @@ class ChunkPipe:
         self.device = device
         self.ops = ops
         self.copier = copier
+        self._registered: list[torch.Tensor] = []  # shared chunks pinned by `CudaOps.register`
+        self._retired: list[torch.Tensor] = []  # chunks a copier that would not die may still write
         self.threads = max(1, threads)
         self.load_threads = max(1, load_threads)
         self.chunk_bytes = chunk_bytes
@@ -201,7 +207,8 @@ class ChunkPipe:
 
     def _shared_chunks(self) -> list[torch.Tensor] | None:
         """Chunks the copier maps too: memfds, registered with CUDA here, handed to the copier;
-        None (and no copier from now on) when any step fails."""
+        None (and no copier from now on) when they cannot be made or registered. Made and
+        registered but refused by the copier, they serve the rank's own copies."""
         assert self.copier is not None
         fds: list[int] = []
         try:
@@ -213,14 +220,25 @@ class ChunkPipe:
                 chunks.append(torch.from_file(path, shared=True, size=self.chunk_bytes, dtype=torch.uint8))
             for chunk in chunks:
                 self.ops.register(chunk)
-            self.copier.attach(fds)
-            return chunks
+                self._registered.append(chunk)
         except (OSError, RuntimeError) as e:
+            self._unregister()
             self._without_copier(e)
             return None
+        try:
+            self.copier.attach(fds)
+        except OSError as e:
+            self._without_copier(e)
         finally:
             for fd in fds:
                 os.close(fd)
+        return chunks
+
+    def _unregister(self) -> None:
+        """Unpin the shared chunks before they are unmapped (dropped)."""
+        registered, self._registered = self._registered, []
+        for chunk in registered:
+            self.ops.unregister(chunk)
 
     def _without_copier(self, e: BaseException) -> None:
         log.warning("memory snapshots copied in the rank from now on, not by the pod's slot copier: %r", e)
@@ -297,7 +315,9 @@ class ChunkPipe:
             return False
         except RuntimeError as e:  # hung and not dead: it may still write the request's slot or chunk
             self._without_copier(e)
-            self.chunks = []  # private chunks for the copies to come; this one fails
+            # Private chunks for the copies to come (these stay mapped, never used); this one fails.
+            self._retired.extend(self.chunks)
+            self.chunks, self._registered = [], []
             raise
         return True
 
@@ -314,10 +334,13 @@ class ChunkPipe:
             f.result()
 
     def close(self) -> None:
+        """After the last copy: the copier's connection closed, the shared chunks unpinned."""
         if self._pool is not None:
             self._pool.shutdown(wait=False)
         if self.copier is not None:
             self.copier.close()
+        self._unregister()
+        self.chunks = []
 
 
 class Prefetch:
