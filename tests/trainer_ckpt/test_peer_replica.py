@@ -377,3 +377,47 @@ def test_a_pod_serves_the_memory_snapshots_of_a_rank_that_ran_in_it_before(tmp_p
         local_root=str(replacement), local_interval_steps=2,
     ).load_latest(fresh)  # fmt: skip
     assert resumed is not None and resumed.step == step == 4 and content_hash(fresh) == expected_hash(4)
+
+
+def test_a_rank_sends_its_snapshot_without_mapping_it(tmp_path: Path) -> None:
+    """The replicator streams from the page cache (`sendfile`) and reads for the CRC32 beside it: the
+    snapshot is never mapped in the rank (an unmap of 13.7 GB stalls its training thread's
+    allocations, and a rank killed mid-stream would tear the mapping down before its GPU memory is
+    freed). The replica arrives whole, its CRC32s checked by the server."""
+    import threading
+
+    import torch
+    from rtj_trainer.checkpoint import CheckpointManager
+    from rtj_trainer.peer_replica import ReplicaServer, send_snapshot
+
+    mgr = CheckpointManager(
+        str(tmp_path / "persist"), rank=0, world_size=1, interval_steps=100,
+        local_root=str(tmp_path / "sender"), local_interval_steps=1,
+    )  # fmt: skip
+    model = torch.nn.Linear(4096, 4096)  # 64 MiB of weights
+    assert mgr.maybe_save(1, model) and mgr.wait(timeout=60)
+    (step, nonce), *_ = local_snapshots(local_rank_dir(str(tmp_path / "sender"), 0))
+    snap_dir = os.path.join(local_rank_dir(str(tmp_path / "sender"), 0), f"step-{step:010d}.{nonce:x}")
+    shard = next(str(p) for p in Path(snap_dir).iterdir() if p.name.endswith(".bin"))
+    server = ReplicaServer(str(tmp_path / "holder"), host="127.0.0.1").start()
+    ring_maps = Path("/proc/self/maps").read_text().count(shard)  # the memory tier's own mapping
+    done, seen = threading.Event(), []
+
+    def look() -> None:
+        while not done.is_set():
+            seen.append(Path("/proc/self/maps").read_text())
+
+    looker = threading.Thread(target=look)
+    looker.start()
+    try:
+        for _ in range(3):
+            send_snapshot(f"127.0.0.1:{server.port}", snap_dir, 0)
+    finally:
+        done.set()
+        looker.join()
+        server.stop()
+    assert len(seen) > 10 and all(m.count(shard) == ring_maps for m in seen)
+    held = local_rank_dir(replicas_root(str(tmp_path / "holder")), 0)
+    assert local_snapshots(held) == [(step, nonce)]
+    got = Path(held, f"step-{step:010d}.{nonce:x}", Path(shard).name).read_bytes()
+    assert got == Path(shard).read_bytes()

@@ -23,10 +23,13 @@ pending one (the newest wins). The server keeps one replica per rank, the last o
 the shard file of the one it replaced as the rank's `SPARE_BIN`, which the next put overwrites in
 place (tmpfs allocates its pages once), unless a get was streaming it then.
 
-Streams: each file is mapped on both ends, sent from its mapping and received straight into the
-destination's mapping, its CRC32 computed by a thread beside the socket's copy (`_TrailingCrc`):
-no copy into fresh memory per chunk (on the project's 2-core machine that copy took 3 times the
-read itself). bench/replica_stream.py measures put and get next to a loopback floor.
+Streams: each file is sent by the kernel from the page cache (`sendfile`: never mapped by the
+sender, a rank, whose training thread an unmap would stall) with its CRC32 computed by a thread that
+reads it beside the send (`_FileCrc`), and received straight into the destination's mapping (the
+replica server, or a replacement rank fetching before it trains), its CRC32 computed beside the
+socket's copy (`_TrailingCrc`): no copy into fresh memory per chunk (on the project's 2-core machine
+that copy took 3 times the read itself). bench/replica_stream.py measures put and get next to a
+loopback floor.
 
 Fetch: a rank that lacks a snapshot asks the holder's server for (rank, step, nonce) and writes
 what comes back into its own memory-tier directory (partial -> rename), with the CRC32s the
@@ -190,24 +193,64 @@ class _TrailingCrc:
 STREAM_BYTES = 8 << 20
 
 
+class _FileCrc:
+    """The CRC32 of a file's first `size` bytes, read by a thread of its own into one reused buffer
+    (`preadv`; zlib releases the GIL) while the file is sent: beside the send, never mapped."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd, self._size = fd, size
+        self._abandoned = threading.Event()
+        self._error: OSError | None = None
+        self.crc = 0
+        self._thread = threading.Thread(target=self._run, name="rtj-replica-crc", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        buf = bytearray(min(CHUNK_BYTES, self._size))
+        view = memoryview(buf)
+        done = 0
+        try:
+            while done < self._size and not self._abandoned.is_set():
+                n = os.preadv(self._fd, [view[: min(len(buf), self._size - done)]], done)
+                if n == 0:
+                    raise OSError(f"end of file at {done} of {self._size} bytes")
+                self.crc = crc32_of(view[:n], self.crc)
+                done += n
+        except OSError as e:
+            self._error = e
+
+    def result(self) -> int:
+        self._thread.join()
+        if self._error is not None:
+            raise ReplicaError(f"reading for the CRC32: {self._error}")
+        return self.crc
+
+    def close(self) -> None:
+        self._abandoned.set()
+        self._thread.join()
+
+
 def _send_file(sock: socket.socket, f: BinaryIO, size: int, abort: threading.Event | None = None) -> int:
-    """Send `size` bytes of `f`; their CRC32. The file is mapped (no copy into fresh memory per
-    chunk: that cost 3x the read itself) and its CRC32 computed beside the send."""
+    """Send `size` bytes of `f`; their CRC32. The kernel sends them from the page cache
+    (`sendfile`) and a thread reads them for the CRC32 beside it: the file is never mapped here. A
+    rank sends its snapshots this way, and mapping one of 13.7 GB made its training thread's
+    allocations wait on the mmap lock, and a rank killed meanwhile tear its page tables down before
+    its GPU memory was freed (as the persisted copy did: `shard_io.copy_shard`)."""
     if size == 0:
         return 0
     if os.fstat(f.fileno()).st_size < size:
         raise ReplicaError(f"{f.name}: shorter than {size} bytes")
-    with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as mm, memoryview(mm) as view:
-        crc = _TrailingCrc(view)
-        try:
-            crc.ready(size)  # the file is complete: the CRC thread may run ahead of the send
-            for start in range(0, size, STREAM_BYTES):
-                if abort is not None and abort.is_set():
-                    raise ReplicaError("aborted")
-                sock.sendall(view[start : start + STREAM_BYTES])
-            return crc.result()
-        finally:
-            crc.close()
+    crc = _FileCrc(f.fileno(), size)
+    try:
+        for start in range(0, size, STREAM_BYTES):
+            if abort is not None and abort.is_set():
+                raise ReplicaError("aborted")
+            count = min(STREAM_BYTES, size - start)
+            if sock.sendfile(f, start, count) != count:
+                raise ReplicaError(f"{f.name}: shorter than {size} bytes")
+        return crc.result()
+    finally:
+        crc.close()
 
 
 def _recv_file(sock: socket.socket, path: str, size: int) -> int:
