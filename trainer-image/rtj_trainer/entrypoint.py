@@ -499,8 +499,8 @@ class _LauncherRuns:
                 break
             relaunches += 1
             argv = self.argv(False)  # a promoted spare relaunches as the worker it has become
-        # The ranks are gone: the copier's mappings of the slots (the whole memory tier) are taken
-        # down beside the pod's persist, not at this process's exit, where they would delay it.
+        # The ranks are gone: the copier stops (unmapping the whole memory tier takes it about a
+        # second) beside the pod's persist, which reads the snapshots without it.
         closing: threading.Thread | None = None
         if self.slot_copier is not None:
             closing = threading.Thread(target=self.slot_copier.close, name="rtj-slot-copier-close")
