@@ -396,9 +396,11 @@ class CopierClient:
         self._call(req, [slot_fd], CHUNK_REPLY_TIMEOUT)
 
     def close(self) -> None:
+        """Idempotent: a descriptor closed twice could be another file's by then."""
         self._sock.close()
-        with contextlib.suppress(OSError):
-            os.close(self._pidfd)
+        pidfd, self._pidfd = self._pidfd, -1
+        if pidfd >= 0:
+            os.close(pidfd)
 
     def _call(self, req: dict[str, object], fds: list[int], timeout: float) -> None:
         """Raises OSError when the copier refused the request, is gone, or has not replied within
