@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint import CheckpointManager
 from rtj_trainer.checkpoint.device_stage import DeviceStage
 from rtj_trainer.slot_copier import socket_path
@@ -68,8 +69,7 @@ def child_snapshots(root: str, gb: float, device: str, snapshots: int) -> None:
     model(torch.ones(1, WIDTH, device=device)).sum().backward()
     optim.step()
     mgr.prepare(model, optim)
-    while mgr.preparing:
-        time.sleep(0.01)
+    wait_for(lambda: not mgr.preparing, timeout=600, interval=0.01, message="the slots prepared")
     drains, copier = [], None
     for step in range(1, snapshots + 1):
         t0 = time.perf_counter()

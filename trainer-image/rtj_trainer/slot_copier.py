@@ -60,9 +60,9 @@ SOCKET_NAME = "slot-copier.sock"
 #: host (bench/snapshot_paths.py: 13.7 GB in 2.72 s with 1 thread, 0.92 s with 4, 0.61 s with 8), and
 #: here no training thread waits for the GIL behind them.
 COPY_THREADS = 8
-#: Bytes one madvise(MADV_POPULATE_WRITE) call makes present: each holds the copier's mmap lock, which
-#: a request mapping a new slot meanwhile waits for.
-POPULATE_CHUNK_BYTES = 64 << 20
+#: Bytes one madvise(MADV_POPULATE_WRITE) call of the copier makes present: each holds the copier's
+#: mmap lock, which a request mapping a new slot meanwhile waits for.
+COPIER_POPULATE_BYTES = 64 << 20
 #: The largest request or reply (JSON), and the most descriptors one request passes.
 MAX_MESSAGE = 4096
 MAX_FDS = 16
@@ -78,7 +78,8 @@ KILL_WAIT_SECONDS = 60.0
 PR_SET_PDEATHSIG = 1
 
 _PROT_RW = mmap.PROT_READ | mmap.PROT_WRITE
-_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+#: <linux/mman.h>; the mmap module names it only where Python was built against such headers.
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 _MADV_DONTFORK = getattr(mmap, "MADV_DONTFORK", 10)
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
@@ -94,6 +95,20 @@ def socket_path(memory_root: str) -> str:
     return os.path.join(memory_root, SOCKET_NAME)
 
 
+def populate_pages(addr: int, size: int, chunk_bytes: int) -> int:
+    """Make the `size` bytes mapped at `addr` present and writable now, `chunk_bytes` per
+    madvise(MADV_POPULATE_WRITE) (Linux 5.14); how many bytes it did (fewer where the kernel
+    refused it: the rest come in with the first copy, or the caller writes them)."""
+    for start in range(0, size, chunk_bytes):
+        if _libc.madvise(addr + start, min(chunk_bytes, size - start), MADV_POPULATE_WRITE) != 0:
+            return start
+    return size
+
+
+def _populate(addr: int, size: int) -> None:
+    populate_pages(addr, size, COPIER_POPULATE_BYTES)
+
+
 def _map(fd: int, size: int) -> int:
     """`fd`'s first `size` bytes mapped shared, read-write, not inherited by a fork; its address."""
     addr = _libc.mmap(None, size, _PROT_RW, mmap.MAP_SHARED, fd, 0)
@@ -104,11 +119,14 @@ def _map(fd: int, size: int) -> int:
     return int(addr)
 
 
-def _populate(addr: int, size: int) -> None:
-    for start in range(0, size, POPULATE_CHUNK_BYTES):
-        n = min(POPULATE_CHUNK_BYTES, size - start)
-        if _libc.madvise(addr + start, n, _MADV_POPULATE_WRITE) != 0:
-            return  # a kernel before 5.14: the pages come in with the first copy instead
+def _new_mapping(fd: int, size: int) -> _Mapping:
+    """A mapping of `size` bytes of the file open as `fd`, on a descriptor of its own, in use once."""
+    kept = os.dup(fd)
+    try:
+        return _Mapping(kept, _map(kept, size), size, users=1)
+    except OSError:
+        os.close(kept)
+        raise
 
 
 @dataclass(eq=False)
@@ -142,12 +160,7 @@ class _Mappings:
                 self._drop_later(m)
         if st.st_size == 0:
             raise OSError(f"inode {st.st_ino}: an empty file")
-        kept = os.dup(fd)
-        try:
-            new = _Mapping(kept, _map(kept, st.st_size), st.st_size, users=1)
-        except OSError:
-            os.close(kept)
-            raise
+        new = _new_mapping(fd, st.st_size)
         with self._lock:
             old = self._maps.get(key)
             if old is not None and old.size == new.size:  # another request mapped it meanwhile
@@ -197,12 +210,7 @@ def _map_chunk(fd: int) -> _Mapping:
     size = os.fstat(fd).st_size
     if size == 0:
         raise OSError("an empty chunk")
-    kept = os.dup(fd)
-    try:
-        return _Mapping(kept, _map(kept, size), size, users=1)
-    except OSError:
-        os.close(kept)
-        raise
+    return _new_mapping(fd, size)
 
 
 class SlotCopier:

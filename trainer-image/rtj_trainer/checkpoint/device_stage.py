@@ -31,7 +31,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -414,8 +414,15 @@ class DeviceStage:
         if pipe is not None:
             pipe.close()
 
-    def _fd(self, host: torch.Tensor) -> int | None:
-        return self._file_of(host) if self._file_of is not None else None
+    @contextlib.contextmanager
+    def _slot_fd(self, host: torch.Tensor) -> Iterator[int | None]:
+        """A descriptor of the slot file `host` maps (None: it maps none), closed afterwards."""
+        fd = self._file_of(host) if self._file_of is not None else None
+        try:
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     # --- a background thread (`HostStaging.prepare`) -----------------------------------------------
     def prepare(self, size: int, device: int) -> bool:
@@ -456,12 +463,8 @@ class DeviceStage:
         """The snapshot staged in `flat` (after the CUDA event `staged`) into the flat host bytes
         `dst`; returns once every byte is there."""
         assert self._device is not None
-        pipe, fd = self._pipe(self._device), self._fd(dst)
-        try:
-            self._drained = pipe.to_host(flat, dst, after=staged, dst_fd=fd)
-        finally:
-            if fd is not None:
-                os.close(fd)
+        with self._slot_fd(dst) as fd:
+            self._drained = self._pipe(self._device).to_host(flat, dst, after=staged, dst_fd=fd)
 
     # --- a restarted rank ------------------------------------------------------------------------------
     def prefetch(self, key: Hashable, whole: torch.Tensor, device: int) -> None:
@@ -499,10 +502,6 @@ class DeviceStage:
         if whole.numel() == 0 or not fits(2 * whole.numel(), device, self.ops):
             return None
         flat = self.ops.buffer(whole.numel(), device)
-        fd = self._fd(whole)
-        try:
+        with self._slot_fd(whole) as fd:
             self._pipe(device).to_device(whole, flat, src_fd=fd)
-        finally:
-            if fd is not None:
-                os.close(fd)
         return flat

@@ -25,7 +25,6 @@ restarted process; bench/d2h_floor.py measures both."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import mmap
 import os
@@ -38,7 +37,7 @@ from typing import Protocol
 import torch
 
 from ..checkpoint_format import TensorEntry
-from ..slot_copier import CopierClient
+from ..slot_copier import CopierClient, populate_pages
 from .device_stage import entry_views
 from .staging import PinnedBuffers
 
@@ -57,8 +56,6 @@ class RingTier(Protocol):
 #: Each tensor starts on this boundary in the file (views stay aligned; DMA likes it).
 ALIGN = 4096
 PAGE = mmap.PAGESIZE
-#: <linux/mman.h>; the mmap module names it only where Python was built against such headers.
-MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 #: Bytes `populate` makes present per madvise call. The call holds the process's mmap lock while it
 #: faults the pages in, and an mmap or munmap in any thread (a large malloc, a CUDA host
 #: allocation) waits for it, every later page fault behind that: one call over a 13.7 GB slot stalled
@@ -84,16 +81,10 @@ def populate(whole: torch.Tensor, chunk_bytes: int = POPULATE_CHUNK_BYTES) -> No
     `chunk_bytes` at a time; where the kernel refuses it, a write of one byte per page (its own
     value: a committed snapshot keeps its bytes)."""
     n = whole.numel()
-    if n == 0:
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    base = whole.data_ptr()
-    for start in range(0, n, chunk_bytes):
-        length = min(chunk_bytes, n - start)
-        if libc.madvise(ctypes.c_void_p(base + start), ctypes.c_size_t(length), MADV_POPULATE_WRITE) != 0:
-            pages = whole[start:][::PAGE]
-            pages.copy_(pages.clone())
-            return
+    done = populate_pages(whole.data_ptr(), n, chunk_bytes) if n else 0
+    if done < n:
+        pages = whole[done:][::PAGE]
+        pages.copy_(pages.clone())
 
 
 @dataclass
