@@ -238,6 +238,9 @@ class PodState(StrEnum):
     IN_JOB_RESTARTING = "InJobRestarting"
     CHECKPOINTING = "Checkpointing"
     FINISHED = "Finished"
+    #: The pod's last heartbeat after its SIGTERM: its ranks stopped gracefully (after committing
+    #: what the grace allowed) and the pod is exiting; not finished, and not restarting its ranks.
+    STOPPED = "Stopped"
     #: A hot spare started ahead of need, heartbeating, not in the rendezvous (TrainerConfig.standby).
     STANDBY = "Standby"
 

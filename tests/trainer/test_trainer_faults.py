@@ -306,6 +306,8 @@ def test_sigterm_stops_gracefully_with_143(make_job) -> None:
     os.kill(job.pods["pod0"].proc.pid, signal.SIGTERM)
     assert job.wait_exit("pod0", 60) == ExitCode.TERMINATED
     print(f"\nSIGTERM to exit: {time.monotonic() - t:.2f} s")
+    # Its last heartbeat says it stopped: its ranks are gone, but none is restarting.
+    assert job.pods["pod0"].last_heartbeat().state == PodState.STOPPED
 
 
 def test_invalid_config_exits_78_naming_the_field(make_job) -> None:

@@ -66,6 +66,7 @@ from rtj.contract import (
 )
 
 from .checkpoint_format import write_file_atomic
+from .cpu_cgroup import usable_cpus
 from .heartbeat import HeartbeatAgent, PodIdentity, load_api_client
 from .launcher_supervision import (
     ExitWatch,
@@ -289,8 +290,8 @@ def start_slot_copier(cfg: TrainerConfig) -> CopierProcess | None:
     if not cfg.memory_snapshot_interval_steps or not cfg.memory_snapshot_dir:
         return None
     path = socket_path(memory_tier_root(cfg.memory_snapshot_dir, cfg.job_name))
-    # Each local rank's copies as fast as one rank's alone, within the pod's cores.
-    threads = min(os.cpu_count() or 1, COPY_THREADS * max(1, cfg.nproc_per_node))
+    # Each local rank's copies as fast as one rank's alone, within the pod's CPUs.
+    threads = min(usable_cpus(), COPY_THREADS * max(1, cfg.nproc_per_node))
     try:
         copier = CopierProcess(path, threads=max(1, threads)).start()
     except OSError as e:
@@ -298,6 +299,15 @@ def start_slot_copier(cfg: TrainerConfig) -> CopierProcess | None:
         return None
     log.info("slot copier: serving the ranks' memory snapshot copies at %s", path)
     return copier
+
+
+def _final_state(code: int) -> PodState | None:
+    """The state of the pod's last heartbeat for its exit code; None: as its ranks left it."""
+    if code == ExitCode.SUCCEEDED:
+        return PodState.FINISHED
+    if code == ExitCode.TERMINATED:  # stopped gracefully: its ranks are gone, none is restarting
+        return PodState.STOPPED
+    return None
 
 
 def _prepare_status_dir(pod: PodIdentity) -> str:
@@ -353,7 +363,7 @@ def launch(graceful_stop_seconds: float) -> int:
         max_no_progress_cycles=cfg.max_no_progress_cycles,
         now=datetime.now(UTC),
     )
-    final = agent.stop(PodState.FINISHED if code == ExitCode.SUCCEEDED else None, fault)
+    final = agent.stop(_final_state(code), fault)
     log.info(
         "ft_launcher exited with %s; pod exit code %s; last heartbeat %s", end.rc, code, final.to_annotation()
     )
