@@ -15,8 +15,9 @@
 # picks parts when one call must fit fewer; THREADS=n adds a throughput row with n snapshot copy
 # threads (`snapshot_write_threads`) to the norollback part; PINNED= (empty) leaves out its row with GPU
 # staging off; NORB_RUNS (default throughput,sigterm) picks the norollback part's runs;
-# HANG_KIND=hang makes the smoke's hang a rank blocked in a system call (default: a stall); PARTS=goodput (not in the default) runs the product's goodput window alone; PARTS=drain
-# (not in the default) times the snapshot drain's cost to the training thread; PARTS=copier (not in
+# HANG_KIND=hang makes the smoke's hang a rank blocked in a system call (default: a stall);
+# PARTS=goodput (not in the default) runs the product's goodput window alone; PARTS=drain (not in
+# the default) times the snapshot drain's cost to the training thread; PARTS=copier (not in
 # the default) times a SIGKILLed rank's teardown, its drains and a restarted rank's load with and
 # without the pod's slot copier (bench/slot_copier.py, 13.7 GB, 2 rounds).
 set -u
