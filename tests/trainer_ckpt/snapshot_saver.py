@@ -12,7 +12,9 @@ serves commands on stdin:
                 resumed+1, +2, ... forever (memory every step, persist every 3rd, keep 2);
                 the state of (step, rank) is a deterministic function of both.
                 With RTJ_SNAPSHOT_DEVICE_STAGE=1 the ranks snapshot and load through the GPU
-                staging path on its CPU stand-in (host_device.HostOps).
+                staging path on its CPU stand-in (host_device.HostOps); with RTJ_SNAPSHOT_COPIER=1
+                as well, the pod's slot copier (serving <local_root>) copies their drains and
+                loads, and a rank exits 7 the moment it copies without it.
   "reap"     -> waits for both, prints their two wait statuses.
 """
 
@@ -34,6 +36,8 @@ from rtj_trainer.checkpoint import CheckpointManager
 WORLD = 2
 #: Exit code of a rank whose collective failed because the other rank was killed.
 PEER_LOST = 6
+#: Exit code of a rank that was to drain through the pod's slot copier and copies itself instead.
+NO_COPIER = 7
 
 
 def _peer_lost(exc: BaseException) -> bool:
@@ -82,10 +86,13 @@ def _rank(rank: int, n: int, local_root: str, persist_root: str, work: str) -> N
             time.sleep(0.001)
         if stage.flat is None:  # not prepared in time, or no buffer kept: the case would test nothing
             os._exit(4)
+    by_copier = os.environ.get("RTJ_SNAPSHOT_COPIER") == "1"
     while True:
         step += 1
         fill(state, step, rank)
         mgr.maybe_save(step, state)
+        if by_copier and not mgr.drained_by_copier:  # the case would test the rank's own copies
+            os._exit(NO_COPIER)
 
 
 def resume_checked(mgr: CheckpointManager, state: State, rank: int, n: int, work: str) -> int:

@@ -11,6 +11,9 @@ persisted (nothing committed is lost). RTJ_SNAPSHOT_KILLS sets the number of kil
 the issue asks >= 100: `RTJ_SNAPSHOT_KILLS=120 pytest tests/trainer_ckpt/test_snapshot_kills.py`).
 The third case takes the GPU staging path (`device_stage`) on its CPU stand-in: the snapshot is
 staged, then drained into the slot through the chunk ring, and a rank resumes through the stage.
+The fourth adds the pod's slot copier (`rtj_trainer.slot_copier`, one process living through every
+kill, as in a pod): it copies each drained chunk into the slot and each load back, so a rank is
+killed while the copier writes its slot for it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from rtj_trainer.checkpoint_format import (
     local_snapshots,
     read_local_meta,
 )
+from rtj_trainer.slot_copier import socket_path
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(1800)]
 
@@ -47,7 +51,13 @@ PEER_LOST = 6
 
 class Zygote:
     def __init__(
-        self, local_root: Path, persist_root: Path, work: Path, write_threads: int, staged: bool = False
+        self,
+        local_root: Path,
+        persist_root: Path,
+        work: Path,
+        write_threads: int,
+        staged: bool = False,
+        by_copier: bool = False,
     ) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("snapshot_saver.py")), "zygote",
@@ -56,7 +66,8 @@ class Zygote:
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ, "OMP_NUM_THREADS": "1", "RTJ_SNAPSHOT_WRITE_THREADS": str(write_threads),
-                 "RTJ_SNAPSHOT_DEVICE_STAGE": "1" if staged else "0"},
+                 "RTJ_SNAPSHOT_DEVICE_STAGE": "1" if staged else "0",
+                 "RTJ_SNAPSHOT_COPIER": "1" if by_copier else "0"},
         )  # fmt: skip
 
     def ask(self, cmd: str, timeout: float = 60.0) -> list[int]:
@@ -106,17 +117,38 @@ def _resumes(work: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.fixture
+def slot_copier(ram_fs: Path) -> Iterator[subprocess.Popen[str]]:
+    """The pod's slot copier serving the ranks' memory tier (`ram_fs/shm`), as the entrypoint runs it."""
+    (ram_fs / "shm").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtj_trainer.slot_copier", socket_path(str(ram_fs / "shm"))],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    yield proc
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
 @pytest.mark.parametrize(
-    ("write_threads", "staged"),
-    [(1, False), (3, False), (2, True)],
-    ids=["one-writer", "three-writer-threads", "staged-on-the-device-stand-in"],
+    ("write_threads", "staged", "by_copier"),
+    [(1, False, False), (3, False, False), (2, True, False), (2, True, True)],
+    ids=[
+        "one-writer",
+        "three-writer-threads",
+        "staged-on-the-device-stand-in",
+        "staged-and-drained-by-the-slot-copier",
+    ],
 )
 def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(
-    ram_fs: Path, write_threads: int, staged: bool
+    request: pytest.FixtureRequest, ram_fs: Path, write_threads: int, staged: bool, by_copier: bool
 ) -> None:
     local_root, persist_root, work = ram_fs / "shm", ram_fs / "persist", ram_fs / "work"
     work.mkdir()
-    zygote = Zygote(local_root, persist_root, work, write_threads, staged)
+    copier = request.getfixturevalue("slot_copier") if by_copier else None
+    zygote = Zygote(local_root, persist_root, work, write_threads, staged, by_copier)
     rng = random.Random(20261130)
     outcomes: Counter[str] = Counter()
     expected: list[int] = []
@@ -149,8 +181,9 @@ def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(
                 )
                 assert killed or peer_lost, (
                     f"incarnation {n}: a rank ended with status {status} (3: wrong state "
-                    "loaded, 5: ranks loaded different steps, 4: an error)"
+                    "loaded, 5: ranks loaded different steps, 4: an error, 7: copied without the copier)"
                 )
+            assert copier is None or copier.poll() is None, f"incarnation {n}: the slot copier died"
             torn = any(_partial_steps(local_root, rank) for rank in (0, 1))
             assert torn or not caught, f"incarnation {n}: stopped mid-write, but no .partial is left"
             outcomes["partial left"] += torn
