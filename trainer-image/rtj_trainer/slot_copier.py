@@ -22,6 +22,11 @@ Here they run in a process the pod's entrypoint (`rtj-trainer launch`) starts an
   keeps only a mapping nothing populates: the few pages it writes itself (an optimizer's step
   counts).
 
+A request in flight when its rank is killed still completes (a chunk's copy: milliseconds), long
+before a restarted rank (seconds later) claims and writes that slot again; the commit is the rank's
+own rename, so a slot the dead rank did not commit is never loaded
+(`tests/trainer_ckpt/test_snapshot_kills.py`: ranks SIGKILLed while the copier drains for them).
+
 A rank that cannot reach the copier (none running: tests, a plain launch; its socket path too long;
 it died) copies in-process as before: the copier saves time, it is never needed for correctness.
 The socket lives in the job's directory of the memory volume (`socket_path`), where every rank of
