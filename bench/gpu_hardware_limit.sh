@@ -19,7 +19,7 @@
 # PARTS=goodput (not in the default) runs the product's goodput window alone; PARTS=drain (not in
 # the default) times the snapshot drain's cost to the training thread; PARTS=copier (not in
 # the default) times a SIGKILLed rank's teardown, its drains and a restarted rank's load with and
-# without the pod's slot copier (bench/slot_copier.py, 13.7 GB, 2 rounds).
+# without the pod's slot copier (bench/slot_copier.py, 13.7 GB, COPIER_RUNS rounds, default 2).
 set -u
 source bench/gpu_env.sh
 RESULTS=$OUT
@@ -37,7 +37,7 @@ part drain && timeout 240 python3 bench/drain_interference.py --device cuda --gi
     --out "$RESULTS/drain_interference.json" > /tmp/drain_interference.log 2>&1
 part drain && { echo "drain_interference rc $?"; cat /tmp/drain_interference.log; }
 rm -rf /dev/shm/rtj-*
-part copier && timeout "${COPIER_TIMEOUT:-240}" python3 bench/slot_copier.py --device cuda --gb 13.7 --runs 2 \
+part copier && timeout "${COPIER_TIMEOUT:-240}" python3 bench/slot_copier.py --device cuda --gb 13.7 --runs "${COPIER_RUNS:-2}" \
     --dir /dev/shm > "$RESULTS/slot_copier.json" 2> /tmp/slot_copier.log
 part copier && { echo "slot_copier rc $?"; cat "$RESULTS/slot_copier.json"; tail -5 /tmp/slot_copier.log; }
 rm -rf /dev/shm/rtj-*
