@@ -6,7 +6,8 @@ training goes on in the main thread. Every chunk costs the writer a few round tr
 main thread's next torch call, whose launches are a step's CPU side. This times, for each
 (chunk MiB, threads, ring depth), the main thread issuing small torch ops while one drain of `--gib` GiB
 runs into a file in `--dir` (a tmpfs: the memory tier), against the same ops with no drain, in
-alternation, `--rounds` times.
+alternation, `--rounds` times. The last row has the pod's slot copier (`rtj_trainer.slot_copier`, a
+process of its own) copy each chunk into the file, as a rank's drain does when its pod runs one.
 
 On a GPU the drained buffer and the main thread's ops are on the GPU (`--device cuda`) and the pipe
 uses CUDA streams and pinned chunks, as in a rank; on the CPU (`--device cpu`) a synchronous
@@ -35,16 +36,26 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from rtj_trainer.checkpoint.device_stage import CUDA, ChunkPipe, CudaOps
+from rtj_trainer.slot_copier import CopierClient, socket_path
 
-#: (chunk MiB, copy threads, chunks in the ring): the defaults before and now, and around them.
-CONFIGS = ((64, 4, 4), (64, 1, 4), (256, 1, 2), (256, 1, 4), (256, 2, 2), (512, 1, 2))
+#: (chunk MiB, copy threads, chunks in the ring, by the pod's slot copier): the defaults before and
+#: now, around them, and the defaults with the copier doing the host copies in its own process.
+CONFIGS = (
+    (64, 4, 4, False),
+    (64, 1, 4, False),
+    (256, 1, 2, False),
+    (256, 1, 4, False),
+    (256, 2, 2, False),
+    (512, 1, 2, False),
+    (256, 1, 2, True),
+)
 
 
 class _Done:
@@ -69,6 +80,10 @@ class HostOps(CudaOps):
 
     def on_stream(self, stream: object) -> contextlib.nullcontext[None]:
         return contextlib.nullcontext()
+
+    def register(self, t: torch.Tensor) -> None: ...
+
+    def unregister(self, t: torch.Tensor) -> None: ...
 
 
 def mapped_file(path: str, nbytes: int) -> torch.Tensor:
@@ -99,13 +114,15 @@ def main_thread_rate(device: torch.device, seconds: float, done: threading.Event
             return ops / elapsed
 
 
-def one(device: torch.device, pipe: ChunkPipe, src: torch.Tensor, dst: torch.Tensor) -> dict[str, float]:
+def one(
+    device: torch.device, pipe: ChunkPipe, src: torch.Tensor, dst: torch.Tensor, dst_fd: int | None = None
+) -> dict[str, float]:
     done = threading.Event()
     spent: dict[str, float] = {}
 
     def drain() -> None:
         t0 = time.perf_counter()
-        event = pipe.to_host(src, dst)
+        event = pipe.to_host(src, dst, dst_fd=dst_fd)
         if device.type == "cuda":
             event.synchronize()
         spent["drain_s"] = time.perf_counter() - t0
@@ -248,14 +265,24 @@ def drain_rows(device: torch.device, gib: float, slot_dir: str, rounds: int) -> 
     try:
         dst = mapped_file(path, nbytes)
         ops = CUDA if device.type == "cuda" else HostOps()
-        for mib, threads, depth in CONFIGS:
-            pipe = ChunkPipe(0, threads, chunk_bytes=mib << 20, depth=depth, ops=ops)
-            pipe.allocate()
-            one(device, pipe, src, dst)  # warm: the chunks' first use
-            row = alternate(device, rounds, partial(one, device, pipe, src, dst), "drain_s")
-            pipe.close()
+        for mib, threads, depth, by_copier in CONFIGS:
+            with (
+                _slot_copier(slot_dir, path) if by_copier else contextlib.nullcontext((None, None)) as (
+                    copier,
+                    dst_fd,
+                )
+            ):
+                pipe = ChunkPipe(0, threads, chunk_bytes=mib << 20, depth=depth, ops=ops, copier=copier)
+                pipe.allocate()
+                assert (pipe.copier is not None) == by_copier, "the copier refused the chunks"
+                dst.zero_()
+                one(device, pipe, src, dst, dst_fd)  # warm: the chunks' first use
+                row = alternate(device, rounds, partial(one, device, pipe, src, dst, dst_fd), "drain_s")
+                assert (pipe.copier is not None) == by_copier, "the copier failed: the rank copied"
+                pipe.close()
             assert torch.equal(dst[: 1 << 20].to(device), src[: 1 << 20])
-            key = f"{mib}MiB x{depth} {threads}thr"
+            assert torch.equal(dst[-(1 << 20) :].to(device), src[-(1 << 20) :])
+            key = f"{mib}MiB x{depth} {threads}thr" + (" copier" if by_copier else "")
             results[key] = row = {
                 **row,
                 "gb_per_s": round(nbytes / statistics.median(row["drain_s"]) / 1e9, 2),
@@ -269,6 +296,26 @@ def drain_rows(device: torch.device, gib: float, slot_dir: str, rounds: int) -> 
         with contextlib.suppress(OSError):
             os.remove(path)
     return results
+
+
+@contextlib.contextmanager
+def _slot_copier(slot_dir: str, path: str) -> Iterator[tuple[CopierClient, int]]:
+    """The pod's slot copier (`python -m rtj_trainer.slot_copier`, as the entrypoint runs it),
+    a client of it and the slot file's descriptor for its requests."""
+    sock_dir = tempfile.mkdtemp(prefix="rtj-di-", dir=slot_dir)
+    proc = subprocess.Popen([sys.executable, "-m", "rtj_trainer.slot_copier", socket_path(sock_dir)],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    fd = os.open(path, os.O_RDWR)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        client = CopierClient.connect(socket_path(sock_dir))
+        assert client is not None, "no slot copier to connect to"
+        yield client, fd
+    finally:
+        os.close(fd)
+        proc.terminate()
+        proc.wait(timeout=60)
+        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

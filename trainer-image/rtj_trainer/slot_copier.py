@@ -61,9 +61,10 @@ log = logging.getLogger(__name__)
 
 MODULE = "rtj_trainer.slot_copier"
 SOCKET_NAME = "slot-copier.sock"
-#: Threads the copier splits one request over: a memory copy is about 10 GB/s per thread on an H100
-#: host (bench/snapshot_paths.py: 13.7 GB in 2.72 s with 1 thread, 0.92 s with 4, 0.61 s with 8), and
-#: here no training thread waits for the GIL behind them.
+#: The most threads the copier splits one request over, per local rank: a memory copy is about
+#: 10 GB/s per thread on an H100 host (bench/snapshot_paths.py: 13.7 GB in 2.72 s with 1 thread,
+#: 0.92 s with 4, 0.61 s with 8), and here no training thread waits for the GIL behind them. A
+#: request names its own (`ChunkPipe`: a drain its `snapshot_write_threads`, a load 8).
 COPY_THREADS = 8
 #: Bytes one madvise(MADV_POPULATE_WRITE) call of the copier makes present: each holds the copier's
 #: mmap lock, which a request mapping a new slot meanwhile waits for.

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from ..checkpoint_format import TensorEntry
-from ..slot_copier import COPY_THREADS, CopierClient
+from ..slot_copier import CopierClient
 from .state_tree import dtype_named
 
 log = logging.getLogger(__name__)
@@ -159,8 +159,11 @@ class ChunkPipe:
     With the pod's slot copier (`copier`) the chunks are shared memory (memfds registered with
     CUDA) and the copier copies each between its chunk and the slot file, given the file's
     descriptor: the rank never touches the slot's pages (see `rtj_trainer.slot_copier`). Without
-    one, or for host memory that is no slot file, the rank copies (`copy_bytes`) on `threads`
-    threads on the way to the host and `load_threads` on the way back."""
+    one, or for host memory that is no slot file, the rank copies (`copy_bytes`). Either way a copy
+    on the way to the host (a drain, beside training) takes `threads` threads and one on the way
+    back (a load) `load_threads`: a copier's threads take cores from training as the rank's own
+    would (on 2 cores, a drain whose chunks the copier copied on 8 threads left the training thread
+    0.78 of its rate, on 1 thread 0.995; `bench/drain_interference.py`)."""
 
     def __init__(
         self,
@@ -309,7 +312,10 @@ class ChunkPipe:
         if self.copier is None or fd is None:
             return False
         try:
-            (self.copier.put if op == "put" else self.copier.get)(k, n, fd, offset, COPY_THREADS)
+            if op == "put":  # a drain beside training: the threads it is configured with
+                self.copier.put(k, n, fd, offset, self.threads)
+            else:  # a load: the rank waits for it
+                self.copier.get(k, n, fd, offset, self.load_threads)
         except (OSError, ValueError) as e:  # refused, or the copier is gone (dead: it writes no more)
             self._without_copier(e)
             return False
