@@ -1,7 +1,9 @@
 """A restarted rank's fresh optimizer gets its state from the snapshot's layout (`optimizer_state.
 prefill`), not from torch's step with zero gradients: the same tensors (DTensors like their
 parameters, Adam's `step` where torch.optim puts it), the same loaded values, the same training
-after it. FSDP2 on one gloo rank in this process (the example's model), real tensors."""
+after it; or, while the snapshot is still on its way, from torch's own step (`warm`), which leaves
+the parameters as they were. FSDP2 on one gloo rank in this process (the example's model), real
+tensors."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from rtj_local.procs import free_port
-from rtj_trainer.checkpoint.optimizer_state import prefill
+from rtj_trainer.checkpoint.optimizer_state import prefill, warm
 from rtj_trainer.checkpoint.state_tree import flatten, load_state, state_of, unflatten
 from rtj_trainer.examples.fsdp_train import ModelConfig, build
 from torch.distributed.checkpoint.state_dict import set_state_dict
@@ -122,3 +124,43 @@ def test_an_optimizer_whose_state_is_not_shaped_like_its_parameters_is_left_to_t
     assert not prefill(fresh_model, fresh, skeleton["optim"], loaded) and not fresh.state
     load_state(fresh_model, fresh, skeleton, loaded, mapped=True)  # torch's path
     assert all(torch.equal(a, b) for a, b in zip(_snapshot(fresh_model, fresh)[1], loaded, strict=True))
+
+
+def test_warm_makes_the_state_by_torchs_zero_step_and_leaves_the_parameters(group: None) -> None:
+    from torch.distributed.checkpoint.state_dict import _init_optim_state  # noqa: F401  fails when torch moves it
+
+    model, optim = _trained()
+    skeleton, loaded = _snapshot(model, optim)
+    fresh_model, fresh = build(CFG, torch.device("cpu"), lr=1e-2, seed=3, bf16=False)
+    before = [p.detach().clone() for p in fresh_model.parameters()]
+    steps: list[int] = []
+    fresh.register_step_pre_hook(lambda *_: steps.append(1))
+    assert warm(fresh)
+    assert steps == [1] and _layout(fresh) == _layout(optim)  # torch's own state, by its own step
+    after = [p.detach() for p in fresh_model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(after, before, strict=True))  # a learning rate of 0
+    assert all(p.grad is None for p in fresh_model.parameters()) and fresh.param_groups[0]["lr"] == 1e-2
+    assert not warm(fresh)  # state already there
+    load_state(fresh_model, fresh, skeleton, loaded, mapped=True)  # fills the warmed state
+    assert steps == [1]
+    assert all(torch.equal(a, b) for a, b in zip(_snapshot(fresh_model, fresh)[1], loaded, strict=True))
+    _step(model, optim, 50)
+    _step(fresh_model, fresh, 50)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(_snapshot(fresh_model, fresh)[1], _snapshot(model, optim)[1], strict=True)
+    )
+
+
+def test_warm_leaves_an_optimizer_with_gradients_or_not_of_torch_optim_alone(group: None) -> None:
+    model = torch.nn.Linear(4, 4)
+    optim = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 4)).sum().backward()
+    assert not warm(optim) and not optim.state  # gradients there: not a fresh optimizer
+
+    class Custom(torch.optim.SGD):
+        pass
+
+    Custom.__module__ = "my_project.optim"
+    other = Custom(torch.nn.Linear(4, 4).parameters(), lr=0.1, momentum=0.9)
+    assert not warm(other) and not other.state

@@ -327,6 +327,42 @@ def test_a_restarted_rank_resumes_from_the_snapshot_it_prefetched_to_the_gpu(tmp
     assert stage.prefetched is None and stage.ops.calls["release"] == 1  # type: ignore[attr-defined]
 
 
+def test_while_the_snapshot_is_on_its_way_the_fresh_optimizer_is_warmed(tmp_path: Path) -> None:
+    """The prefetch still running when the resume begins: the optimizer's state is made by torch's
+    zero-gradient step in that time (`optimizer_state.warm`), its first kernels run, and the load
+    then fills it; here the prefetch cannot finish before that step has begun."""
+    want = _snapshots_at_5_and_10(tmp_path)
+    mgr, stage, _ = _restarted_rank(tmp_path)
+    stepped = threading.Event()
+    buffer = stage.ops.buffer
+    stage.ops.buffer = lambda n, d: (stepped.wait(30), buffer(n, d))[1]  # type: ignore[method-assign]
+    assert mgr.prefetch_memory_snapshot(0) is not None
+    model = torch.nn.Linear(64, 64)
+    optim = torch.optim.AdamW(model.parameters())
+    optim.register_step_pre_hook(lambda *_: stepped.set())
+    resumed = mgr.load_latest(model, optim)
+    assert resumed is not None and (resumed.step, resumed.source) == (10, "local")
+    assert "warm" in resumed.seconds and stepped.is_set(), resumed.seconds
+    assert (mgr.prefetch_report() or {}).get("used") is True
+    got = _state(model, optim)
+    assert all(torch.equal(g, w) for g, w in zip(got, want[10], strict=True))
+    assert all(p.grad is None for p in model.parameters()) and optim.param_groups[0]["lr"] == 1e-3
+
+
+def test_with_nothing_on_its_way_the_optimizer_state_is_prefilled(tmp_path: Path) -> None:
+    """No prefetch (or one already done): the state is made from the snapshot's layout, no step."""
+    want = _snapshots_at_5_and_10(tmp_path)
+    mgr, _, _ = _restarted_rank(tmp_path)
+    model = torch.nn.Linear(64, 64)
+    optim = torch.optim.AdamW(model.parameters())
+    steps: list[int] = []
+    optim.register_step_pre_hook(lambda *_: steps.append(1))
+    resumed = mgr.load_latest(model, optim)
+    assert resumed is not None and resumed.step == 10 and "warm" not in resumed.seconds
+    assert steps == []
+    assert all(torch.equal(g, w) for g, w in zip(_state(model, optim), want[10], strict=True))
+
+
 def test_a_prefetched_snapshot_the_ranks_do_not_resume_from_is_given_back(tmp_path: Path) -> None:
     """The ranks agree on an older step (here: the newest is unreadable after the prefetch began):
     the prefetched buffer is given back and the agreed step loaded as without a prefetch."""

@@ -368,6 +368,11 @@ class Prefetch:
             self._error = e
         self.seconds = time.monotonic() - self.started
 
+    @property
+    def pending(self) -> bool:
+        """Whether the load is still running."""
+        return self._thread.is_alive()
+
     def take(self) -> torch.Tensor | None:
         """Wait for the load; its buffer (None: no room on the GPU, or it failed, logged), once."""
         self._thread.join()

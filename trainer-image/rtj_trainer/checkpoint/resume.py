@@ -26,6 +26,7 @@ from ..peer_replica import ReplicaError, fetch_snapshot, held_replicas
 from .agreement import RankAgreement
 from .events import CheckpointEvent, EventLog, now
 from .memory_tier import MemoryTier
+from .optimizer_state import warm
 from .persistent import PersistentTier, Shard
 from .state_tree import load_state
 
@@ -44,9 +45,10 @@ class Resumed:
     #: SOURCE_LOCAL (the node-local memory tier), SOURCE_PEER (memory snapshots, one rank's at least
     #: fetched from the pod holding its replica) or SOURCE_PERSISTENT (root).
     source: str = SOURCE_PERSISTENT
-    #: Where the load's seconds went: agreeing on the candidates, reading this rank's shard (mapping
-    #: it, or copying it to the GPU), putting it into the model and optimizer ("state"), noting the
-    #: tiers' steps, freeing the GPU buffer.
+    #: Where the load's seconds went: agreeing on the candidates, making a fresh optimizer's state
+    #: while a prefetch still runs ("warm", `optimizer_state.warm`), reading this rank's shard
+    #: (mapping it, or copying it to the GPU), putting it into the model and optimizer ("state"),
+    #: noting the tiers' steps, freeing the GPU buffer.
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -118,6 +120,8 @@ class ResumeSelection:
         self._holders = cands.holders
         local, persistent = cands.local, cands.persistent
         took("candidates")
+        if optimizer is not None and local and self._prefetch_pending() and warm(optimizer):
+            took("warm")  # the optimizer's state made, its kernels run, while the snapshot arrives
         for step in sorted(set(local) | persistent, reverse=True):
             tiers = ([SOURCE_LOCAL] if step in local else []) + (
                 [SOURCE_PERSISTENT] if step in persistent else []
@@ -139,6 +143,11 @@ class ResumeSelection:
         if self._memory is not None:
             self._memory.drop_after(-1)
         return None
+
+    def _prefetch_pending(self) -> bool:
+        """Whether a memory snapshot is still on its way to the GPU (`DeviceStage.prefetch`)."""
+        device = self._memory.device if self._memory is not None else None
+        return device is not None and device.prefetched is not None and device.prefetched.pending
 
     def _release_device_buffer(self) -> None:
         """A memory snapshot loaded through a GPU buffer (`device_stage`): give that memory back to
