@@ -75,7 +75,7 @@ def trainer_config(args: argparse.Namespace, work: Path, port: int) -> dict[str,
     }
 
 
-def pod_env(cfg: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[str, str]:
+def pod_env(cfg: dict[str, Any], args: argparse.Namespace) -> dict[str, str]:
     rank = min(1, args.nproc - 1)  # rank 1; rank 0 when the run has one rank (a 1-GPU machine)
     env = {
         **os.environ,
@@ -83,7 +83,7 @@ def pod_env(cfg: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[s
         "RTJ_POD_NAME": "gpu-smoke-n0-a0",
         "RTJ_NAMESPACE": "default",
         "RTJ_POD_IP": "127.0.0.1",
-        "RTJ_STATUS_DIR": str(work / "status"),
+        # No RTJ_STATUS_DIR: the ranks' status files where a pod keeps them (rtj_trainer.entrypoint).
         "RTJ_FAULT_INJECT": ";".join(
             [f"exception:{rank}:{args.exception_step}", f"sigkill:{rank}:{args.sigkill_step}"]
             + ([f"{args.hang_kind}:{rank}:{args.hang_step}"] if args.hang_step else [])
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="rtj-smoke-", dir=args.work_dir))
     port = free_port()
     cfg = trainer_config(args, work, port)
-    env = pod_env(cfg, work, args)
+    env = pod_env(cfg, args)
     entry = [sys.executable, "-m", "rtj_trainer.entrypoint"]
     rdzv = subprocess.Popen([*entry, "rendezvous"], env=env, stdout=subprocess.DEVNULL,
                             stderr=open(work / "rendezvous.log", "wb"))  # fmt: skip  # noqa: SIM115

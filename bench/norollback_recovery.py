@@ -217,7 +217,7 @@ class Job:
             "RTJ_POD_NAME": f"{self.name}-n0-a0",
             "RTJ_NAMESPACE": "default",
             "RTJ_POD_IP": "127.0.0.1",
-            "RTJ_STATUS_DIR": str(self.dir / "status"),
+            # No RTJ_STATUS_DIR: the ranks' status files where a pod keeps them (rtj_trainer.entrypoint).
             "RTJ_COLLECTIVE_TIMEOUT_SECONDS": "2" if self.a.cpu else "20",  # gloo: the abort waits for it
             # As the operator's pod builder sets them for a pod of this grace period.
             "RTJ_GRACEFUL_STOP_SECONDS": str(graceful_stop_seconds(self.a.grace_seconds)),

@@ -144,7 +144,7 @@ def pod_env(cfg: dict[str, Any], work: Path, args: argparse.Namespace, faults: s
         "RTJ_POD_NAME": "titan-smoke-n0-a0",
         "RTJ_NAMESPACE": "default",
         "RTJ_POD_IP": "127.0.0.1",
-        "RTJ_STATUS_DIR": str(work / "status"),
+        # No RTJ_STATUS_DIR: the ranks' status files where a pod keeps them (rtj_trainer.entrypoint).
         "RTJ_TRAIN_LOG_DIR": str(work / "logs"),
         "RTJ_FAULT_INJECT": faults,
         "PYTHONUNBUFFERED": "1",

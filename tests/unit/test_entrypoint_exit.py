@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from datetime import UTC, datetime
 
 import pytest
@@ -114,3 +115,14 @@ def test_the_containers_oom_kills_are_read_from_its_memory_cgroup(tmp_path) -> N
     v2.write_text("low 0\nhigh 0\nmax 7\noom 5\noom_kill 4\noom_group_kill 0\n")
     assert oom_kills(files) == 4  # v2 first
     assert kills_since(1, files) == 3 and kills_since(4, files) == 0
+
+
+def test_the_status_files_go_to_memory_where_the_pod_has_it(tmp_path) -> None:
+    from rtj_trainer.entrypoint import status_dir_base
+
+    shm, missing, a_file = tmp_path / "shm", tmp_path / "none", tmp_path / "file"
+    shm.mkdir()
+    a_file.write_text("")
+    assert status_dir_base((str(shm),)) == str(shm)
+    assert status_dir_base((str(missing), str(a_file), str(shm))) == str(shm)
+    assert status_dir_base((str(missing),)) == tempfile.gettempdir()
