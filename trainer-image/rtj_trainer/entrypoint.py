@@ -312,10 +312,10 @@ def _final_state(code: int) -> PodState | None:
 
 #: Where the ranks' status files go unless RTJ_STATUS_DIR says: the pod's memory-backed /dev/shm
 #: (every pod the operator makes mounts one). A rank rewrites its file from the training thread every
-#: 0.5 s; on a disk, a rename there waits behind the file system's journal while a persist writes
-#: gigabytes to the same disk (2-core machine, a 2 GiB persist to /tmp beside such writes every
-#: 20 ms, 2 runs of 3: stalls over 10 ms summing 0.69-3.66 s, the longest 0.09-1.26 s; in /dev/shm
-#: 0-0.22 s, the longest 0.04-0.14 s).
+#: 0.5 s; on a disk, its rename waits behind the file system's journal while a persist writes
+#: gigabytes to the same disk (`bench/status_write_stalls.py`, 2-core machine, a 2 GiB persist to
+#: /tmp, writes every 20 ms: those over 10 ms summed 0.6-0.85 s per persist with the files in /tmp,
+#: 0.17-0.20 s in /dev/shm, beside a CI run; 0.69-3.66 s against 0-0.22 s in an earlier run).
 STATUS_DIR_BASES = ("/dev/shm",)
 
 
