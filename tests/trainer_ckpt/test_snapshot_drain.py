@@ -28,7 +28,7 @@ from rtj_trainer.checkpoint.device_stage import (
 )
 from rtj_trainer.checkpoint.snapshot_ring import layout, populate
 from rtj_trainer.checkpoint.staging import Snapshot
-from rtj_trainer.checkpoint_format import LOCAL_META, local_rank_dir, local_snapshots
+from rtj_trainer.checkpoint_format import LOCAL_META, CheckpointError, local_rank_dir, local_snapshots
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(120)]
 
@@ -347,6 +347,28 @@ def test_while_the_snapshot_is_on_its_way_the_fresh_optimizer_is_warmed(tmp_path
     got = _state(model, optim)
     assert all(torch.equal(g, w) for g, w in zip(got, want[10], strict=True))
     assert all(p.grad is None for p in model.parameters()) and optim.param_groups[0]["lr"] == 1e-3
+
+
+def test_a_warmed_optimizer_is_left_with_no_state_when_nothing_loads(tmp_path: Path) -> None:
+    """Warmed while the prefetch ran, but no snapshot could be read: training starts afresh, so the
+    optimizer keeps no state of the warming step (Adam would count it as a step taken)."""
+    _snapshots_at_5_and_10(tmp_path)
+    mgr, stage, _ = _restarted_rank(tmp_path)
+    stepped = threading.Event()
+    buffer = stage.ops.buffer
+    stage.ops.buffer = lambda n, d: (stepped.wait(30), buffer(n, d))[1]  # type: ignore[method-assign]
+    assert mgr.prefetch_memory_snapshot(0) is not None
+    memory = mgr._p.memory  # type: ignore[union-attr]
+
+    def unreadable(step: int, nonce: int) -> None:
+        raise CheckpointError(f"snapshot {step} unreadable")
+
+    memory.read = unreadable  # type: ignore[method-assign,union-attr]
+    model = torch.nn.Linear(64, 64)
+    optim = torch.optim.AdamW(model.parameters())
+    optim.register_step_pre_hook(lambda *_: stepped.set())
+    assert mgr.load_latest(model, optim) is None
+    assert stepped.is_set() and not optim.state
 
 
 def test_with_nothing_on_its_way_the_optimizer_state_is_prefilled(tmp_path: Path) -> None:

@@ -120,7 +120,8 @@ class ResumeSelection:
         self._holders = cands.holders
         local, persistent = cands.local, cands.persistent
         took("candidates")
-        if optimizer is not None and local and self._prefetch_pending() and warm(optimizer):
+        warmed = optimizer is not None and bool(local) and self._prefetch_pending() and warm(optimizer)
+        if warmed:
             took("warm")  # the optimizer's state made, its kernels run, while the snapshot arrives
         for step in sorted(set(local) | persistent, reverse=True):
             tiers = ([SOURCE_LOCAL] if step in local else []) + (
@@ -142,6 +143,9 @@ class ResumeSelection:
                     return replace(resumed, seconds=seconds)
         if self._memory is not None:
             self._memory.drop_after(-1)
+        if warmed:  # nothing loaded: training starts afresh, as from an optimizer with no state
+            assert optimizer is not None
+            optimizer.state.clear()
         return None
 
     def _prefetch_pending(self) -> bool:
