@@ -9,7 +9,9 @@ Starts beyond the first are the in-place restarts used; the pod may take
 `ENV_MAX_IN_PLACE_RESTARTS` of them. The operator's pods have memorySnapshotDir on their
 memory-backed /dev/shm whether or not the memory tier is on (inside it, not beside it: the
 directory may be the volume's root, and each pod of a test has one of its own). Without one the
-count lives in the status dir, a container's own filesystem: every start is then the first.
+count lives in the status dir: by default in /dev/shm too (`entrypoint.status_dir_base`); where
+/dev/shm cannot be written or RTJ_STATUS_DIR names a container's own filesystem, every start is
+then the first.
 """
 
 from __future__ import annotations
