@@ -33,13 +33,17 @@ echo "snapshot_paths rc $?"
 rm -rf /dev/shm/rtj-*
 # drain: the memory tier's drain beside small GPU ops, by chunk size and copy threads, and a
 # 13 GiB persist in a thread of the process against one in a child process (not in the default PARTS).
-part drain && timeout 240 python3 bench/drain_interference.py --device cuda --gib 13 --rounds 3 --persist /tmp \
-    --out "$RESULTS/drain_interference.json" > /tmp/drain_interference.log 2>&1
-part drain && { echo "drain_interference rc $?"; cat /tmp/drain_interference.log; }
+if part drain; then
+    timeout 240 python3 bench/drain_interference.py --device cuda --gib 13 --rounds 3 --persist /tmp \
+        --out "$RESULTS/drain_interference.json" > /tmp/drain_interference.log 2>&1
+    echo "drain_interference rc $? (124: timed out)"; cat /tmp/drain_interference.log
+fi
 rm -rf /dev/shm/rtj-*
-part copier && timeout "${COPIER_TIMEOUT:-240}" python3 bench/slot_copier.py --device cuda --gb 13.7 --runs "${COPIER_RUNS:-2}" \
-    --dir /dev/shm > "$RESULTS/slot_copier.json" 2> /tmp/slot_copier.log
-part copier && { echo "slot_copier rc $?"; cat "$RESULTS/slot_copier.json"; tail -5 /tmp/slot_copier.log; }
+if part copier; then
+    timeout "${COPIER_TIMEOUT:-240}" python3 bench/slot_copier.py --device cuda --gb 13.7 --runs "${COPIER_RUNS:-2}" \
+        --dir /dev/shm > "$RESULTS/slot_copier.json" 2> /tmp/slot_copier.log
+    echo "slot_copier rc $? (124: timed out)"; cat "$RESULTS/slot_copier.json"; tail -5 /tmp/slot_copier.log
+fi
 rm -rf /dev/shm/rtj-*
 part populate && timeout 40 python3 bench/populate_lock.py --gb 13.7 --dir /dev/shm --out "$RESULTS/populate_lock.json" \
     > /tmp/populate_lock.log 2>&1
