@@ -266,12 +266,10 @@ def drain_rows(device: torch.device, gib: float, slot_dir: str, rounds: int) -> 
         dst = mapped_file(path, nbytes)
         ops = CUDA if device.type == "cuda" else HostOps()
         for mib, threads, depth, by_copier in CONFIGS:
-            with (
-                _slot_copier(slot_dir, path) if by_copier else contextlib.nullcontext((None, None)) as (
-                    copier,
-                    dst_fd,
-                )
-            ):
+            copier_or_none = (
+                _slot_copier(slot_dir, path) if by_copier else contextlib.nullcontext((None, None))
+            )
+            with copier_or_none as (copier, dst_fd):
                 pipe = ChunkPipe(0, threads, chunk_bytes=mib << 20, depth=depth, ops=ops, copier=copier)
                 pipe.allocate()
                 assert (pipe.copier is not None) == by_copier, "the copier refused the chunks"
