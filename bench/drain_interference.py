@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 from rtj_trainer.checkpoint.device_stage import CUDA, ChunkPipe, CudaOps
-from rtj_trainer.slot_copier import CopierClient, socket_path
+from rtj_trainer.slot_copier import CopierClient, CopierProcess, socket_path
 
 #: (chunk MiB, copy threads, chunks in the ring, by the pod's slot copier): the defaults before and
 #: now, around them, and the defaults with the copier doing the host copies in its own process.
@@ -301,18 +301,15 @@ def _slot_copier(slot_dir: str, path: str) -> Iterator[tuple[CopierClient, int]]
     """The pod's slot copier (`python -m rtj_trainer.slot_copier`, as the entrypoint runs it),
     a client of it and the slot file's descriptor for its requests."""
     sock_dir = tempfile.mkdtemp(prefix="rtj-di-", dir=slot_dir)
-    proc = subprocess.Popen([sys.executable, "-m", "rtj_trainer.slot_copier", socket_path(sock_dir)],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    copier = CopierProcess(socket_path(sock_dir)).start()
     fd = os.open(path, os.O_RDWR)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         client = CopierClient.connect(socket_path(sock_dir))
         assert client is not None, "no slot copier to connect to"
         yield client, fd
     finally:
         os.close(fd)
-        proc.terminate()
-        proc.wait(timeout=60)
+        copier.close()
         shutil.rmtree(sock_dir, ignore_errors=True)
 
 

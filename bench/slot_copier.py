@@ -37,7 +37,7 @@ import torch
 from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint import CheckpointManager
 from rtj_trainer.checkpoint.device_stage import DeviceStage
-from rtj_trainer.slot_copier import socket_path
+from rtj_trainer.slot_copier import CopierProcess, socket_path
 
 WIDTH = 4096  # each layer: WIDTH x WIDTH float32 (64 MiB), and three times that with AdamW's state
 
@@ -97,14 +97,7 @@ def _child(*args: str) -> subprocess.Popen[str]:
 
 
 def one_round(root: str, gb: float, device: str, snapshots: int, with_copier: bool) -> dict[str, Any]:
-    copier = None
-    if with_copier:
-        copier = subprocess.Popen(
-            [sys.executable, "-m", "rtj_trainer.slot_copier", socket_path(root)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert copier.stdout is not None and copier.stdout.readline().strip() == "ready"
+    copier = CopierProcess(socket_path(root)).start() if with_copier else None  # as the entrypoint runs it
     try:
         rank = _child("--child", "snapshots", "--dir", root, "--gb", str(gb), "--device", device,
                       "--snapshots", str(snapshots))  # fmt: skip
@@ -120,8 +113,7 @@ def one_round(root: str, gb: float, device: str, snapshots: int, with_copier: bo
         loaded = json.loads(out.splitlines()[-1])
     finally:
         if copier is not None:
-            copier.send_signal(signal.SIGTERM)
-            copier.wait(timeout=60)
+            copier.close()
     assert report["by_copier"] == with_copier, report
     return {"kill_to_reaped": round(reaped, 3), **held, "drains": report["drains"], "load": loaded["load"]}
 

@@ -327,16 +327,23 @@ def test_a_restarted_rank_resumes_from_the_snapshot_it_prefetched_to_the_gpu(tmp
     assert stage.prefetched is None and stage.ops.calls["release"] == 1  # type: ignore[attr-defined]
 
 
+def _prefetch_held_until_a_step(mgr: CheckpointManager, stage: DeviceStage) -> threading.Event:
+    """Begin the newest snapshot's prefetch, held before its GPU buffer until the returned event is
+    set (the optimizer's step hook sets it): the resume finds it still on its way."""
+    stepped = threading.Event()
+    buffer = stage.ops.buffer
+    stage.ops.buffer = lambda n, d: (stepped.wait(30), buffer(n, d))[1]  # type: ignore[method-assign]
+    assert mgr.prefetch_memory_snapshot(0) is not None
+    return stepped
+
+
 def test_while_the_snapshot_is_on_its_way_the_fresh_optimizer_is_warmed(tmp_path: Path) -> None:
     """The prefetch still running when the resume begins: the optimizer's state is made by torch's
     zero-gradient step in that time (`optimizer_state.warm`), its first kernels run, and the load
     then fills it; here the prefetch cannot finish before that step has begun."""
     want = _snapshots_at_5_and_10(tmp_path)
     mgr, stage, _ = _restarted_rank(tmp_path)
-    stepped = threading.Event()
-    buffer = stage.ops.buffer
-    stage.ops.buffer = lambda n, d: (stepped.wait(30), buffer(n, d))[1]  # type: ignore[method-assign]
-    assert mgr.prefetch_memory_snapshot(0) is not None
+    stepped = _prefetch_held_until_a_step(mgr, stage)
     model = torch.nn.Linear(64, 64)
     optim = torch.optim.AdamW(model.parameters())
     optim.register_step_pre_hook(lambda *_: stepped.set())
@@ -354,10 +361,7 @@ def test_a_warmed_optimizer_is_left_with_no_state_when_nothing_loads(tmp_path: P
     optimizer keeps no state of the warming step (Adam would count it as a step taken)."""
     _snapshots_at_5_and_10(tmp_path)
     mgr, stage, _ = _restarted_rank(tmp_path)
-    stepped = threading.Event()
-    buffer = stage.ops.buffer
-    stage.ops.buffer = lambda n, d: (stepped.wait(30), buffer(n, d))[1]  # type: ignore[method-assign]
-    assert mgr.prefetch_memory_snapshot(0) is not None
+    stepped = _prefetch_held_until_a_step(mgr, stage)
     memory = mgr._p.memory  # type: ignore[union-attr]
 
     def unreadable(step: int, nonce: int) -> None:

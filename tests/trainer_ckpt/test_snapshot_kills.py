@@ -38,7 +38,7 @@ from rtj_trainer.checkpoint_format import (
     local_snapshots,
     read_local_meta,
 )
-from rtj_trainer.slot_copier import socket_path
+from rtj_trainer.slot_copier import CopierProcess, socket_path
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(1800)]
 
@@ -118,18 +118,12 @@ def _resumes(work: Path) -> list[dict]:
 
 
 @pytest.fixture
-def slot_copier(ram_fs: Path) -> Iterator[subprocess.Popen[str]]:
+def slot_copier(ram_fs: Path) -> Iterator[CopierProcess]:
     """The pod's slot copier serving the ranks' memory tier (`ram_fs/shm`), as the entrypoint runs it."""
     (ram_fs / "shm").mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rtj_trainer.slot_copier", socket_path(str(ram_fs / "shm"))],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    yield proc
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=30)
+    copier = CopierProcess(socket_path(str(ram_fs / "shm"))).start()
+    yield copier
+    copier.close()
 
 
 @pytest.mark.parametrize(
@@ -183,7 +177,10 @@ def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(
                     f"incarnation {n}: a rank ended with status {status} (3: wrong state "
                     "loaded, 5: ranks loaded different steps, 4: an error, 7: copied without the copier)"
                 )
-            assert copier is None or copier.poll() is None, f"incarnation {n}: the slot copier died"
+            alive = copier is None or (
+                copier.starts == 1 and copier.proc is not None and copier.proc.poll() is None
+            )
+            assert alive, f"incarnation {n}: the slot copier died"
             torn = any(_partial_steps(local_root, rank) for rank in (0, 1))
             assert torn or not caught, f"incarnation {n}: stopped mid-write, but no .partial is left"
             outcomes["partial left"] += torn

@@ -81,7 +81,7 @@ def populate(whole: torch.Tensor, chunk_bytes: int = POPULATE_CHUNK_BYTES) -> No
     `chunk_bytes` at a time; where the kernel refuses it, a write of one byte per page (its own
     value: a committed snapshot keeps its bytes)."""
     n = whole.numel()
-    done = populate_pages(whole.data_ptr(), n, chunk_bytes) if n else 0
+    done = populate_pages(whole.data_ptr(), n, chunk_bytes)
     if done < n:
         pages = whole[done:][::PAGE]
         pages.copy_(pages.clone())
