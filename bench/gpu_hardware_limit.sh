@@ -20,11 +20,20 @@
 # the default) times the snapshot drain's cost to the training thread; PARTS=copier (not in
 # the default) times a SIGKILLed rank's teardown, its drains and a restarted rank's load with and
 # without the pod's slot copier (bench/slot_copier.py, 13.7 GB, COPIER_RUNS rounds, default 2).
+# THREAD_STATES=1: while the smoke, goodput and norollback parts run, bench/thread_states.py
+# records what the trainer's threads wait on in the kernel (threads-<part>.jsonl in the archive).
 set -u
 source bench/gpu_env.sh
 RESULTS=$OUT
 PARTS=",${PARTS:-paths,populate,persist,smoke,norollback},"
 part() { [[ "$PARTS" == *",$1,"* ]]; }
+SAMPLER=
+sample_threads() {  # $1: the part; until stop_sampling
+    [[ -n "${THREAD_STATES:-}" ]] || return 0
+    python3 bench/thread_states.py --match rtj_trainer --seconds 900 --interval 0.005 --out "/tmp/threads-$1.jsonl" &
+    SAMPLER=$!
+}
+stop_sampling() { [[ -n "$SAMPLER" ]] && kill "$SAMPLER" 2>/dev/null; wait "$SAMPLER" 2>/dev/null; SAMPLER=; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$RESULTS/gpu.txt"
 rm -rf /dev/shm/rtj-*
 part paths && timeout 70 python3 bench/snapshot_paths.py --gb 13.7 --dir /dev/shm --threads 1,4,8 \
@@ -52,16 +61,20 @@ part persist && timeout "${PERSIST_TIMEOUT:-150}" python3 bench/persist_copy.py 
     --threads "${PERSIST_THREADS:-1,4,8}" ${PERSIST_NO_LOOP:+--no-loop} --out "$RESULTS/persist_copy.json" > /tmp/persist_copy.log 2>&1
 echo "persist_copy rc $?"; cat "$RESULTS/persist_copy.json"
 rm -rf /dev/shm/rtj-*
+part smoke && sample_threads smoke
 part smoke && timeout 150 python3 bench/gpu_smoke.py --nproc 1 --steps 200 --hang-step 100 --sigkill-step 150 \
     --hang-kind "${HANG_KIND:-stall}" --memory-dir /dev/shm/rtj-smoke --timeout 145 --out "$RESULTS/gpu_smoke.json" > /tmp/gpu_smoke.log 2>&1
 echo "gpu_smoke rc $?"
+stop_sampling
 mkdir -p /tmp/smoke-logs && cp /tmp/rtj-smoke-*/logs/*.jsonl /tmp/smoke-logs/ 2>/dev/null
 # The smoke's persisted checkpoints (13.7 GB each) would leave the next part no disk.
 rm -rf /dev/shm/rtj-* /tmp/rtj-smoke-*
 # goodput: the product's goodput run alone (the seed's approach beside it: RUNS=goodput bash
 # bench/gpu_norollback.sh, a call of its own); not in the default PARTS.
+part goodput && sample_threads goodput
 part goodput && mkdir -p /tmp/goodput && OUT=/tmp/goodput NPROC=1 RUNS=goodput-product BENCH_TIMEOUT=330 \
     bash bench/gpu_norollback.sh > /tmp/goodput/summary.txt 2>&1
+stop_sampling
 part goodput && { tail -8 /tmp/goodput/summary.txt; cp /tmp/goodput/norollback.json "$RESULTS/goodput.json"; \
     cp /tmp/goodput/goodput-product-steps.jsonl /tmp/goodput/goodput-product-launch.log "$RESULTS/"; \
     rm -rf /tmp/rtj-norollback-bench; }
@@ -69,11 +82,13 @@ part smoke && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print
     "$RESULTS/gpu_smoke.json"
 df -h / | tail -1
 mkdir -p /tmp/norollback
+part norollback && sample_threads norollback
 part norollback && OUT=/tmp/norollback THREADS=${THREADS:-0} NPROC=1 RUNS=${NORB_RUNS:-throughput,sigterm} THROUGHPUT_STEPS=120 PINNED=${PINNED-1} GRACE_SECONDS=15 \
     BENCH_TIMEOUT=300 bash bench/gpu_norollback.sh > /tmp/norollback/summary.txt 2>&1
 echo "norollback rc $?"
+stop_sampling
 cp /tmp/norollback/norollback.json "$RESULTS/" 2>/dev/null
 tail -40 /tmp/norollback/summary.txt
-tar czf "$RESULTS/logs.tgz" -C /tmp snapshot_paths.log drain_interference.log slot_copier.log populate_lock.log persist_copy.log gpu_smoke.log smoke-logs norollback \
+tar czf "$RESULTS/logs.tgz" -C /tmp snapshot_paths.log drain_interference.log slot_copier.log populate_lock.log persist_copy.log gpu_smoke.log smoke-logs norollback $(cd /tmp && ls threads-*.jsonl 2>/dev/null) \
     2>/dev/null
 ls -la "$RESULTS"
