@@ -30,7 +30,7 @@ part() { [[ "$PARTS" == *",$1,"* ]]; }
 SAMPLER=
 sample_threads() {  # $1: the part; until stop_sampling
     [[ -n "${THREAD_STATES:-}" ]] || return 0
-    python3 bench/thread_states.py --match rtj_trainer --seconds 900 --interval 0.005 --out "/tmp/threads-$1.jsonl" &
+    python3 bench/thread_states.py record --match rtj_trainer --seconds 900 --interval 0.005 --out "/tmp/threads-$1.jsonl" &
     SAMPLER=$!
 }
 stop_sampling() { [[ -n "$SAMPLER" ]] && kill "$SAMPLER" 2>/dev/null; wait "$SAMPLER" 2>/dev/null; SAMPLER=; }
