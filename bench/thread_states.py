@@ -13,7 +13,9 @@ fsdp_train) over the step log's steps: where the seconds between steps and in th
 went, by (state, wchan), and the total over the run.
 
 Each line: {"t": time.time(), "pid", "tid", "comm", "state", "wchan"}; a process's first line also
-has "ppid" and "cmd". Only main threads (tid == pid) are followed in every state; other threads
+has "ppid" and "cmd". Every --meminfo seconds a line {"t", "mem": {...}} holds /proc/meminfo's
+MemFree, Cached, Dirty, Writeback and Shmem in MiB (dirty pages waiting for a disk, page cache
+filling memory). Only main threads (tid == pid) are followed in every state; other threads
 only while in D (they say which kernel path a writer blocks in) and on their way out of it.
 """
 
@@ -58,6 +60,18 @@ def _matching(match: str) -> dict[int, str]:
     return found
 
 
+MEMINFO_KEYS = ("MemFree", "Cached", "Dirty", "Writeback", "Shmem")
+
+
+def _meminfo() -> dict[str, int]:
+    got = {}
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        key, _, rest = line.partition(":")
+        if key in MEMINFO_KEYS:
+            got[key] = int(rest.split()[0]) // 1024
+    return got
+
+
 def _line(out: TextIO, **fields: object) -> None:
     out.write(json.dumps(fields) + "\n")
 
@@ -89,9 +103,12 @@ def record(a: argparse.Namespace) -> None:
     last: dict[int, tuple[str, str]] = {}
     procs: dict[int, str] = {}
     end = time.monotonic() + a.seconds
-    next_scan = 0.0
+    next_scan = next_mem = 0.0
     with open(a.out, "w", buffering=1 << 16) as out:
         while (now := time.monotonic()) < end:
+            if now >= next_mem:
+                _line(out, t=round(time.time(), 3), mem=_meminfo())
+                next_mem = now + a.meminfo
             if now >= next_scan:
                 for pid, cmd in _matching(a.match).items():
                     st = _stat(f"/proc/{pid}/stat") if pid not in procs else None
@@ -138,7 +155,9 @@ def _fmt(c: dict[str, float], top: int = 4) -> str:
 
 def report(a: argparse.Namespace) -> None:
     with open(a.threads) as f:
-        spans = _rank_spans([json.loads(line) for line in f if line.strip()])
+        lines = [json.loads(line) for line in f if line.strip()]
+    spans = _rank_spans(lines)
+    mem = [r["mem"] for r in lines if "mem" in r]
     with open(a.steps) as f:
         steps = [r for r in map(json.loads, f) if "dt" in r and "event" not in r]
     median = statistics.median(r["dt"] for r in steps)
@@ -162,6 +181,9 @@ def report(a: argparse.Namespace) -> None:
     for dt, step, where in sorted(slow, reverse=True)[: a.top]:
         print(f"  step {step} {dt:.3f} s: {_fmt(where)}")
     print(f"whole run: {_fmt(_time_in(spans, steps[0]['t'], steps[-1]['t']), 8)}")
+    if mem:
+        peaks = {k: max(m.get(k, 0) for m in mem) for k in MEMINFO_KEYS}
+        print(f"memory (MiB): max {peaks}; least MemFree {min(m.get('MemFree', 0) for m in mem)}")
 
 
 def main() -> None:
@@ -172,6 +194,7 @@ def main() -> None:
     r.add_argument("--seconds", type=float, required=True)
     r.add_argument("--interval", type=float, default=0.005)
     r.add_argument("--rescan", type=float, default=0.5, help="seconds between looks for new processes")
+    r.add_argument("--meminfo", type=float, default=1.0, help="seconds between /proc/meminfo lines")
     r.add_argument("--out", required=True)
     q = sub.add_parser("report")
     q.add_argument("--threads", required=True)
