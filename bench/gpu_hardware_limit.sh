@@ -14,7 +14,8 @@
 # `bash bench/gpu_hardware_limit.sh`. PARTS (default all: paths,populate,persist,smoke,norollback)
 # picks parts when one call must fit fewer; THREADS=n adds a throughput row with n snapshot copy
 # threads (`snapshot_write_threads`) to the norollback part; PINNED= (empty) leaves out its row with GPU
-# staging off; NORB_RUNS (default throughput,sigterm) picks the norollback part's runs;
+# staging off; MEMORY_ONLY=1 adds a throughput row with no persist during its steps; NORB_RUNS
+# (default throughput,sigterm) picks the norollback part's runs;
 # HANG_KIND=hang makes the smoke's hang a rank blocked in a system call (default: a stall);
 # PARTS=goodput (not in the default) runs the product's goodput window alone; PARTS=drain (not in
 # the default) times the snapshot drain's cost to the training thread; PARTS=copier (not in
@@ -83,7 +84,7 @@ part smoke && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print
 df -h / | tail -1
 mkdir -p /tmp/norollback
 part norollback && sample_threads norollback
-part norollback && OUT=/tmp/norollback THREADS=${THREADS:-0} NPROC=1 RUNS=${NORB_RUNS:-throughput,sigterm} THROUGHPUT_STEPS=120 PINNED=${PINNED-1} GRACE_SECONDS=15 \
+part norollback && OUT=/tmp/norollback THREADS=${THREADS:-0} NPROC=1 RUNS=${NORB_RUNS:-throughput,sigterm} THROUGHPUT_STEPS=120 PINNED=${PINNED-1} MEMORY_ONLY=${MEMORY_ONLY:-} GRACE_SECONDS=15 \
     BENCH_TIMEOUT=300 bash bench/gpu_norollback.sh > /tmp/norollback/summary.txt 2>&1
 echo "norollback rc $?"
 stop_sampling

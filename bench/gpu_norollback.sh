@@ -16,7 +16,8 @@ source bench/gpu_env.sh
 { df -h /dev/shm /tmp; free -g; } 2>&1 | tee "$OUT/norollback_env.txt"
 RUNS=${RUNS:-faults,faults-persist-only,sigterm,throughput}
 # THREADS=n: the throughput run also writes memory snapshots with n threads (another row); PINNED=1:
-# also a row with GPU staging off (snapshots through pinned buffers), in the same call;
+# also a row with GPU staging off (snapshots through pinned buffers), in the same call; MEMORY_ONLY=1:
+# also a row with memory snapshots and no persist during its steps (the memory tier's own cost);
 # RUNS=write-threads: the memory-tier write time for 1..16 threads (bench/snapshot_write_threads.py).
 THREADS=${THREADS:-0}
 if [[ ",$RUNS," == *",write-threads,"* ]]; then
@@ -34,7 +35,7 @@ if (( $(df --output=avail -k /dev/shm | tail -1) < 48 * 1024 * 1024 )); then
 fi
 timeout "${BENCH_TIMEOUT:-580}" python3 bench/norollback_recovery.py --nproc "${NPROC:-2}" --only "$RUNS" --memory-interval 10 --memory-dir "$MEMDIR" \
     --persist-interval 40 --steps 150 --exception-step 50 --sigkill-step 100 --sigterm-step 60 --grace-seconds "${GRACE_SECONDS:-30}" \
-    --throughput-steps "${THROUGHPUT_STEPS:-100}" --snapshot-write-threads "$THREADS" ${PINNED:+--pinned-row} --timeout 240 \
+    --throughput-steps "${THROUGHPUT_STEPS:-100}" --snapshot-write-threads "$THREADS" ${PINNED:+--pinned-row} ${MEMORY_ONLY:+--memory-only-row} --timeout 240 \
     --goodput-seconds "${GOODPUT_SECONDS:-240}" --goodput-step-s 0.19 --out "$OUT/norollback.json" $MODEL > "$OUT/norollback.log" 2>&1
 echo "norollback rc $?"
 grep -v "^\[rank\|^W1\|^I1\|socket.cpp" "$OUT/norollback.log" | grep "^|\|relative\|phases\|RESULT\|Error" | tail -20

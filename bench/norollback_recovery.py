@@ -126,6 +126,12 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="throughput: also a run with memory snapshots through pinned buffers (GPU staging off)",
     )
+    p.add_argument(
+        "--memory-only-row",
+        action="store_true",
+        help="throughput: also a run with memory snapshots and no persist during the steps (the memory "
+        "tier's own cost, apart from the persist's)",
+    )
     p.add_argument("--min-step-time", type=float, default=0.0, help="pad steps (CPU: slow the loop down)")
     p.add_argument("--goodput-seconds", type=float, default=480, help="goodput: each run's length")
     p.add_argument(
@@ -460,29 +466,36 @@ def handoff_seconds(launch_log: Path) -> float | None:
 
 def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    # (name, memory interval, fsdp_train args, GPU staging of memory snapshots)
+    # (name, memory interval, fsdp_train args, GPU staging of memory snapshots, persist interval)
     runs = [
-        ("no-checkpoints", 0, ["--no-checkpoint"], True),
-        ("memory-snapshots", a.memory_interval, [], True),
+        ("no-checkpoints", 0, ["--no-checkpoint"], True, a.persist_interval),
+        ("memory-snapshots", a.memory_interval, [], True, a.persist_interval),
     ]
+    if a.memory_only_row:  # a persist interval past the run's last step
+        runs.append(("memory-snapshots-no-persist", a.memory_interval, [], True, 10 * a.throughput_steps))
     if a.pinned_row:
-        runs.append(("memory-snapshots-pinned", a.memory_interval, [], False))
+        runs.append(("memory-snapshots-pinned", a.memory_interval, [], False, a.persist_interval))
     if a.snapshot_write_threads:
         threads = ["--snapshot-write-threads", str(a.snapshot_write_threads)]
         runs.append(
-            (f"memory-snapshots-{a.snapshot_write_threads}-threads", a.memory_interval, threads, True)
+            (
+                f"memory-snapshots-{a.snapshot_write_threads}-threads",
+                a.memory_interval,
+                threads,
+                True,
+                a.persist_interval,
+            )
         )
     records: dict[str, list[dict[str, Any]]] = {}
-    for name, memory, extra, staging in runs:
+    for name, memory, extra, staging, persist in runs:
         job = Job(a, f"throughput-{name}")
-        env = job.env(
-            a.throughput_steps, memory=memory, persist=a.persist_interval, extra=extra, gpu_staging=staging
-        )
+        env = job.env(a.throughput_steps, memory=memory, persist=persist, extra=extra, gpu_staging=staging)
         rc = job.run(env)
         recs = job.records()[0]
         writes = sorted(x["seconds"] for x in recs if x.get("event") == "snapshot")
         out[name] = {
             "rc": rc,
+            "persist_interval": persist,
             "steps_per_s": round(throughput(recs), 3),
             "median_step_s": round(step_time(recs), 4),
             "persisted_recency_steps": persisted_recency(recs),
