@@ -40,6 +40,7 @@ from typing import Any
 
 from rtj.contract import ENV_MAX_IN_PLACE_RESTARTS, ExitCode
 from rtj_local.procs import free_port
+from rtj_local.train_log import logs_in_memory
 from rtj_trainer.log_filter import STORE_POLL_TIMEOUT
 
 #: ~1.1 B parameters: fp32 master weights + AdamW state ~ 6.8 GB per rank on 2 GPUs (FACTS).
@@ -203,6 +204,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.work_dir:
         Path(args.work_dir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rtj-smoke-", dir=args.work_dir))
+    logs_in_memory(work / "logs")  # off the disk the persists write to
     port = free_port()
     cfg = trainer_config(args, work, port)
     env = pod_env(cfg, args)

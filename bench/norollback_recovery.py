@@ -56,7 +56,7 @@ from typing import Any
 from rtj.api.spec_recovery import HangDetection
 from rtj.builders import graceful_stop_seconds
 from rtj_local.procs import free_port
-from rtj_local.train_log import steps_lost
+from rtj_local.train_log import logs_in_memory, steps_lost
 from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint_format import committed_steps
 
@@ -162,7 +162,8 @@ class Job:
         self.dir = Path(a.work) / name
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
-        self.logs, self.ckpt, self.mem = self.dir / "logs", self.dir / "ckpt", Path(a.memory_dir) / name
+        self.logs = logs_in_memory(self.dir / "logs")  # off the disk the persists write to
+        self.ckpt, self.mem = self.dir / "ckpt", Path(a.memory_dir) / name
         shutil.rmtree(self.mem, ignore_errors=True)
 
     def env(

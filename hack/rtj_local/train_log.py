@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,26 @@ from typing import Any
 
 #: The ranks' logs, under the checkpoint volume's root (a dot dir: never taken for a checkpoint).
 TRAIN_LOG_SUBDIR = ".train-logs"
+
+#: Where a GPU bench keeps its ranks' step logs (`logs_in_memory`).
+MEMORY_LOG_BASE = "/dev/shm"
+
+
+def logs_in_memory(link: Path, base: str = MEMORY_LOG_BASE) -> Path:
+    """Make `link`, a bench job's step-log directory, a symbolic link to a new directory in the
+    memory-backed `base`, and return `link`. A step-log line appended by the training thread to the
+    disk a persist writes to waits behind that persist's fsync (bench/status_write_stalls.py); a
+    pod's own output goes through a pipe and its checkpoints to FSx, so a bench timing the product's
+    steps keeps its logs off that disk. A `base` that cannot be written leaves `link` a directory."""
+    try:
+        target = tempfile.mkdtemp(prefix=f"rtj-bench-logs-{link.parent.name}-", dir=base)
+    except OSError:
+        link.mkdir(parents=True, exist_ok=True)
+        return link
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, link)
+    return link
+
 
 #: File key ("<pod>/rank-<r>.jsonl") -> that file's records, in order.
 TrainLogs = Mapping[str, list[dict[str, Any]]]

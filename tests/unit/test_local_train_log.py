@@ -10,6 +10,7 @@ from rtj_local.train_log import (
     StepsLost,
     fault_times,
     job_train_logs,
+    logs_in_memory,
     steps_lost,
     train_log_env,
 )
@@ -107,3 +108,19 @@ def test_job_train_logs_reads_one_jobs_pods_on_the_checkpoint_volume(tmp_path) -
 
 def test_train_log_env_points_at_the_volume_with_the_pods_name_left_to_the_trainer() -> None:
     assert train_log_env("/ckpt/") == {"RTJ_TRAIN_LOG_DIR": "/ckpt/.train-logs/{pod}"}
+
+
+def test_logs_in_memory_links_the_job_dir_to_a_new_dir_in_the_base(tmp_path) -> None:
+    base, job = tmp_path / "shm", tmp_path / "disk" / "job"
+    base.mkdir()
+    logs = logs_in_memory(job / "logs", base=str(base))
+    (logs / "rank-0.jsonl").write_text("{}\n")
+    assert logs.is_symlink()
+    [target] = base.iterdir()
+    assert (target / "rank-0.jsonl").read_text() == "{}\n"
+    assert target.name.startswith("rtj-bench-logs-job-")
+
+
+def test_logs_in_memory_without_a_writable_base_is_a_plain_dir(tmp_path) -> None:
+    logs = logs_in_memory(tmp_path / "job" / "logs", base=str(tmp_path / "missing"))
+    assert logs.is_dir() and not logs.is_symlink()
