@@ -18,7 +18,8 @@
 # (default throughput,sigterm) picks the norollback part's runs;
 # HANG_KIND=hang makes the smoke's hang a rank blocked in a system call (default: a stall);
 # PARTS=goodput (not in the default) runs the product's goodput window alone; PARTS=drain (not in
-# the default) times the snapshot drain's cost to the training thread; PARTS=copier (not in
+# the default) times the snapshot drain's cost to the training thread (DRAIN_ARGS="--no-drain
+# --rounds 2": only a persist in a thread of the rank against one in a child process); PARTS=copier (not in
 # the default) times a SIGKILLed rank's teardown, its drains and a restarted rank's load with and
 # without the pod's slot copier (bench/slot_copier.py, 13.7 GB, COPIER_RUNS rounds, default 2).
 # THREAD_STATES=1: while the smoke, goodput and norollback parts run, bench/thread_states.py
@@ -44,7 +45,7 @@ rm -rf /dev/shm/rtj-*
 # drain: the memory tier's drain beside small GPU ops, by chunk size and copy threads, and a
 # 13 GiB persist in a thread of the process against one in a child process (not in the default PARTS).
 if part drain; then
-    timeout 240 python3 bench/drain_interference.py --device cuda --gib 13 --rounds 3 --persist /tmp \
+    timeout "${DRAIN_TIMEOUT:-240}" python3 bench/drain_interference.py --device cuda --gib 13 --rounds 3 --persist /tmp ${DRAIN_ARGS:-} \
         --out "$RESULTS/drain_interference.json" > /tmp/drain_interference.log 2>&1
     echo "drain_interference rc $? (124: timed out)"; cat /tmp/drain_interference.log
 fi
