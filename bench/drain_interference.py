@@ -16,10 +16,11 @@ thread.
 
     PYTHONPATH=trainer-image python bench/drain_interference.py --device cuda --gib 13 --out F
 
-`--persist DIR` adds the persist's cost: the product's persisted copy (`shard_io.copy_shard`, a
+`--persist DIR` adds the persist's cost: the persisted copy (`checkpoint_copy.copy_shard`, a
 memory-tier snapshot of `--gib` into a partial under DIR, the persisted tier's disk) run in a thread
-of this process, as a rank persists today, and in a child process (a persist outside the rank),
-each beside the same small ops, alternating with the ops alone.
+of this process, as a rank persisted until 2026-12-07, and in a child process started by a thread
+of this process (`copy_shard_in_child`, the rank's path since), each beside the same small ops,
+alternating with the ops alone.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ import mmap
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -153,15 +152,16 @@ def alternate(
     }
 
 
-def persist_once(src: str, dst_root: str) -> float:
-    """The product's persisted copy of the snapshot `src` into a new partial under `dst_root`."""
-    from rtj_trainer.checkpoint.shard_io import WriteControl, copy_shard
+def persist_once(src: str, dst_root: str, in_child: bool) -> float:
+    """The persisted copy of the snapshot `src` into a new partial under `dst_root`: in this thread,
+    or as a rank makes it, in a child process."""
+    from rtj_trainer.checkpoint.shard_io import WriteControl, copy_shard, copy_shard_in_child
 
     partial = tempfile.mkdtemp(prefix="step.partial-", dir=dst_root)
     try:
         t0 = time.perf_counter()
-        copy_shard(src, partial, 0, WriteControl())
-        return time.perf_counter() - t0
+        (copy_shard_in_child if in_child else copy_shard)(src, partial, 0, WriteControl())
+        return time.perf_counter() - t0  # the child's start included
     finally:
         shutil.rmtree(partial, ignore_errors=True)
 
@@ -171,17 +171,11 @@ def persist_beside(device: torch.device, src: str, dst_root: str, where: str) ->
     done = threading.Event()
     spent: dict[str, float] = {}
 
-    def in_thread() -> None:
-        spent["persist_s"] = persist_once(src, dst_root)
+    def persist() -> None:
+        spent["persist_s"] = persist_once(src, dst_root, in_child=where == "process")
         done.set()
 
-    def in_child() -> None:
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--persist-child", src, dst_root], check=True)
-        spent["persist_s"] = time.perf_counter() - t0  # the child's start included
-        done.set()
-
-    worker = threading.Thread(target=in_thread if where == "thread" else in_child)
+    worker = threading.Thread(target=persist)
     worker.start()
     rate = main_thread_rate(device, 0.0, done)
     worker.join()
@@ -229,9 +223,6 @@ def persist_rows(device: torch.device, gib: float, src_dir: str, dst_dir: str, r
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--persist-child":
-        persist_once(sys.argv[2], sys.argv[3])
-        return
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     default = "cuda" if torch.cuda.is_available() else "cpu"
     p.add_argument("--device", choices=("cuda", "cpu"), default=default)

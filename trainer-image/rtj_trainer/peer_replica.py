@@ -235,7 +235,7 @@ def _send_file(sock: socket.socket, f: BinaryIO, size: int, abort: threading.Eve
     (`sendfile`) and a thread reads them for the CRC32 beside it: the file is never mapped here. A
     rank sends its snapshots this way, and mapping one of 13.7 GB made its training thread's
     allocations wait on the mmap lock, and a rank killed meanwhile tear its page tables down before
-    its GPU memory was freed (as the persisted copy did: `shard_io.copy_shard`)."""
+    its GPU memory was freed (as the persisted copy did: `checkpoint_copy.copy_shard`)."""
     if size == 0:
         return 0
     if os.fstat(f.fileno()).st_size < size:

@@ -55,7 +55,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .pids import stop_process
+from .pids import die_with_parent, stop_process
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,6 @@ CHUNK_REPLY_TIMEOUT = 60.0
 POPULATE_REPLY_TIMEOUT = 600.0
 #: Seconds a rank waits for a copier it SIGKILLed to be dead.
 KILL_WAIT_SECONDS = 60.0
-#: <linux/prctl.h>: the signal a process gets when its parent dies.
-PR_SET_PDEATHSIG = 1
 
 _PROT_RW = mmap.PROT_READ | mmap.PROT_WRITE
 #: <linux/mman.h>; the mmap module names it only where Python was built against such headers.
@@ -525,8 +523,7 @@ def main(argv: list[str] | None = None) -> None:
     # Blocked before any thread starts (they inherit the mask): `sigwait` takes them here, whichever
     # thread the kernel would have given them to.
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # no copier outlives its entrypoint
-    if os.getppid() != parent:  # the entrypoint died before the line above
+    if not die_with_parent(signal.SIGTERM, parent):  # no copier outlives its entrypoint
         return
     copier = SlotCopier(args.socket, threads=args.threads).start()
     print("ready", flush=True)

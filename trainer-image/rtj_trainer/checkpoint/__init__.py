@@ -20,7 +20,8 @@ Commits are reported from the training thread (`poll`, called by `maybe_save`) t
 
 The node-local memory tier (`memory_tier`, a tmpfs such as the pod's /dev/shm, with its own
 interval) commits each snapshot per rank with one rename at memory speed; persistence then copies
-a committed snapshot to root in a second thread, so a slow store never holds up the memory tier.
+a committed snapshot to root from a second thread, in a child process (`checkpoint_copy`: off the
+rank's GIL), so a slow store never holds up the memory tier.
 Each committed snapshot may be streamed to another pod (`replication`, `rtj_trainer.peer_replica`).
 A restart resumes from the newest step that every rank can load, from its memory, a peer's memory
 or root (`resume`). `emergency_save` (SIGTERM, a graceful stop) abandons an in-flight persist and

@@ -45,7 +45,7 @@ from ..checkpoint_format import (
     write_file_atomic,
 )
 from .events import CheckpointEvent, EventLog, now
-from .shard_io import Aborted, FileSums, WriteControl, copy_shard, read_shard
+from .shard_io import Aborted, FileSums, WriteControl, copy_shard_in_child, read_shard
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,8 @@ class PersistentTier:
             )
 
     def persist_in_background(self, step: int, nonce: int, extra: dict[str, Any], src: str) -> None:
-        """Persist the committed memory snapshot `src` in the persister thread."""
+        """Persist the committed memory snapshot `src`: the persister thread copies it in a child
+        process (`checkpoint_copy.copy_shard_in_child`: off the rank's GIL) and commits it."""
         self.persist_source = src
         self.persister = threading.Thread(
             target=self._persist_local,
@@ -148,9 +149,11 @@ class PersistentTier:
 
     def _persist_local(self, step: int, nonce: int, extra: dict[str, Any], src: str) -> None:
         try:
-            self.persist(
-                step, nonce, extra, lambda partial: copy_shard(src, partial, self.rank, self._control)
-            )
+
+            def copy(partial: str) -> FileSums:
+                return copy_shard_in_child(src, partial, self.rank, self._control)
+
+            self.persist(step, nonce, extra, copy)
         finally:
             self.persist_source = None
 
