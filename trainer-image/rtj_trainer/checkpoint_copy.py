@@ -7,7 +7,8 @@ each persist and waits for its result. A persist of the 1.14 B-parameter example
 for 12-15 s, most of the time when a persist is due every 40 steps, and in a thread of the rank
 its reads, checksums and writes went through the rank's GIL between every piece, beside the
 training thread (`bench/drain_interference.py --persist`: on the 2-core machine the training
-thread kept 0.74 of its rate beside a persist in a thread, 0.94 beside one in a child process).
+thread kept 0.769 of its rate beside a persist in a thread, 0.862 beside one in a child process,
+bench/results/drain_interference_cpu_2026-12-07/).
 The child dies with the thread that started it (PR_SET_PDEATHSIG), so a SIGKILLed rank leaves no
 writer behind; an abort (`WriteControl.abort`) kills it.
 
@@ -42,7 +43,8 @@ from .checkpoint_format import (
 from .pids import die_with_parent
 
 MODULE = "rtj_trainer.checkpoint_copy"
-#: Seconds between looks at the abort flag while a child copies (an abort ends the copy within this).
+#: Seconds between looks at the abort flag while a child copies (an abort ends the copy within this;
+#: the in-thread copy looked once per 64 MiB piece, tens of milliseconds).
 ABORT_POLL_S = 0.05
 
 FileSums = dict[str, dict[str, Any]]
