@@ -468,25 +468,17 @@ def handoff_seconds(launch_log: Path) -> float | None:
 def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     # (name, memory interval, fsdp_train args, GPU staging of memory snapshots, persist interval)
+    mem, every = a.memory_interval, a.persist_interval
     runs = [
-        ("no-checkpoints", 0, ["--no-checkpoint"], True, a.persist_interval),
-        ("memory-snapshots", a.memory_interval, [], True, a.persist_interval),
+        ("no-checkpoints", 0, ["--no-checkpoint"], True, every),
+        ("memory-snapshots", mem, [], True, every),
     ]
     if a.memory_only_row:  # a persist interval past the run's last step
-        runs.append(("memory-snapshots-no-persist", a.memory_interval, [], True, 10 * a.throughput_steps))
+        runs.append(("memory-snapshots-no-persist", mem, [], True, 10 * a.throughput_steps))
     if a.pinned_row:
-        runs.append(("memory-snapshots-pinned", a.memory_interval, [], False, a.persist_interval))
-    if a.snapshot_write_threads:
-        threads = ["--snapshot-write-threads", str(a.snapshot_write_threads)]
-        runs.append(
-            (
-                f"memory-snapshots-{a.snapshot_write_threads}-threads",
-                a.memory_interval,
-                threads,
-                True,
-                a.persist_interval,
-            )
-        )
+        runs.append(("memory-snapshots-pinned", mem, [], False, every))
+    if n := a.snapshot_write_threads:
+        runs.append((f"memory-snapshots-{n}-threads", mem, ["--snapshot-write-threads", str(n)], True, every))
     records: dict[str, list[dict[str, Any]]] = {}
     for name, memory, extra, staging, persist in runs:
         job = Job(a, f"throughput-{name}")

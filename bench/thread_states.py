@@ -76,14 +76,14 @@ def _line(out: TextIO, **fields: object) -> None:
     out.write(json.dumps(fields) + "\n")
 
 
-def _sample(out: TextIO, procs: dict[int, str], last: dict[int, tuple[str, str]]) -> None:
+def _sample(out: TextIO, procs: set[int], last: dict[int, tuple[str, str]]) -> None:
     """One look at every thread of `procs`; a line for each followed thread whose state changed."""
     t = round(time.time(), 4)
     for pid in list(procs):
         try:
             tids = [int(name) for name in os.listdir(f"/proc/{pid}/task")]
         except OSError:  # exited: its main thread's last state ends here
-            del procs[pid]
+            procs.discard(pid)
             _line(out, t=t, pid=pid, tid=pid, comm="", state="X", wchan="exited")
             continue
         for tid in tids:
@@ -101,7 +101,7 @@ def _sample(out: TextIO, procs: dict[int, str], last: dict[int, tuple[str, str]]
 
 def record(a: argparse.Namespace) -> None:
     last: dict[int, tuple[str, str]] = {}
-    procs: dict[int, str] = {}
+    procs: set[int] = set()
     end = time.monotonic() + a.seconds
     next_scan = next_mem = 0.0
     with open(a.out, "w", buffering=1 << 16) as out:
@@ -113,7 +113,7 @@ def record(a: argparse.Namespace) -> None:
                 for pid, cmd in _matching(a.match).items():
                     st = _stat(f"/proc/{pid}/stat") if pid not in procs else None
                     if st:
-                        procs[pid] = cmd
+                        procs.add(pid)
                         _line(out, t=time.time(), pid=pid, ppid=st[2], cmd=cmd[:300])
                 next_scan = now + a.rescan
             _sample(out, procs, last)

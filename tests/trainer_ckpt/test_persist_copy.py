@@ -162,7 +162,13 @@ def test_an_abort_mid_copy_kills_the_child_and_leaves_no_shard(tmp_path: Path) -
     partial = tmp_path / "persist" / "partial"
     partial.mkdir(parents=True)
     control = WriteControl(bytes_per_s=len(data) / 30)  # 30 s unless aborted
-    threading.Timer(1.0, control.abort.set).start()
+    writing = partial / f"{shard_bin(0)}.tmp"  # the child has begun to write
+
+    def abort_once_writing() -> None:
+        wait_for(writing.exists, timeout=30, interval=0.02, message="the child's partial file")
+        control.abort.set()
+
+    threading.Thread(target=abort_once_writing).start()
     t0 = time.monotonic()
     with pytest.raises(Aborted):
         copy_shard_in_child(src, str(partial), 0, control)
