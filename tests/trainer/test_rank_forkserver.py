@@ -25,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # The rank: reports what it was given, then does what RANK_ACTION says.
 TARGET = textwrap.dedent(
     """
-    import json, os, signal, subprocess, sys, time
+    import gc, json, os, signal, subprocess, sys, time
     out = os.environ["REPORT"]
     info = {
         "name": __name__, "argv": sys.argv, "cwd": os.getcwd(), "pid": os.getpid(),
         "marker": os.environ.get("MARKER"), "torch_preloaded": "torch" in sys.modules,
-        "sid": os.getsid(0),
+        "sid": os.getsid(0), "gc_walked": len(gc.get_objects()), "gc_frozen": gc.get_freeze_count(),
     }
     action = os.environ.get("RANK_ACTION", "exit:0")
     if action == "grandchild":  # a process of the rank's own, as async checkpoint workers are
@@ -131,6 +131,8 @@ def test_the_rank_runs_with_the_clients_argv_env_cwd_and_stdio_in_a_prewarmed_fo
     assert info["cwd"] == str(tmp_path)
     assert info["marker"] == "m-42"
     assert info["torch_preloaded"], "the rank should start with torch already imported"
+    # ...and frozen out of the collector's walks (NVRx collects after every in-process abort).
+    assert info["gc_frozen"] > 10 * info["gc_walked"], info
     assert info["pid"] != client.pid and info["sid"] == info["pid"]  # forked, in its own session
     assert "hello from the rank" in out and "and its stderr" in err
     assert "RuntimeWarning" not in err

@@ -26,6 +26,7 @@ Test hooks (environment):
 from __future__ import annotations
 
 import glob
+import gc
 import json
 import os
 import signal
@@ -134,20 +135,18 @@ def main() -> None:
             time.sleep(step_seconds)
             reporter.step(step)
             if events:
-                events.write(
-                    json.dumps(
-                        {
-                            "t": time.time(),
-                            "rank": rank,
-                            "step": step,
-                            "pid": os.getpid(),
-                            "ppid": launcher_pid,
-                            "ipr": restart_count,
-                            "ijr": env.restart_count,
-                        }
-                    )
-                    + "\n"
-                )
+                record = {
+                    "t": time.time(),
+                    "rank": rank,
+                    "step": step,
+                    "pid": os.getpid(),
+                    "ppid": launcher_pid,
+                    "ipr": restart_count,
+                    "ijr": env.restart_count,
+                }
+                if step == start + 1:  # what the collector walks (and what it leaves out) in this entry
+                    record["gc_walked"], record["gc_frozen"] = len(gc.get_objects()), gc.get_freeze_count()
+                events.write(json.dumps(record) + "\n")
             if step % env.checkpoint_interval_steps == 0:
                 reporter.state(PodState.CHECKPOINTING)
                 with reporter.section(Section.CHECKPOINT):  # its own hang budget, not the step's

@@ -29,6 +29,7 @@ With in-process restart disabled (RankEnv.in_process.enabled false) `train` is c
 """
 
 import datetime
+import gc
 import logging
 import os
 import sys
@@ -98,7 +99,15 @@ def _base_store(env: RankEnv, agent_hosts: bool) -> dist.TCPStore:
     )
 
 
+#: Wall time the training function was last entered, before its process group came up: where an
+#: in-process restart's own machinery (abort, health check, barriers) ends. Read by the step log's
+#: restart phases (`Attempt.entered`).
+entered_at: float = 0.0
+
+
 def _init_process_group(env: RankEnv, store: dist.Store, prefix: str) -> None:
+    global entered_at
+    entered_at = time.time()
     if env.dist_backend == "nccl":
         torch.cuda.set_device(env.local_rank)
     dist.init_process_group(
@@ -238,6 +247,12 @@ def _run_restartable(train_fn: TrainFn, env: RankEnv, store: dist.Store, reporte
         full_world_only=True,
         **_wrapper_timing(env),
     )
+    # After every abort NVRx collects garbage until none is left (`while gc.collect()` in its
+    # Wrapper): full collections that walk every object the imports made, 0.15 s each and two per
+    # restart on the 2-core CI machine, most of an in-process restart there. Frozen objects are
+    # left out of collections; what is alive now (modules, the script's setup) lives as long as the
+    # process anyway, and what each attempt makes (model, optimizer) is not frozen.
+    gc.freeze()
     try:
         return wrapped()
     finally:

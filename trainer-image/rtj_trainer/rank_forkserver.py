@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import gc
 import io
 import json
 import os
@@ -297,6 +298,11 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]] | None:
 def serve(path: str, command: list[str]) -> int:
     parent = os.getppid()  # the pod's entrypoint: when it dies, so does its server
     failed = _prewarm(command)
+    # The imports' objects, frozen once here: the ranks forked from this server inherit them out of
+    # the collector's walks (and the collector's writes do not copy their pages), CPython's advice
+    # for servers that fork.
+    gc.collect()
+    gc.freeze()
     if failed:
         print(f"rank_forkserver: not pre-imported: {', '.join(failed)}", file=sys.stderr, flush=True)
     with_threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1

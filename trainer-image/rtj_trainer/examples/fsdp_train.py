@@ -270,9 +270,17 @@ def main(argv: list[str] | None = None) -> None:
             cfg, attempt.device, lr=args.lr, seed=args.seed, bf16=res.use_cuda, init_weights=attempt.fresh
         )
         t_built = time.time()
-        # Where a (re)start's seconds went: process start, imports done, process group up, model
-        # built; the resume record's `t` is the state loaded.
-        phases = {"proc": t_proc, "main": t_main, "train": t_train, "built": t_built}
+        # Where a (re)start's seconds went: process start, imports done, the training function
+        # entered (an in-process restart's own machinery ends here), process group up, the kept
+        # step agreed, model built; the resume record's `t` is the state loaded.
+        phases = {
+            "proc": t_proc,
+            "main": t_main,
+            "entered": attempt.entered,
+            "train": t_train,
+            "agreed": attempt.agreed,
+            "built": t_built,
+        }
         start = attempt.resume(model, optim, phases=phases)
         faults.start_step = start
         for step in range(start, args.steps):

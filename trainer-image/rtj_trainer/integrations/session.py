@@ -49,6 +49,7 @@ from rtj.contract import ENV_POD_NAME
 from rtj_trainer.checkpoint import DEFAULT_LOCAL_WRITE_THREADS, CheckpointEvent, CheckpointManager
 from rtj_trainer.graceful import GracefulStop
 from rtj_trainer.hang_timeouts import Section
+from rtj_trainer import inprocess
 from rtj_trainer.inprocess import run_with_inprocess_restart
 from rtj_trainer.kept_state import KeptState, agreed_step
 from rtj_trainer.report import RankReporter
@@ -201,11 +202,16 @@ class Attempt:
     group: Any = field(init=False)
     #: The step of the state kept in memory that every rank can adopt; None: build fresh weights.
     kept_step: int | None = field(init=False)
+    #: Wall times: the wrapper entered the training function (before its process group), the
+    #: process group was up, and the ranks agreed on the kept step (the runtime's gloo group made).
+    entered: float = field(init=False)
     started: float = field(init=False)
+    agreed: float = field(init=False)
     _copy_pending: bool = field(default=False, init=False)
     _prepared: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
+        self.entered = inprocess.entered_at
         self.started = time.time()
         env = self.res.env
         self.device = torch.device("cuda", env.local_rank) if self.res.use_cuda else torch.device("cpu")
@@ -214,6 +220,7 @@ class Attempt:
         if self.res.ckpt is not None:
             self.res.ckpt.set_group(self.group)
         self.kept_step = agreed_step(self.res.kept, self.group)
+        self.agreed = time.time()
 
     @property
     def fresh(self) -> bool:
