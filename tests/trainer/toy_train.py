@@ -25,8 +25,8 @@ Test hooks (environment):
 
 from __future__ import annotations
 
-import glob
 import gc
+import glob
 import json
 import os
 import signal

@@ -46,10 +46,10 @@ import torch
 import torch.distributed as dist
 from rtj.contract import ENV_POD_NAME
 
+from rtj_trainer import inprocess
 from rtj_trainer.checkpoint import DEFAULT_LOCAL_WRITE_THREADS, CheckpointEvent, CheckpointManager
 from rtj_trainer.graceful import GracefulStop
 from rtj_trainer.hang_timeouts import Section
-from rtj_trainer import inprocess
 from rtj_trainer.inprocess import run_with_inprocess_restart
 from rtj_trainer.kept_state import KeptState, agreed_step
 from rtj_trainer.report import RankReporter
