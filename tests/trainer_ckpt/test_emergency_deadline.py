@@ -219,7 +219,8 @@ def test_the_next_ranks_leave_a_partial_the_entrypoint_is_persisting_into(
         time.sleep(0.01)
     (partial,) = partials
     assert stale_entries(persist) == []  # in flight, handed off: not stale
-    CheckpointManager(persist, rank=0, world_size=1, interval_steps=1_000_000)  # rank 0 cleans up at start
+    started = CheckpointManager(persist, rank=0, world_size=1, interval_steps=1_000_000)  # rank 0 cleans up
+    assert started.wait(timeout=10)  # ... in the background
     assert os.path.isdir(os.path.join(persist, partial))
     (done,) = persister.wait()
     assert (done.step, done.committed) == (step, True), done

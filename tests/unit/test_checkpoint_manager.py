@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
 import torch
-from rtj_trainer.checkpoint import CheckpointEvent, CheckpointManager, latest_committed, snapshot_every
+from rtj_trainer.checkpoint import (
+    CheckpointEvent,
+    CheckpointManager,
+    latest_committed,
+    persistent,
+    snapshot_every,
+)
 from rtj_trainer.checkpoint_format import (
     MANIFEST,
     CheckpointError,
@@ -107,9 +114,38 @@ def test_partial_and_trash_directories_are_never_loaded_and_are_cleaned(tmp_path
     trash = tmp_path / "step-0000000001.trash.999"
     trash.mkdir()
     assert latest_committed(str(tmp_path)) == 2
-    CheckpointManager(str(tmp_path), rank=0, world_size=1, interval_steps=2)  # rank 0 cleans on start
+    started = CheckpointManager(
+        str(tmp_path), rank=0, world_size=1, interval_steps=2
+    )  # rank 0 cleans on start
+    assert started.wait(timeout=30)
     assert not torn.exists() and not trash.exists()
     assert committed_steps(str(tmp_path)) == [2]
+
+
+def test_a_starting_rank_does_not_wait_for_the_leftovers_to_be_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting a killed persist's partial (the whole shard) waited on the disk in a restarting
+    rank; rank 0 deletes the leftovers it finds at its start in the background."""
+    torn = tmp_path / partial_name(10, 0xABC)
+    torn.mkdir()
+    (torn / shard_bin(0)).write_bytes(b"torn")
+    deleting, release = threading.Event(), threading.Event()
+    remove_tree = persistent.remove_tree
+
+    def slow_remove_tree(path: str) -> None:
+        deleting.set()
+        assert release.wait(30)
+        remove_tree(path)
+
+    monkeypatch.setattr(persistent, "remove_tree", slow_remove_tree)
+    mgr = CheckpointManager(str(tmp_path), rank=0, world_size=1, interval_steps=2)
+    assert deleting.wait(30) and torn.exists()  # the constructor returned while the deletion waits
+    later = tmp_path / partial_name(20, 0xDEF)  # written after the start: not a leftover of it
+    later.mkdir()
+    release.set()
+    assert mgr.wait(timeout=30)
+    assert not torn.exists() and later.exists()
 
 
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path: Path) -> None:

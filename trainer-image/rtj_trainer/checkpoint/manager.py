@@ -361,6 +361,7 @@ class CheckpointManager:
             lambda: self._p.staging.preparer,
             lambda: self._p.writer.thread,
             lambda: self._p.persistent.persister,  # read after the writer ended: it may start one
+            lambda: self._p.persistent.cleaner,
         )
         for thread in threads:
             if (t := thread()) is not None:

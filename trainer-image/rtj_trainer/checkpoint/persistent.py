@@ -88,8 +88,12 @@ class PersistentTier:
             os.makedirs(self.root, exist_ok=True)
         except OSError as e:  # the volume is unreadable now: resume from memory, persist later
             log.warning("checkpoint root %s is not usable: %r", self.root, e)
+        #: Rank 0's removal of the leftovers of crashes it found at its start, in the background: a
+        #: persist SIGKILLed with its rank leaves a partial of the whole shard, and deleting that
+        #: waited on the disk for 1.85 s in a restarting rank (1xH100, before its process group).
+        self.cleaner: threading.Thread | None = None
         if rank == 0 and clean_stale:
-            self.cleanup_stale()
+            self.cleaner = self._remove_in_background(stale_entries(self.root, None))
 
     @property
     def persisting(self) -> bool:
@@ -195,9 +199,16 @@ class PersistentTier:
 
     def cleanup_stale(self) -> None:
         """Remove partial and trash directories (rank 0: leftovers of crashes or of a commit)."""
-        for path in stale_entries(self.root, None):
-            with contextlib.suppress(OSError):
-                remove_tree(path)
+        _remove_all(stale_entries(self.root, None))
+
+    @staticmethod
+    def _remove_in_background(paths: list[str]) -> threading.Thread | None:
+        """Delete `paths` (listed by the caller, so nothing written after is touched) in a thread."""
+        if not paths:
+            return None
+        thread = threading.Thread(target=_remove_all, args=(paths,), name="rtj-ckpt-cleanup", daemon=True)
+        thread.start()
+        return thread
 
     # --- seeing commits (ranks > 0) ------------------------------------------------------------------
     def poll_commit(self) -> None:
@@ -243,3 +254,9 @@ class PersistentTier:
     def committed_time(self, step: int) -> datetime:
         """When `step` was committed (its manifest's time; raises CheckpointError, ValueError)."""
         return datetime.fromisoformat(Manifest.read(os.path.join(self.root, committed_name(step))).time)
+
+
+def _remove_all(paths: list[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            remove_tree(path)
