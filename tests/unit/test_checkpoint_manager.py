@@ -114,9 +114,8 @@ def test_partial_and_trash_directories_are_never_loaded_and_are_cleaned(tmp_path
     trash = tmp_path / "step-0000000001.trash.999"
     trash.mkdir()
     assert latest_committed(str(tmp_path)) == 2
-    started = CheckpointManager(
-        str(tmp_path), rank=0, world_size=1, interval_steps=2
-    )  # rank 0 cleans on start
+    # Rank 0 deletes the leftovers it finds at its start (in the background).
+    started = CheckpointManager(str(tmp_path), rank=0, world_size=1, interval_steps=2)
     assert started.wait(timeout=30)
     assert not torn.exists() and not trash.exists()
     assert committed_steps(str(tmp_path)) == [2]

@@ -250,8 +250,9 @@ def _run_restartable(train_fn: TrainFn, env: RankEnv, store: dist.Store, reporte
     # After every abort NVRx collects garbage until none is left (`while gc.collect()` in its
     # Wrapper): full collections that walk every object the imports made, 0.15 s each and two per
     # restart on the 2-core CI machine, most of an in-process restart there. Frozen objects are
-    # left out of collections; what is alive now (modules, the script's setup) lives as long as the
-    # process anyway, and what each attempt makes (model, optimizer) is not frozen.
+    # left out of collections (still freed when their last reference goes; only a cycle among them
+    # would stay): what is alive now is modules and the script's setup, and what each attempt makes
+    # (model, optimizer, process groups) is not frozen.
     gc.freeze()
     try:
         return wrapped()
