@@ -19,7 +19,7 @@ import statistics
 import time
 
 from rtj_trainer.checkpoint import CheckpointManager
-from rtj_trainer.checkpoint.persistent import _remove_all
+from rtj_trainer.checkpoint.persistent import remove_all
 from rtj_trainer.checkpoint_format import partial_name, shard_bin, stale_entries
 
 CHUNK = 64 << 20
@@ -45,7 +45,7 @@ def one(root: str, gib: float, inline: bool) -> dict[str, float]:
     partial = leave_partial(root, gib, 10)
     t0 = time.perf_counter()
     if inline:
-        _remove_all(stale_entries(root, None))
+        remove_all(stale_entries(root, None))
     mgr = CheckpointManager(root, rank=0, world_size=1, interval_steps=1_000_000)
     constructed = time.perf_counter() - t0
     mgr.wait(timeout=300)

@@ -199,14 +199,14 @@ class PersistentTier:
 
     def cleanup_stale(self) -> None:
         """Remove partial and trash directories (rank 0: leftovers of crashes or of a commit)."""
-        _remove_all(stale_entries(self.root, None))
+        remove_all(stale_entries(self.root, None))
 
     @staticmethod
     def _remove_in_background(paths: list[str]) -> threading.Thread | None:
         """Delete `paths` (listed by the caller, so nothing written after is touched) in a thread."""
         if not paths:
             return None
-        thread = threading.Thread(target=_remove_all, args=(paths,), name="rtj-ckpt-cleanup", daemon=True)
+        thread = threading.Thread(target=remove_all, args=(paths,), name="rtj-ckpt-cleanup", daemon=True)
         thread.start()
         return thread
 
@@ -256,7 +256,8 @@ class PersistentTier:
         return datetime.fromisoformat(Manifest.read(os.path.join(self.root, committed_name(step))).time)
 
 
-def _remove_all(paths: list[str]) -> None:
+def remove_all(paths: list[str]) -> None:
+    """`remove_tree` each of `paths`; one that cannot be removed is left (the next start tries again)."""
     for path in paths:
         with contextlib.suppress(OSError):
             remove_tree(path)

@@ -50,7 +50,6 @@ from rtj_trainer import inprocess
 from rtj_trainer.checkpoint import DEFAULT_LOCAL_WRITE_THREADS, CheckpointEvent, CheckpointManager
 from rtj_trainer.graceful import GracefulStop
 from rtj_trainer.hang_timeouts import Section
-from rtj_trainer.inprocess import run_with_inprocess_restart
 from rtj_trainer.kept_state import KeptState, agreed_step
 from rtj_trainer.report import RankReporter
 from rtj_trainer.runtime_env import RankEnv
@@ -183,7 +182,7 @@ class Resilience:
                 self.stop.died_with_peer()  # after SIGTERM: the launcher is restarting the workers, go now
                 raise
 
-        result = run_with_inprocess_restart(once, env=self.env, reporter=self.reporter)
+        result = inprocess.run_with_inprocess_restart(once, env=self.env, reporter=self.reporter)
         self.reporter.finished()
         return result
 
