@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from ckpt_saver import State, content_hash, expected_hash
-from rtj_trainer.checkpoint import CheckpointManager, latest_committed
+from rtj_local.wait import wait_for
+from rtj_trainer.checkpoint import CheckpointManager, latest_committed, snapshot_ring
 from rtj_trainer.checkpoint.staging import Snapshot
 from rtj_trainer.checkpoint_format import local_rank_dir, local_snapshots
 
@@ -263,3 +264,46 @@ def test_snapshots_land_in_ring_files_prepared_once(tmp_path: Path) -> None:
     resumed = _manager(tmp_path, local_keep=2).load_latest(fresh)
     assert resumed is not None and (resumed.step, resumed.source) == (45, "local")
     assert content_hash(fresh) == expected_hash(45)
+
+
+def test_the_first_snapshot_waits_for_its_own_slot_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`prepare` readies the ring's slots one after the other, in the order claims take them: the
+    first snapshot goes ahead once its own slot is ready, while the next ones are still being
+    prepared, and a snapshot whose slot is not ready yet waits (the manager busy) rather than have
+    the training thread reserve it. The second slot's preparation is held (our own wrapper of the
+    reserve, `snapshot_ring.reserve_pages`)."""
+    release, reserves = threading.Event(), []
+    reserve = snapshot_ring.reserve_pages
+
+    def held(*args: object, **kw: object) -> int:
+        reserves.append(args[0])
+        if len(reserves) == 2:
+            release.wait(60)
+        return reserve(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshot_ring, "reserve_pages", held)
+    mgr = _manager(tmp_path, local_keep=2)
+    state = State()
+    state.fill(MEMORY_INTERVAL)
+    mgr.prepare(state)
+    wait_for(lambda: not mgr.preparing, timeout=60, interval=0.01, message="the first slot ready")
+    assert mgr._preparer is not None and mgr._preparer.is_alive() and len(reserves) == 2
+    assert mgr.maybe_save(MEMORY_INTERVAL, state) == "snapshot"
+    wait_for(lambda: not mgr._p.writer.busy, timeout=60, interval=0.01, message="the first snapshot written")
+    assert mgr.busy  # the second slot is still held
+    assert mgr.maybe_save(2 * MEMORY_INTERVAL, state) == "skipped"
+    release.set()
+    assert mgr.wait_local(timeout=60) and len(reserves) == 3  # keep + 1 slots
+    state.fill(3 * MEMORY_INTERVAL)
+    assert mgr.maybe_save(3 * MEMORY_INTERVAL, state) in ("snapshot", "saved")  # and the deferred persist
+    assert mgr.wait(timeout=60)
+    assert [s for s, _n in local_snapshots(local_rank_dir(str(tmp_path / "shm"), 0))] == [
+        3 * MEMORY_INTERVAL,
+        MEMORY_INTERVAL,
+    ]
+    fresh = State()
+    resumed = _manager(tmp_path, local_keep=2).load_latest(fresh)
+    assert resumed is not None and (resumed.step, resumed.source) == (3 * MEMORY_INTERVAL, "local")
+    assert content_hash(fresh) == expected_hash(3 * MEMORY_INTERVAL)

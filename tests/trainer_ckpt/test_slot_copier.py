@@ -82,13 +82,13 @@ def _state(model: torch.nn.Module, optim: torch.optim.Optimizer) -> list[torch.T
     return [*model.parameters(), *optim.state_dict()["state"][0].values()]
 
 
-def _slot_rss(mgr: CheckpointManager) -> dict[int, tuple[int, int]]:
-    """{inode: (bytes present in this process, size)} of the rank's mappings of its slot files."""
+def _slot_rss(mgr: CheckpointManager, pid: int | str = "self") -> dict[int, tuple[int, int]]:
+    """{inode: (bytes present in process `pid`, size)} of the mappings of the rank's slot files."""
     ring = mgr._p.ring
     assert ring is not None
     sizes = {os.fstat(m.fd).st_ino: m.size for m in ring._maps.values()}
     present: dict[int, int] = {}
-    with open("/proc/self/smaps") as f:
+    with open(f"/proc/{pid}/smaps") as f:
         inode = None
         for line in f:
             fields = line.split()
@@ -163,6 +163,25 @@ def test_snapshots_drained_by_the_copier_land_whole_while_the_rank_holds_no_slot
     assert step == 25 and _equal(got, states[25])
     assert all(present <= FEW_PAGES for present, _ in _slot_rss(restarted).values())  # the copier loaded
     restarted.close()
+
+
+def test_the_copier_reserves_each_slot_and_makes_its_pages_present_in_its_own_mappings(
+    root: Path, copier: subprocess.Popen[str]
+) -> None:
+    """`prepare` has the copier reserve each of the keep + 1 slots (its space allocated: a full
+    /dev/shm fails there, not in a drain) and make every page present in the copier's mapping,
+    while the rank's mappings hold none."""
+    rank = _Rank(root)
+    assert rank.mgr._preparer is not None
+    rank.mgr._preparer.join(60)  # every slot, not only the first
+    ring = rank.mgr._p.ring
+    assert ring is not None
+    stats = [os.fstat(m.fd) for m in ring._maps.values()]
+    assert len(stats) == 3 and all(st.st_blocks * 512 >= st.st_size > 0 for st in stats)
+    in_copier = _slot_rss(rank.mgr, copier.pid)
+    assert all(present == size for present, size in in_copier.values()), in_copier
+    assert all(present == 0 for present, _ in _slot_rss(rank.mgr).values())
+    rank.mgr.close()
 
 
 def test_without_a_copier_the_rank_copies_itself_and_holds_every_slot_page(root: Path) -> None:
@@ -242,7 +261,7 @@ def test_the_copier_unmaps_a_deleted_slot_and_a_gone_ranks_chunks(
     other = next(p for p in root.rglob("*.bin") if str(p) != slot_path)
     fd = os.open(other, os.O_RDWR)
     try:
-        client.populate([fd])
+        client.reserve(fd)
     finally:
         os.close(fd)
         client.close()

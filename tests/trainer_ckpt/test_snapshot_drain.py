@@ -12,6 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from rtj_trainer.checkpoint.device_stage import (
 from rtj_trainer.checkpoint.snapshot_ring import layout, populate
 from rtj_trainer.checkpoint.staging import Snapshot
 from rtj_trainer.checkpoint_format import LOCAL_META, CheckpointError, local_rank_dir, local_snapshots
+from rtj_trainer.slot_copier import reserve_pages
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(120)]
 
@@ -128,6 +130,29 @@ def test_populate_in_chunks_makes_every_page_of_a_slot_present(tmp_path: Path) -
     populate(mapped, chunk_bytes=4 * page)
     assert before < size
     assert _resident_bytes(mapped) == -(-size // page) * page
+
+
+def test_reserve_pages_reserves_a_sparse_slot_piece_by_piece_and_makes_every_page_present(
+    tmp_path: Path,
+) -> None:
+    """What `prepare` runs for each slot (in the copier, or the rank): the file's space allocated
+    (posix_fallocate, piece by piece) and its pages present, pieces and threads of any size."""
+    page = mmap.PAGESIZE
+    size = 13 * page + page // 3  # pieces of five pages, each split over two threads, a short last
+    path = tmp_path / "slot.bin"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        assert os.fstat(fd).st_blocks == 0  # sparse: nothing reserved yet
+        mapped = torch.from_file(f"/proc/self/fd/{fd}", shared=True, size=size, dtype=torch.uint8)
+        with ThreadPoolExecutor(3) as pool:
+            addr = mapped.data_ptr()
+            present = reserve_pages(fd, addr, size, pool.submit, 2, piece=5 * page, chunk_bytes=page)
+        assert present == size
+        assert os.fstat(fd).st_blocks * 512 >= size
+        assert _resident_bytes(mapped) == -(-size // page) * page
+    finally:
+        os.close(fd)
 
 
 def test_a_claimed_slot_is_handed_out_as_flat_bytes_or_private_ones_when_none_can_be_had(

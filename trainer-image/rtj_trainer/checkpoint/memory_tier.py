@@ -181,8 +181,9 @@ class MemoryTier:
         return partial
 
     def ring_files(self, size: int) -> list[str]:
-        """The slot files a coming snapshot of `size` bytes may reuse: the spares (made up to keep + 1
-        slots in all) and the committed snapshots of that size (never resized: resume candidates)."""
+        """The slot files a coming snapshot of `size` bytes may reuse, in the order claims take them:
+        the spares (made up to keep + 1 slots in all), then the committed snapshots of that size,
+        oldest first (never resized: resume candidates)."""
         with self.lock:
             committed = [self.slot_file(self.path(s, n)) for s, n in self.snapshots()]
             spares = self.spares()
@@ -190,7 +191,7 @@ class MemoryTier:
                 spare = os.path.join(self.dir, f"{SPARE_PREFIX}{k}")
                 os.makedirs(spare, exist_ok=True)
                 spares.append(spare)
-        same = [f for f in committed if os.path.exists(f) and os.path.getsize(f) == size]
+        same = [f for f in reversed(committed) if os.path.exists(f) and os.path.getsize(f) == size]
         return [self.slot_file(d) for d in spares] + same
 
     def commit(self, snap: Snapshot) -> str | None:

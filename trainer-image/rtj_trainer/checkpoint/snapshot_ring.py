@@ -37,7 +37,8 @@ from typing import Protocol
 import torch
 
 from ..checkpoint_format import TensorEntry
-from ..slot_copier import CopierClient, populate_pages
+from ..cpu_cgroup import usable_cpus
+from ..slot_copier import CopierClient, populate_pages, reserve_pages
 from .device_stage import entry_views
 from .staging import PinnedBuffers
 
@@ -62,6 +63,9 @@ PAGE = mmap.PAGESIZE
 #: training for seconds on an H100 host. Per 16 MiB, another thread's mmap waited at most 30 ms
 #: beside a 3 GB populate on the 2-core machine (`bench/populate_lock.py`), 1.2 s for one call.
 POPULATE_CHUNK_BYTES = 16 << 20
+#: Threads making a slot's pages present in the rank (no slot copier: tests, the pinned path, a plain
+#: launch); once per slot, while training runs its first steps.
+PREPARE_THREADS = max(1, min(8, usable_cpus() // 2))
 
 
 def layout(specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]:
@@ -114,11 +118,18 @@ class SnapshotRing:
         self.fallback = PinnedBuffers()
         #: Where a snapshot staged on the GPU drains when no slot could be had (`flat`).
         self._private: torch.Tensor | None = None
+        #: The latest `prepare` (`expect`): under way, how many slots it has made ready, and how
+        #: many claims were made since it began.
+        self._generation = 0
+        self._preparing = False
+        self._ready = self._claims = 0
 
     # --- the training thread -----------------------------------------------------------------------
     def claim(self, step: int, nonce: int) -> None:
         """The next `buffers` call is for snapshot (step, nonce)."""
         self._claim = (step, nonce)
+        with self._lock:
+            self._claims += 1
 
     def layout(self, specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]:
         return layout(specs)
@@ -165,37 +176,83 @@ class SnapshotRing:
         return views
 
     # --- any thread --------------------------------------------------------------------------------
+    def expect(self) -> None:
+        """A `prepare` is on its way (the training thread, before it starts `prepare`'s thread): no
+        slot counts as ready (`next_slot_ready`) until that `prepare` says so."""
+        with self._lock:
+            self._generation += 1
+            self._ready = self._claims = 0
+            self._preparing = True
+
+    def next_slot_ready(self) -> bool:
+        """Whether the slot the next claim takes is prepared (or no `prepare` is under way): a save
+        before that would reserve and map the slot in the training thread."""
+        with self._lock:
+            return not self._preparing or self._claims < self._ready
+
     def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool], drained: bool = False) -> None:
-        """Map the slots a coming snapshot may reuse, and add spare slots while the
-        tier holds fewer than `keep`, so that no save maps, reserves or pins in the training thread.
-        Snapshots `drained` through the pod's slot copier have their pages made present in the
-        copier, not here: the rank then never holds them (`rtj_trainer.slot_copier`)."""
+        """Prepare the slots a coming snapshot may reuse, adding spare slots while the tier holds
+        fewer than `keep`, so that no save maps, reserves or pins in the training thread: one slot
+        after the other, in the order claims take them, each counted ready (`next_slot_ready`) once
+        its space is reserved and its pages present; the first snapshot waits for its slot only.
+        Snapshots `drained` through the pod's slot copier have their slots reserved and their
+        pages made present by the copier, not here: the rank then never holds them
+        (`rtj_trainer.slot_copier`)."""
+        with self._lock:
+            generation = self._generation
         _entries, size = layout(specs)
         files = self._tier.ring_files(size)
         copier = self.copier() if drained and self.copier is not None else None
-
-        def reserve(path: str) -> None:
-            whole = self._mapped(path, size)
-            if copier is None:
-                populate(whole)
-
-        # One thread per file: reserving a tmpfs file's pages (2.96 s per 13.7 GB on an H200 host)
-        # is serialised per file only.
-        with ThreadPoolExecutor(max(1, len(files)), "rtj-ckpt-slots") as pool:
-            for f in [pool.submit(reserve, path) for path in files]:
-                f.result()
-        if copier is not None:
-            fds = [fd for fd in (self.file_of(self._mapped(p, size)) for p in files) if fd is not None]
-            try:
-                copier.populate(fds)
-            except OSError as e:  # the drain then makes them present (the copier, or the rank)
-                log.warning("the slot copier did not make the memory tier's slots present: %r", e)
-            finally:
+        try:
+            if any(pin):  # a save needs its pinned buffers as much as its slot
+                self.fallback.prepare(specs, pin)
+            for path in files:
+                if copier is not None and not self._prepare_slot(path, size, copier):
+                    copier.close()  # gone or refusing: the rank reserves the next slots itself
+                    copier = None
+                elif copier is None:
+                    self._prepare_slot(path, size, None)
+                with self._lock:
+                    if self._generation == generation:
+                        self._ready += 1
+        finally:
+            if copier is not None:
                 copier.close()
-                for fd in fds:
-                    os.close(fd)
-        if any(pin):
-            self.fallback.prepare(specs, pin)
+            with self._lock:
+                if self._generation == generation:
+                    self._preparing = False
+
+    def _prepare_slot(self, path: str, size: int, copier: CopierClient | None) -> bool:
+        """Reserve `path`'s `size` bytes and make its pages present: in the copier when there is one
+        (False when it failed: the rank then reserves the space itself, and the first drain makes
+        the pages present), else here. A slot that cannot be reserved (/dev/shm full) is forgotten:
+        the claim that takes it reserves it again, and reports the failure."""
+        whole = self._mapped(path, size, reserve=False)
+        fd = self.file_of(whole)
+        if fd is None:  # an empty state
+            return True
+        try:
+            if copier is not None:
+                try:
+                    copier.reserve(fd)
+                    return True
+                except OSError as e:
+                    log.warning("the slot copier did not reserve a memory-tier slot: %r", e)
+                    os.posix_fallocate(fd, 0, size)
+                    return False
+            with ThreadPoolExecutor(PREPARE_THREADS, "rtj-ckpt-slot") as pool:
+                present = reserve_pages(fd, whole.data_ptr(), size, pool.submit, PREPARE_THREADS,
+                                        chunk_bytes=POPULATE_CHUNK_BYTES)  # fmt: skip
+            if present < size:  # the kernel refused madvise: a byte per page (its own value)
+                pages = whole[present:][::PAGE]
+                pages.copy_(pages.clone())
+            return True
+        except OSError as e:
+            log.warning("memory-tier slot %s not prepared: %r", path, e)
+            self.forget(path)
+            return False
+        finally:
+            os.close(fd)
 
     def mapped(self, path: str, size: int) -> torch.Tensor:
         """A committed snapshot's file mapped shared (a restarted rank loads from it; its next
@@ -228,10 +285,11 @@ class SnapshotRing:
         for m in maps.values():
             os.close(m.fd)
 
-    def _mapped(self, path: str, size: int, *, grow: bool = True) -> torch.Tensor:
-        """`path` mapped shared, `size` bytes long (`grow`: created, resized and its space reserved
-        as needed; else it must have that size); the mapping (and the file, open) is kept, so a
-        file is mapped once per process. Mapping makes no page present: `populate` does."""
+    def _mapped(self, path: str, size: int, *, grow: bool = True, reserve: bool = True) -> torch.Tensor:
+        """`path` mapped shared, `size` bytes long (`grow`: created, resized and, with `reserve`, its
+        space reserved as needed; else it must have that size); the mapping (and the file, open) is
+        kept, so a file is mapped once per process. Mapping makes no page present: `populate` and
+        `prepare` do."""
         fd = os.open(path, os.O_RDWR | (os.O_CREAT if grow else 0) | os.O_CLOEXEC, 0o600)
         try:
             st = os.fstat(fd)
@@ -250,7 +308,7 @@ class SnapshotRing:
                 if not grow:
                     raise OSError(f"{path} is {st.st_size} bytes, not {size}")
                 os.ftruncate(fd, size)
-            if grow and size:
+            if grow and reserve and size:
                 os.posix_fallocate(fd, 0, size)  # ENOSPC here, not a SIGBUS in a copy
             whole = (  # the file opened above, whatever its name is by now
                 torch.from_file(f"/proc/self/fd/{fd}", shared=True, size=size, dtype=torch.uint8)

@@ -90,6 +90,14 @@ class HostBuffers(Protocol):
         the snapshots are staged on the GPU and drained through `DeviceStage`'s chunks)."""
         ...
 
+    def expect(self) -> None:
+        """A `prepare` is about to start (called before its thread starts)."""
+        ...
+
+    def next_slot_ready(self) -> bool:
+        """While a `prepare` runs: whether a save now has what it needs ready."""
+        ...
+
 
 class FlatHostBuffers(HostBuffers, Protocol):
     """Host buffers that can also be had as one flat byte tensor laid out like the memory tier's
@@ -125,6 +133,12 @@ class PinnedBuffers:
     def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool], drained: bool = False) -> None:
         self.buffers(specs, pin)
 
+    def expect(self) -> None:
+        pass
+
+    def next_slot_ready(self) -> bool:
+        return False  # every buffer at once, when `prepare` is done
+
 
 class HostStaging:
     """The device-to-host copy of a snapshot, the fence that keeps it consistent, and the
@@ -135,6 +149,7 @@ class HostStaging:
         #: Staging on the GPU (`device_stage`), used while it holds a buffer of the state's layout.
         self.device = device
         self.preparer: threading.Thread | None = None  # allocating the pinned host buffers
+        self._staged_ready = threading.Event()  # the GPU staging buffer decided (`prepare`)
         self._stream: Any = None
         self._fence_event: Any = None
         self._copy_events: tuple[Any, Any] | None = None
@@ -142,7 +157,11 @@ class HostStaging:
 
     @property
     def preparing(self) -> bool:
-        return self.preparer is not None and self.preparer.is_alive()
+        """A save now would wait for `prepare`: its GPU buffer or the slot it would take is not
+        ready yet (a ring's later slots are prepared while the first snapshots are taken)."""
+        if self.preparer is None or not self.preparer.is_alive():
+            return False
+        return not (self._staged_ready.is_set() and self.buffers.next_slot_ready())
 
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         """Allocate the host buffers in a background thread (see `CheckpointManager.prepare`)."""
@@ -153,12 +172,16 @@ class HostStaging:
         stage, flat = self.device, self._flat_buffers()
         device = stage.ops.current_device() if stage is not None and self._staged(tensors) else None
 
+        staged_ready = self._staged_ready = threading.Event()
+        self.buffers.expect()
+
         def allocate() -> None:
             pin, drained = [cuda] * len(specs), False
             if stage is not None and device is not None and flat is not None:
                 stage.ops.set_device(device)
                 if stage.prepare(flat.layout(specs)[1], device):
                     pin, drained = [False] * len(specs), True  # through the stage's pinned chunks
+            staged_ready.set()
             self.buffers.prepare(specs, pin, drained=drained)
 
         self.preparer = threading.Thread(target=allocate, name="rtj-ckpt-prepare", daemon=True)
