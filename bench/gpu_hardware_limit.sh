@@ -17,7 +17,9 @@
 # staging off; MEMORY_ONLY=1 adds a throughput row with no persist during its steps; NORB_RUNS
 # (default throughput,sigterm) picks the norollback part's runs;
 # HANG_KIND=hang makes the smoke's hang a rank blocked in a system call (default: a stall);
-# PARTS=goodput (not in the default) runs the product's goodput window alone; PARTS=drain (not in
+# PARTS=goodput (not in the default) runs the product's goodput window alone; PARTS=prepare (not
+# in the default) times the memory tier's slot preparation (bench/slot_prepare.py, PREPARE_RUNS
+# rounds); PARTS=drain (not in
 # the default) times the snapshot drain's cost to the training thread (DRAIN_ARGS="--no-drain
 # --rounds 2": only a persist in a thread of the rank against one in a child process); PARTS=copier (not in
 # the default) times a SIGKILLed rank's teardown, its drains and a restarted rank's load with and
@@ -56,6 +58,13 @@ if part copier; then
     echo "slot_copier rc $? (124: timed out)"; cat "$RESULTS/slot_copier.json"; tail -5 /tmp/slot_copier.log
 fi
 rm -rf /dev/shm/rtj-*
+# prepare (not in the default): how soon the first memory snapshot can be taken (bench/slot_prepare.py).
+if part prepare; then
+    timeout "${PREPARE_TIMEOUT:-120}" python3 bench/slot_prepare.py --gb 13.7 --runs "${PREPARE_RUNS:-2}" \
+        --out "$RESULTS/slot_prepare.json" > /tmp/slot_prepare.log 2>&1
+    echo "slot_prepare rc $? (124: timed out)"; tail -3 /tmp/slot_prepare.log
+fi
+rm -rf /dev/shm/rtj-*
 part populate && timeout 40 python3 bench/populate_lock.py --gb 13.7 --dir /dev/shm --out "$RESULTS/populate_lock.json" \
     > /tmp/populate_lock.log 2>&1
 echo "populate_lock rc $?"; cat "$RESULTS/populate_lock.json"
@@ -91,6 +100,6 @@ echo "norollback rc $?"
 stop_sampling
 cp /tmp/norollback/norollback.json "$RESULTS/" 2>/dev/null
 tail -40 /tmp/norollback/summary.txt
-tar czf "$RESULTS/logs.tgz" -C /tmp snapshot_paths.log drain_interference.log slot_copier.log populate_lock.log persist_copy.log gpu_smoke.log smoke-logs norollback $(cd /tmp && ls threads-*.jsonl 2>/dev/null) \
+tar czf "$RESULTS/logs.tgz" -C /tmp slot_prepare.log snapshot_paths.log drain_interference.log slot_copier.log populate_lock.log persist_copy.log gpu_smoke.log smoke-logs norollback $(cd /tmp && ls threads-*.jsonl 2>/dev/null) \
     2>/dev/null
 ls -la "$RESULTS"
