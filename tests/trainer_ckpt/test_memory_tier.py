@@ -4,6 +4,7 @@ tier."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -14,6 +15,7 @@ import torch
 from ckpt_saver import State, content_hash, expected_hash
 from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint import CheckpointManager, latest_committed, snapshot_ring
+from rtj_trainer.checkpoint.memory_tier import SPARE_PREFIX
 from rtj_trainer.checkpoint.staging import Snapshot
 from rtj_trainer.checkpoint_format import local_rank_dir, local_snapshots
 
@@ -269,19 +271,20 @@ def test_snapshots_land_in_ring_files_prepared_once(tmp_path: Path) -> None:
 def test_the_first_snapshot_waits_for_its_own_slot_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`prepare` readies the ring's slots one after the other, in the order claims take them: the
-    first snapshot goes ahead once its own slot is ready, while the next ones are still being
-    prepared, and a snapshot whose slot is not ready yet waits (the manager busy) rather than have
-    the training thread reserve it. The second slot's preparation is held (our own wrapper of the
-    reserve, `snapshot_ring.reserve_pages`)."""
+    """`prepare` readies the ring's slots side by side and counts them ready in the order claims
+    take them: the first snapshot goes ahead once its own slot is ready, while the next ones are
+    still being prepared, and a snapshot whose slot is not ready yet waits (the manager busy) rather
+    than have the training thread reserve it, even when a later slot is ready. The second slot's
+    preparation is held (our own wrapper of the reserve, `snapshot_ring.reserve_pages`)."""
     release, reserves = threading.Event(), []
     reserve = snapshot_ring.reserve_pages
 
-    def held(*args: object, **kw: object) -> int:
-        reserves.append(args[0])
-        if len(reserves) == 2:
+    def held(fd: int, *args: object, **kw: object) -> int:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        reserves.append(path)
+        if f"{SPARE_PREFIX}1" in path:
             release.wait(60)
-        return reserve(*args, **kw)  # type: ignore[arg-type]
+        return reserve(fd, *args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(snapshot_ring, "reserve_pages", held)
     mgr = _manager(tmp_path, local_keep=2)
@@ -289,7 +292,7 @@ def test_the_first_snapshot_waits_for_its_own_slot_only(
     state.fill(MEMORY_INTERVAL)
     mgr.prepare(state)
     wait_for(lambda: not mgr.preparing, timeout=60, interval=0.01, message="the first slot ready")
-    assert mgr._preparer is not None and mgr._preparer.is_alive() and len(reserves) == 2
+    assert mgr._preparer is not None and mgr._preparer.is_alive()
     assert mgr.maybe_save(MEMORY_INTERVAL, state) == "snapshot"
     wait_for(lambda: not mgr._p.writer.busy, timeout=60, interval=0.01, message="the first snapshot written")
     assert mgr.busy  # the second slot is still held

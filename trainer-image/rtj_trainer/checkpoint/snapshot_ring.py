@@ -64,8 +64,9 @@ PAGE = mmap.PAGESIZE
 #: beside a 3 GB populate on the 2-core machine (`bench/populate_lock.py`), 1.2 s for one call.
 POPULATE_CHUNK_BYTES = 16 << 20
 #: Threads making a slot's pages present in the rank (no slot copier: tests, the pinned path, a plain
-#: launch); once per slot, while training runs its first steps.
-PREPARE_THREADS = max(1, min(8, usable_cpus() // 2))
+#: launch), per slot, while training runs its first steps: reserving the slot's pages (one thread,
+#: ≈ 5 GB/s on an H100 host) is the slower half.
+PREPARE_THREADS = max(1, min(4, usable_cpus() // 4))
 
 
 def layout(specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]:
@@ -192,65 +193,69 @@ class SnapshotRing:
 
     def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool], drained: bool = False) -> None:
         """Prepare the slots a coming snapshot may reuse, adding spare slots while the tier holds
-        fewer than `keep`, so that no save maps, reserves or pins in the training thread: one slot
-        after the other, in the order claims take them, each counted ready (`next_slot_ready`) once
-        its space is reserved and its pages present; the first snapshot waits for its slot only.
-        Snapshots `drained` through the pod's slot copier have their slots reserved and their
-        pages made present by the copier, not here: the rank then never holds them
-        (`rtj_trainer.slot_copier`)."""
+        fewer than `keep`, so that no save maps, reserves or pins in the training thread: all slots
+        at once, each reserved piece by piece while other threads make its reserved pieces present
+        (`reserve_pages`), and counted ready (`next_slot_ready`) in the order claims take them: the
+        first snapshot waits for its own slot only. Snapshots `drained` through the pod's slot
+        copier have their slots reserved and their pages made present by the copier, not here:
+        the rank then never holds them (`rtj_trainer.slot_copier`)."""
         with self._lock:
             generation = self._generation
         _entries, size = layout(specs)
         files = self._tier.ring_files(size)
-        copier = self.copier() if drained and self.copier is not None else None
+        done = [False] * len(files)
+
+        def one(k: int) -> None:
+            copier = self.copier() if drained and self.copier is not None else None
+            try:
+                self._prepare_slot(files[k], size, copier)
+            finally:
+                if copier is not None:
+                    copier.close()
+                with self._lock:
+                    done[k] = True
+                    if self._generation == generation:
+                        self._ready = next((i for i, d in enumerate(done) if not d), len(done))
+
         try:
             if any(pin):  # a save needs its pinned buffers as much as its slot
                 self.fallback.prepare(specs, pin)
-            for path in files:
-                if copier is not None and not self._prepare_slot(path, size, copier):
-                    copier.close()  # gone or refusing: the rank reserves the next slots itself
-                    copier = None
-                elif copier is None:
-                    self._prepare_slot(path, size, None)
-                with self._lock:
-                    if self._generation == generation:
-                        self._ready += 1
+            # One thread per file: tmpfs reserves a file's pages one thread at a time (its inode
+            # lock), so the files are reserved side by side.
+            with ThreadPoolExecutor(max(1, len(files)), "rtj-ckpt-slots") as pool:
+                for f in [pool.submit(one, k) for k in range(len(files))]:
+                    f.result()
         finally:
-            if copier is not None:
-                copier.close()
             with self._lock:
                 if self._generation == generation:
                     self._preparing = False
 
-    def _prepare_slot(self, path: str, size: int, copier: CopierClient | None) -> bool:
+    def _prepare_slot(self, path: str, size: int, copier: CopierClient | None) -> None:
         """Reserve `path`'s `size` bytes and make its pages present: in the copier when there is one
-        (False when it failed: the rank then reserves the space itself, and the first drain makes
-        the pages present), else here. A slot that cannot be reserved (/dev/shm full) is forgotten:
-        the claim that takes it reserves it again, and reports the failure."""
+        (where it fails, the rank reserves the space itself and the first drain makes the pages
+        present), else here. A slot that cannot be reserved (/dev/shm full) is forgotten: the
+        claim that takes it reserves it again, and reports the failure."""
         whole = self._mapped(path, size, reserve=False)
         fd = self.file_of(whole)
         if fd is None:  # an empty state
-            return True
+            return
         try:
             if copier is not None:
                 try:
                     copier.reserve(fd)
-                    return True
                 except OSError as e:
                     log.warning("the slot copier did not reserve a memory-tier slot: %r", e)
                     os.posix_fallocate(fd, 0, size)
-                    return False
+                return
             with ThreadPoolExecutor(PREPARE_THREADS, "rtj-ckpt-slot") as pool:
                 present = reserve_pages(fd, whole.data_ptr(), size, pool.submit, PREPARE_THREADS,
                                         chunk_bytes=POPULATE_CHUNK_BYTES)  # fmt: skip
             if present < size:  # the kernel refused madvise: a byte per page (its own value)
                 pages = whole[present:][::PAGE]
                 pages.copy_(pages.clone())
-            return True
         except OSError as e:
             log.warning("memory-tier slot %s not prepared: %r", path, e)
             self.forget(path)
-            return False
         finally:
             os.close(fd)
 
