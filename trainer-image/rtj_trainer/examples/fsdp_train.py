@@ -294,8 +294,11 @@ def main(argv: list[str] | None = None) -> None:
             loss.backward()
             attempt.optimizer_step(optim, step + 1)
             optim.zero_grad(set_to_none=True)
-            loss_value = host_float(loss.detach())  # one host sync per step: the loss is logged
+            # The save before the loss is read: its work on the CPU (agreeing on the step, the
+            # state's tensors, claiming a slot: 0.04-0.06 s for the 1.14 B example) overlaps the
+            # step's last kernels instead of leaving the GPU idle after the sync.
             saved = attempt.save(step + 1, model, optim, extra)
+            loss_value = host_float(loss.detach())  # one host sync per step: the loss is logged
             if saved.outcome == "saved":
                 faults.after_save(step + 1)
             if args.min_step_time:
