@@ -8,7 +8,6 @@ from ladder_testkit import make_job
 from rtj.api.models import SHM_MOUNT_PATH
 from rtj.builders import trainer_config
 from rtj_trainer.checkpoint import CheckpointConfig
-from rtj_trainer.checkpoint import config as checkpoint_config
 from rtj_trainer.checkpoint.parts import wants_device_stage
 from rtj_trainer.runtime_env import RankEnv, rank_env_vars
 
@@ -76,33 +75,3 @@ def test_a_device_stage_only_with_the_memory_tier_cuda_and_gpu_staging_on(
         memory_snapshot_gpu_staging=gpu_staging,
     )  # fmt: skip
     assert wants_device_stage(cfg, cuda_available) is wanted
-
-
-@pytest.mark.parametrize(
-    ("cpus", "local_ranks", "threads"),
-    [(2, 1, 1), (16, 1, 4), (16, 8, 1), (192, 8, 4), (64, 2, 4), (24, 2, 3)],
-)
-def test_snapshot_copy_threads_default_to_a_quarter_of_each_ranks_cpus(
-    monkeypatch: pytest.MonkeyPatch, cpus: int, local_ranks: int, threads: int
-) -> None:
-    monkeypatch.setattr(checkpoint_config, "usable_cpus", lambda: cpus)
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_ranks))
-    assert checkpoint_config.default_write_threads() == threads
-    cfg = CheckpointConfig(checkpoint_dir="/tmp/c", rank=0, world_size=1, checkpoint_interval_steps=10)
-    assert cfg.memory_snapshot_write_threads == threads
-    given = CheckpointConfig(
-        checkpoint_dir="/tmp/c",
-        rank=0,
-        world_size=1,
-        checkpoint_interval_steps=10,
-        memory_snapshot_write_threads=2,
-    )
-    assert given.memory_snapshot_write_threads == 2
-    with pytest.raises(ValueError, match="local_write_threads"):
-        CheckpointConfig(
-            checkpoint_dir="/tmp/c",
-            rank=0,
-            world_size=1,
-            checkpoint_interval_steps=10,
-            memory_snapshot_write_threads=-1,
-        )

@@ -49,7 +49,7 @@ This module is the facade: every name below is importable from `rtj_trainer.chec
 from __future__ import annotations
 
 from ..checkpoint_format import CheckpointError, latest_valid
-from .config import AUTO_WRITE_THREADS, CheckpointConfig
+from .config import DEFAULT_LOCAL_WRITE_THREADS, CheckpointConfig
 from .events import CheckpointEvent, Reporter
 from .manager import CheckpointManager, EmergencySave
 from .resume import SOURCE_LOCAL, SOURCE_PEER, SOURCE_PERSISTENT, Resumed
@@ -61,7 +61,7 @@ from .state_tree import state_of as _state_of
 from .state_tree import unflatten as _unflatten
 
 __all__ = [
-    "AUTO_WRITE_THREADS",
+    "DEFAULT_LOCAL_WRITE_THREADS",
     "MAX_SNAPSHOT_WIDENING",
     "SNAPSHOT_WRITE_MARGIN",
     "SOURCE_LOCAL",

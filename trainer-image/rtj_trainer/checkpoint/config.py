@@ -14,32 +14,19 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..cpu_cgroup import usable_cpus
 from ..runtime_env import RankEnv
 
 #: Threads copying a memory snapshot from the host buffers (or the GPU staging's pinned chunks) into
-#: the memory tier, each one memmove at a time (`device_stage.copy_bytes`), beside training: by
-#: default (0) a quarter of the CPUs each of the pod's ranks may use, from 1 to
-#: MAX_DEFAULT_WRITE_THREADS (`default_write_threads`). A memory copy is about 10 GB/s per thread:
-#: one drained 13.7 GB in 1.39-1.46 s beside training on an H100 host, more than a 10-step interval
-#: of 0.18 s steps leaves with the schedule's margin (`schedule.SNAPSHOT_WRITE_MARGIN`), so the
-#: interval widened to 20 steps (bench/results/2026-12-07-gc-freeze-goodput-h100.md). Each thread
-#: takes a core: on 2 cores, a drain copied on 8 threads left the training thread 0.78 of its rate,
-#: on one 0.995 (`bench/drain_interference.py`), hence a quarter of the cores, and one on a small
-#: machine. A restarted rank's load, with nothing to share the CPU with, uses more
-#: (`device_stage.LOAD_THREADS`).
-AUTO_WRITE_THREADS = 0
-MAX_DEFAULT_WRITE_THREADS = 4
-
-
-def default_write_threads(local_ranks: int | None = None) -> int:
-    """Snapshot copy threads for one of `local_ranks` ranks on this pod (default: LOCAL_WORLD_SIZE,
-    else 1): a quarter of the CPUs it may use (`cpu_cgroup.usable_cpus`), from 1 to
-    MAX_DEFAULT_WRITE_THREADS."""
-    if local_ranks is None:
-        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
-    share = usable_cpus() // max(1, local_ranks)
-    return max(1, min(MAX_DEFAULT_WRITE_THREADS, share // 4))
+#: the memory tier, each one memmove at a time (`device_stage.copy_bytes`), beside training. One
+#: drained 13.7 GB in 1.07-1.55 s on H100 hosts (a 10-step interval is 1.8 s there), four in
+#: 0.70-0.95 s, but every copy thread more took throughput from training, even in the pod's slot
+#: copier (another process): with a persist every 40 steps, one H100 host kept 0.946-0.987 of the
+#: throughput without snapshots with four threads (six runs) and 0.981-1.0005 with one (four runs;
+#: 1xH100, 2026-12-07, bench/results/2026-12-07-slot-prepare-h100.md); on the CPU stand-in (2 cores,
+#: bench/drain_interference.py) the main thread kept a median 0.95 of its rate of small torch ops
+#: with one thread, 0.68 with four. A restarted rank's load, with nothing to share the CPU with,
+#: uses more (`device_stage.LOAD_THREADS`).
+DEFAULT_LOCAL_WRITE_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -57,7 +44,7 @@ class CheckpointConfig:
     memory_tier_root: str | None = None
     memory_snapshot_interval_steps: int = 0
     memory_snapshots_to_keep: int = 2
-    memory_snapshot_write_threads: int = AUTO_WRITE_THREADS
+    memory_snapshot_write_threads: int = DEFAULT_LOCAL_WRITE_THREADS
     #: Stage each memory snapshot on the GPU where it has room (`device_stage.DeviceStage`); False:
     #: always the device-to-host copy into pinned host memory, no GPU memory taken for it.
     memory_snapshot_gpu_staging: bool = True
@@ -69,16 +56,17 @@ class CheckpointConfig:
     replica_endpoint: str | None = None
 
     def __post_init__(self) -> None:
-        counts = (self.checkpoint_interval_steps, self.checkpoints_to_keep, self.memory_snapshots_to_keep)
-        if min(counts) < 1 or self.memory_snapshot_write_threads < 0:
-            raise ValueError(
-                "interval_steps, keep and local_keep must be >= 1, local_write_threads >= 0 (0: by the CPUs)"
-            )
+        counts = (
+            self.checkpoint_interval_steps,
+            self.checkpoints_to_keep,
+            self.memory_snapshots_to_keep,
+            self.memory_snapshot_write_threads,
+        )
+        if min(counts) < 1:
+            raise ValueError("interval_steps, keep, local_keep and local_write_threads must be >= 1")
         if self.memory_tier_root is not None and self.memory_snapshot_interval_steps < 1:
             raise ValueError("local_interval_steps must be >= 1 with a local_root")
         set_ = object.__setattr__
-        if self.memory_snapshot_write_threads == AUTO_WRITE_THREADS:
-            set_(self, "memory_snapshot_write_threads", default_write_threads())
         set_(self, "checkpoint_dir", os.path.abspath(self.checkpoint_dir))
         if self.memory_tier_root is not None:
             set_(self, "memory_tier_root", os.path.abspath(self.memory_tier_root))

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .config import AUTO_WRITE_THREADS, CheckpointConfig
+from .config import DEFAULT_LOCAL_WRITE_THREADS, CheckpointConfig
 from .events import CheckpointEvent, Reporter, now
 from .parts import build_parts
 from .resume import Resumed
@@ -78,7 +78,7 @@ class CheckpointManager:
         local_root: str | None = None,
         local_interval_steps: int | None = None,
         local_keep: int = 2,
-        local_write_threads: int = AUTO_WRITE_THREADS,
+        local_write_threads: int = DEFAULT_LOCAL_WRITE_THREADS,
         adapt_local_interval: bool = False,
         peer_endpoint: str | None = None,
         replica_endpoint: str | None = None,

@@ -47,7 +47,7 @@ import torch.distributed as dist
 from rtj.contract import ENV_POD_NAME
 
 from rtj_trainer import inprocess
-from rtj_trainer.checkpoint import AUTO_WRITE_THREADS, CheckpointEvent, CheckpointManager
+from rtj_trainer.checkpoint import DEFAULT_LOCAL_WRITE_THREADS, CheckpointEvent, CheckpointManager
 from rtj_trainer.graceful import GracefulStop
 from rtj_trainer.hang_timeouts import Section
 from rtj_trainer.kept_state import KeptState, agreed_step
@@ -131,7 +131,7 @@ class Resilience:
                 adapt_local_interval=True,  # a snapshot write longer than the interval widens it
                 replica_endpoint=replica[0] if replica else None,
                 peer_endpoint=replica[1] if replica else None,
-                local_write_threads=snapshot_write_threads or AUTO_WRITE_THREADS,
+                local_write_threads=snapshot_write_threads or DEFAULT_LOCAL_WRITE_THREADS,
                 memory_snapshot_gpu_staging=env.memory_snapshot_gpu_staging,
                 on_event=self._log_write,
             )
