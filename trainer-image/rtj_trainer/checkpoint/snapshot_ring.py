@@ -64,8 +64,8 @@ PAGE = mmap.PAGESIZE
 #: beside a 3 GB populate on the 2-core machine (`bench/populate_lock.py`), 1.2 s for one call.
 POPULATE_CHUNK_BYTES = 16 << 20
 #: Threads making a slot's pages present in the rank (no slot copier: tests, the pinned path, a plain
-#: launch), per slot, while training runs its first steps: reserving the slot's pages (one thread,
-#: ≈ 5 GB/s on an H100 host) is the slower half.
+#: launch), per slot, while training runs its first steps: reserving the slot's pages, one thread
+#: per file, is the slower half (`slot_copier.RESERVE_PIECE_BYTES`).
 PREPARE_THREADS = max(1, min(4, usable_cpus() // 4))
 
 
