@@ -49,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,7 @@ from typing import Any
 from rtj.api.spec_recovery import HangDetection
 from rtj.builders import graceful_stop_seconds
 from rtj_local.procs import free_port
-from rtj_local.train_log import logs_in_memory, steps_lost
+from rtj_local.train_log import late_snapshots, logs_in_memory, steps_lost
 from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint_format import committed_steps
 
@@ -500,6 +501,12 @@ def run_throughput(a: argparse.Namespace) -> dict[str, Any]:
             "staged": sum(1 for x in recs if x.get("event") == "snapshot" and x.get("staged")),
             "by_copier": sum(1 for x in recs if x.get("event") == "snapshot" and x.get("by_copier")),
             "first_snapshot_step": first_snapshot_step(recs),
+            # due every --memory-interval steps: taken at that step, or late (deferred, or never)
+            **(
+                {f"snapshots_{k}": v for k, v in asdict(late_snapshots(recs, a.memory_interval)).items()}
+                if memory
+                else {}
+            ),
             # writes logged while a persist was in flight
             "writes_beside_persist": sum(
                 1 for x in recs if x.get("event") == "snapshot" and x.get("persisting")
@@ -617,9 +624,9 @@ def table(res: dict[str, Any]) -> str:
         rows.append(
             "| run | steps/s | relative | median step s | persisted recency (steps) | snapshots | skipped "
             "| write s (median) | staged on the GPU | first snapshot at step | relative after it "
-            "| writes beside a persist |"
+            "| writes beside a persist | snapshots late of due (most steps late) |"
         )
-        rows.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        rows.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for name in [n for n in t if n.startswith(("no-checkpoints", "memory-snapshots"))]:
             r = t[name]
             cells = [
@@ -627,6 +634,8 @@ def table(res: dict[str, Any]) -> str:
                 r["persisted_recency_steps"], r["snapshots"], r["skipped"], r["write_s_median"], r["staged"],
                 r["first_snapshot_step"], r.get("relative_throughput_after_first_snapshot"),
                 r["writes_beside_persist"],
+                f"{r['snapshots_late']} of {r['snapshots_due']} ({r['snapshots_max_steps_late']})"
+                if "snapshots_due" in r else "",
             ]  # fmt: skip
             rows.append("| " + " | ".join(str(c) for c in cells) + " |")
         rows.append(f"relative throughput with memory snapshots: {t['relative_throughput']}")

@@ -127,3 +127,26 @@ def steps_lost(logs: TrainLogs, fault_t: float) -> StepsLost | None:
         sources=tuple(sorted({str(r.get("source", "?")) for r in resumes})),
         seconds=min(after) - fault_t if after else None,
     )
+
+
+@dataclass(frozen=True)
+class LateSnapshots:
+    """Memory snapshots against their schedule in one rank's step log (`late_snapshots`)."""
+
+    due: int  # steps a snapshot fell due at (every `interval` steps)
+    on_time: int  # of them, a snapshot was taken at that very step
+    late: int  # taken at a later step (deferred), or never before the next one fell due
+    max_steps_late: int  # the longest a due snapshot waited, in steps
+
+
+def late_snapshots(recs: list[dict[str, Any]], interval: int) -> LateSnapshots:
+    """How the memory snapshots of a run without faults kept to a snapshot every `interval` steps:
+    every multiple of `interval` up to the last step is due; it is on time when the step log's record
+    of that step took a snapshot (`save` "snapshot", or "saved": a persist with it). Persists that
+    wait for the one before them are not counted: the step log marks those steps "skipped" too."""
+    taken = sorted(r["step"] for r in recs if "loss" in r and r.get("save") in ("snapshot", "saved"))
+    last = max((r["step"] for r in recs if "loss" in r), default=0)
+    due = list(range(interval, last + 1, interval))
+    late = [d for d in due if d not in taken]
+    waits = [next((t for t in taken if t > d), last) - d for d in late]
+    return LateSnapshots(len(due), len(due) - len(late), len(late), max(waits, default=0))

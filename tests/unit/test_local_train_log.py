@@ -7,9 +7,11 @@ import json
 import pytest
 from rtj_local.train_log import (
     TRAIN_LOG_SUBDIR,
+    LateSnapshots,
     StepsLost,
     fault_times,
     job_train_logs,
+    late_snapshots,
     logs_in_memory,
     steps_lost,
     train_log_env,
@@ -124,3 +126,24 @@ def test_logs_in_memory_links_the_job_dir_to_a_new_dir_in_the_base(tmp_path) -> 
 def test_logs_in_memory_without_a_writable_base_is_a_plain_dir(tmp_path) -> None:
     logs = logs_in_memory(tmp_path / "job" / "logs", base=str(tmp_path / "missing"))
     assert logs.is_dir() and not logs.is_symlink()
+
+
+def _run(saves: dict[int, str], last: int) -> list[dict]:
+    return [{**step(n, float(n)), "save": saves.get(n, "")} for n in range(1, last + 1)]
+
+
+def test_snapshots_at_every_interval_are_on_time_and_a_deferred_one_is_late_by_its_wait() -> None:
+    every = _run({10: "snapshot", 20: "snapshot", 30: "saved", 40: "snapshot"}, 45)
+    assert late_snapshots(every, 10) == LateSnapshots(due=4, on_time=4, late=0, max_steps_late=0)
+    # The first waits for its slot until step 17; step 30's comes at 34; a persist waiting for the
+    # one before it marks steps "skipped" without a snapshot being due (step 25); the run ends at
+    # step 40, due, without one.
+    deferred = _run(
+        {10: "skipped", 17: "snapshot", 20: "snapshot", 25: "skipped", 30: "skipped", 34: "snapshot"}, 40
+    )
+    assert late_snapshots(deferred, 10) == LateSnapshots(due=4, on_time=1, late=3, max_steps_late=7)
+
+
+def test_a_widened_interval_leaves_the_snapshots_it_skips_late() -> None:
+    widened = _run({20: "snapshot", 40: "snapshot"}, 40)
+    assert late_snapshots(widened, 10) == LateSnapshots(due=4, on_time=2, late=2, max_steps_late=10)
