@@ -175,6 +175,11 @@ class Fleet:
                 if self._is(job, "Failed"):
                     s.step = "done"
                 return
+            if len(running) != 2:
+                # A replacement counted ready before it shows Running (seen when a rendezvous loss
+                # came during this job's own fault): ending only the pod that runs would leave the
+                # replacement running, never ended, and the job never finishing.
+                return
             for pod in running:
                 end_pod(self.core, self.namespace, pod.metadata.name, 0)
             s.log.append(f"finish {sorted(p.metadata.name for p in running)}")
