@@ -2,9 +2,9 @@
 `--gb`, seconds until the first slot is ready (the first snapshot waits for that alone) and until all
 keep + 1 are, on the product's path (`SnapshotRing.prepare`: the slots side by side, each reserved
 piece by piece while other threads make the reserved pieces present, counted ready in the order
-claims take them), in the rank and through the pod's slot copier. Baseline, measured in the same run: every slot at once, one thread per file
-reserving it whole and then making its pages present (what `prepare` did before, written out here),
-when no snapshot could be taken before all were done.
+claims take them), in the rank and through the pod's slot copier. Baseline, measured in the same
+run: every slot at once, one thread per file reserving it whole and then making its pages present
+(what `prepare` did before, written out here), when no snapshot could be taken before all were done.
 
     PYTHONPATH=trainer-image:operator python bench/slot_prepare.py --gb 2 --runs 3
     python3 bench/slot_prepare.py --gb 13.7 --runs 2          # a GPU host (bench/gpu_env.sh)
