@@ -23,18 +23,20 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import torch
 from rtj_trainer.checkpoint import CheckpointManager
-from rtj_trainer.checkpoint.snapshot_ring import POPULATE_CHUNK_BYTES, PREPARE_THREADS, layout
+from rtj_trainer.checkpoint.snapshot_ring import POPULATE_CHUNK_BYTES, PREPARE_THREADS, SnapshotRing, layout
 from rtj_trainer.slot_copier import CopierProcess, populate_pages, socket_path
 
 
-def _ring(root: str) -> tuple[CheckpointManager, object]:
+def _ring(root: str) -> tuple[CheckpointManager, SnapshotRing]:
     mgr = CheckpointManager(
         os.path.join(root, "persist"), rank=0, world_size=1, interval_steps=1000,
         local_root=os.path.join(root, "shm"), local_interval_steps=10, local_keep=2,
     )  # fmt: skip
+    assert mgr._p.ring is not None
     return mgr, mgr._p.ring
 
 
@@ -42,18 +44,18 @@ def product(root: str, size: int, drained: bool) -> tuple[float, float]:
     """(first slot ready, all ready) seconds of the product's prepare."""
     mgr, ring = _ring(root)
     specs = [torch.empty(size, dtype=torch.uint8, device="meta")]
-    ring.expect()  # type: ignore[attr-defined]
+    ring.expect()
     t0 = time.perf_counter()
-    th = threading.Thread(target=ring.prepare, args=(specs, [False], drained))  # type: ignore[attr-defined]
+    th = threading.Thread(target=ring.prepare, args=(specs, [False], drained))
     th.start()
     first = None
     while th.is_alive():
-        if first is None and ring.next_slot_ready():  # type: ignore[attr-defined]
+        if first is None and ring.next_slot_ready():
             first = time.perf_counter() - t0
         time.sleep(0.001)
     total = time.perf_counter() - t0
     mgr.close()
-    ring.close()  # type: ignore[attr-defined]
+    ring.close()
     return (first if first is not None else total), total
 
 
@@ -61,7 +63,7 @@ def baseline(root: str, size: int) -> tuple[float, float]:
     """Every slot at once, one thread per file: reserved whole, then its pages made present."""
     mgr, ring = _ring(root)
     size = layout([torch.empty(size, dtype=torch.uint8, device="meta")])[1]
-    files = ring._tier.ring_files(size)  # type: ignore[attr-defined]
+    files = ring._tier.ring_files(size)
     maps: list[torch.Tensor] = []
 
     def one(path: str) -> None:
@@ -108,7 +110,7 @@ def main() -> None:
                 if copier is not None:
                     copier.close()
                 shutil.rmtree(root, ignore_errors=True)
-    result: dict[str, object] = {
+    result: dict[str, Any] = {
         "gb": a.gb,
         "runs": a.runs,
         "cpus": os.cpu_count(),
@@ -120,9 +122,9 @@ def main() -> None:
             "all_ready_s": round(statistics.median(v[1] for v in vals), 3),
             "each": [[round(f, 3), round(t, 3)] for f, t in vals],
         }
-    base = result["baseline"]["first_ready_s"]  # type: ignore[index]
+    base = result["baseline"]["first_ready_s"]
     for row in ("rank", "copier"):
-        result[row]["first_ready_vs_baseline"] = round(result[row]["first_ready_s"] / base, 3)  # type: ignore[index]
+        result[row]["first_ready_vs_baseline"] = round(result[row]["first_ready_s"] / base, 3)
     line = json.dumps(result)
     print(line)
     if a.out:

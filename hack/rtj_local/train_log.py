@@ -147,6 +147,7 @@ def late_snapshots(recs: list[dict[str, Any]], interval: int) -> LateSnapshots:
     taken = sorted(r["step"] for r in recs if "loss" in r and r.get("save") in ("snapshot", "saved"))
     last = max((r["step"] for r in recs if "loss" in r), default=0)
     due = list(range(interval, last + 1, interval))
-    late = [d for d in due if d not in taken]
+    at = set(taken)
+    late = [d for d in due if d not in at]
     waits = [next((t for t in taken if t > d), last) - d for d in late]
     return LateSnapshots(len(due), len(due) - len(late), len(late), max(waits, default=0))

@@ -81,14 +81,17 @@ def layout(specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]:
 
 
 def populate(whole: torch.Tensor, chunk_bytes: int = POPULATE_CHUNK_BYTES) -> None:
-    """Map every page of a shared file mapping writable now (in `prepare`'s background thread), not
-    page by page inside the first copy into it: madvise(MADV_POPULATE_WRITE) (Linux 5.14) over
-    `chunk_bytes` at a time; where the kernel refuses it, a write of one byte per page (its own
-    value: a committed snapshot keeps its bytes)."""
-    n = whole.numel()
-    done = populate_pages(whole.data_ptr(), n, chunk_bytes)
-    if done < n:
-        pages = whole[done:][::PAGE]
+    """Map every page of a shared file mapping writable now, not page by page inside the first copy
+    into it: madvise(MADV_POPULATE_WRITE) (Linux 5.14) over `chunk_bytes` at a time (`prepare`
+    does the same a piece at a time, `reserve_pages`); where the kernel refuses it, `touch_from`."""
+    touch_from(whole, populate_pages(whole.data_ptr(), whole.numel(), chunk_bytes))
+
+
+def touch_from(whole: torch.Tensor, start: int) -> None:
+    """Make the pages of `whole` from byte `start` on present where madvise was refused: a write of
+    one byte per page, its own value (a committed snapshot keeps its bytes)."""
+    if start < whole.numel():
+        pages = whole[start:][::PAGE]
         pages.copy_(pages.clone())
 
 
@@ -250,9 +253,7 @@ class SnapshotRing:
             with ThreadPoolExecutor(PREPARE_THREADS, "rtj-ckpt-slot") as pool:
                 present = reserve_pages(fd, whole.data_ptr(), size, pool.submit, PREPARE_THREADS,
                                         chunk_bytes=POPULATE_CHUNK_BYTES)  # fmt: skip
-            if present < size:  # the kernel refused madvise: a byte per page (its own value)
-                pages = whole[present:][::PAGE]
-                pages.copy_(pages.clone())
+            touch_from(whole, present)
         except OSError as e:
             log.warning("memory-tier slot %s not prepared: %r", path, e)
             self.forget(path)
