@@ -219,9 +219,9 @@ def test_files_are_written_through_a_tmp_name_then_renamed(tmp_path: Path) -> No
     ("write_s", "step_s", "every"),
     [
         pytest.param(0.0, 0.2, 10, id="no write measured yet: the configured interval"),
-        pytest.param(1.0, 0.2, 10, id="fits: 1.5 x 1.0 s = 7.5 steps <= 10"),
-        pytest.param(2.0, 0.2, 20, id="6.85 GB at ~3.4 GB/s: 15 steps -> 20"),
-        pytest.param(5.0, 0.2, 40, id="37.5 steps -> 40"),
+        pytest.param(1.5, 0.2, 10, id="fits: 1.1 x 1.5 s = 8.25 steps <= 10"),
+        pytest.param(2.0, 0.2, 20, id="6.85 GB at ~3.4 GB/s: 11 steps -> 20"),
+        pytest.param(7.0, 0.2, 40, id="38.5 steps -> 40"),
         pytest.param(1000.0, 0.001, 640, id="capped at 64 x the configured interval"),
         pytest.param(1.0, 0.0, 10, id="no step time yet"),
     ],

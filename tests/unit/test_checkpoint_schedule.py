@@ -17,7 +17,8 @@ BUSY = SaveAgreement(True, True, False, nonce=7, write_s=0.0, step_s=0.0)
 
 
 def _decide(schedule: SaveSchedule, step: int, agreed: SaveAgreement, force: bool = False) -> SaveDecision:
-    return schedule.decide(step, schedule.persist_due(step, force), schedule.memory_due(step), agreed)
+    persist_due, memory_due = schedule.persist_due(step, force), schedule.memory_due(step)
+    return schedule.decide(step, persist_due, memory_due, agreed, force=force)
 
 
 CASES = [
@@ -46,10 +47,31 @@ def test_save_decisions(
 
 def test_the_memory_interval_widens_to_what_the_agreed_write_fits_in() -> None:
     schedule = SaveSchedule(100, 10, memory=True, adapt=True)
-    slow = SaveAgreement(False, False, False, nonce=7, write_s=3.0, step_s=0.2)  # 1.5 * 3 / 0.2 = 22.5 steps
+    slow = SaveAgreement(False, False, False, nonce=7, write_s=5.0, step_s=0.2)  # 1.1 * 5 / 0.2 = 27.5 steps
     assert _decide(schedule, 10, slow) == SaveDecision(True, False, False)
     assert schedule.memory_every == 30
     assert not schedule.is_due(40) and schedule.is_due(60)
+
+
+def test_a_coalesced_persist_waits_for_the_next_memory_snapshot_and_takes_none_off_its_schedule() -> None:
+    schedule = SaveSchedule(40, 10, memory=True, adapt=False)
+    assert _decide(schedule, 40, PERSISTING) == SaveDecision(True, False, True)  # persist skipped
+    assert _decide(schedule, 43, IDLE) == SaveDecision(False, False, False)  # idle: none off schedule
+    assert schedule.is_due(47)
+    assert _decide(schedule, 50, IDLE) == SaveDecision(True, True, False)  # the memory snapshot, persisted
+    assert not schedule.is_due(51)
+
+
+def test_a_coalesced_persist_waits_at_most_a_configured_memory_interval() -> None:
+    schedule = SaveSchedule(40, 10, memory=True, adapt=False)
+    schedule.memory_every = 30  # widened: the next memory snapshot (step 60) is 19 steps away
+    assert _decide(schedule, 40, PERSISTING) == SaveDecision(False, False, True)
+    assert _decide(schedule, 41, IDLE) == SaveDecision(True, True, False)  # persists now
+    assert _decide(schedule, 80, PERSISTING) == SaveDecision(False, False, True)
+    assert _decide(schedule, 82, IDLE) == SaveDecision(False, False, False)  # step 90 is 8 steps away
+    assert _decide(schedule, 90, IDLE) == SaveDecision(True, True, False)
+    assert _decide(schedule, 120, PERSISTING) == SaveDecision(True, False, True)
+    assert _decide(schedule, 122, IDLE, force=True) == SaveDecision(True, True, False)  # an emergency save
 
 
 def test_an_emergency_save_persists_even_off_interval() -> None:

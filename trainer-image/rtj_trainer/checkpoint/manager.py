@@ -194,7 +194,7 @@ class CheckpointManager:
         )
         if self._p.replication is not None and not agreed.any_busy and not agreed.any_replicating:
             self._p.replication.settle()
-        decision = schedule.decide(step, persist_due, memory_due, agreed)
+        decision = schedule.decide(step, persist_due, memory_due, agreed, force=force_persist)
         if decision.skipped:
             self.saves_skipped += 1
             self._p.events.put(CheckpointEvent("skipped", step, now(), "PreviousSaveDraining"))
