@@ -326,17 +326,19 @@ def in_job_phases(
     for name, t in events:
         if t >= fault_t - 0.01 and name not in after:  # log times are in milliseconds
             after[name] = t
-    resumes = [
+    found = [
         next((x for x in recs if x.get("event") == "resume" and x["t"] > fault_t), None) for recs in per_rank
     ]
+    resumes = [r for r in found if r is not None and "phases" in r]
     need = ("failure_detected", "worker_terminated", "rendezvous_completed")
-    if any(n not in after for n in need) or None in resumes or any("phases" not in r for r in resumes):
+    if any(n not in after for n in need) or len(resumes) < len(per_rank):
         return None
-    firsts = [
+    found_firsts = [
         next((x["t"] for x in recs if "loss" in x and x["t"] > r["t"]), None)
         for recs, r in zip(per_rank, resumes, strict=True)
     ]
-    if None in firsts:
+    firsts = [t for t in found_firsts if t is not None]
+    if len(firsts) < len(found_firsts):
         return None
 
     def latest(key: str) -> float:
@@ -681,7 +683,7 @@ def main() -> None:
     if "goodput-product" in a.only and "goodput" not in a.only:
         res["goodput"] = {"product": run_goodput(a, "goodput-product", True)}
     if "goodput" in a.only:
-        g = {
+        g: dict[str, Any] = {
             "product": run_goodput(a, "goodput-product", True),
             "seed-approach": run_goodput(a, "goodput-seed", False),
         }
