@@ -1,8 +1,8 @@
 """How soon a job's first memory snapshot can be taken: the memory tier's `prepare` of a state of
 `--gb`, seconds until the first slot is ready (the first snapshot waits for that alone) and until all
-keep + 1 are, on the product's path (`SnapshotRing.prepare`: one slot after the other in the order
-claims take them, each reserved and made present by several threads' write faults, each counted
-ready when done), in the rank and through the pod's slot copier. Baseline, measured in the same
+keep + 1 are, on the product's path (`SnapshotRing.prepare`: the slots side by side, each reserved
+piece by piece while other threads make the reserved pieces present, counted ready in the order
+claims take them), in the rank and through the pod's slot copier. Baseline, measured in the same
 run: every slot at once, one thread per file reserving it whole and then making its pages present
 (what `prepare` did before, written out here), when no snapshot could be taken before all were done.
 

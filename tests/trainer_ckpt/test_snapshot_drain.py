@@ -134,24 +134,22 @@ def test_populate_in_chunks_makes_every_page_of_a_slot_present(tmp_path: Path) -
     assert _resident_bytes(mapped) == -(-size // page) * page
 
 
-def _sparse_slot(path: Path, size: int) -> tuple[int, torch.Tensor]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.ftruncate(fd, size)
-    assert os.fstat(fd).st_blocks == 0  # sparse: nothing reserved yet
-    return fd, torch.from_file(f"/proc/self/fd/{fd}", shared=True, size=size, dtype=torch.uint8)
-
-
-def test_reserve_pages_reserves_a_sparse_slot_by_write_faults_and_makes_every_page_present(
+def test_reserve_pages_reserves_a_sparse_slot_piece_by_piece_and_makes_every_page_present(
     tmp_path: Path,
 ) -> None:
     """What `prepare` runs for each slot (in the copier, or the rank): the file's space allocated
-    and its pages present, by several threads' write faults, chunks of any size."""
+    (posix_fallocate, piece by piece) and its pages present, pieces and threads of any size."""
     page = mmap.PAGESIZE
-    size = 13 * page + page // 3  # chunks of two pages, a short last one
-    fd, mapped = _sparse_slot(tmp_path / "slot.bin", size)
+    size = 13 * page + page // 3  # pieces of five pages, each split over two threads, a short last
+    path = tmp_path / "slot.bin"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
+        os.ftruncate(fd, size)
+        assert os.fstat(fd).st_blocks == 0  # sparse: nothing reserved yet
+        mapped = torch.from_file(f"/proc/self/fd/{fd}", shared=True, size=size, dtype=torch.uint8)
         with ThreadPoolExecutor(3) as pool:
-            present = reserve_pages(fd, mapped.data_ptr(), size, pool.submit, chunk_bytes=2 * page)
+            addr = mapped.data_ptr()
+            present = reserve_pages(fd, addr, size, pool.submit, 2, piece=5 * page, chunk_bytes=page)
         assert present == size
         assert os.fstat(fd).st_blocks * 512 >= size
         assert _resident_bytes(mapped) == -(-size // page) * page
@@ -160,22 +158,23 @@ def test_reserve_pages_reserves_a_sparse_slot_by_write_faults_and_makes_every_pa
 
 
 def test_reserve_pages_on_a_full_tmpfs_raises_enospc_rather_than_leave_a_hole(tmp_path: Path) -> None:
-    """A write fault the kernel refuses (the tmpfs is full: a write there would raise SIGBUS) is an
-    OSError (ENOSPC) from `reserve_pages`, never a slot with holes a later copy faults on."""
+    """A slot larger than its tmpfs's free space is an OSError (ENOSPC) from `reserve_pages`, never
+    a slot with holes a later copy would fault on (SIGBUS)."""
     mnt = tmp_path / "tiny"
     mnt.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], check=True)
     try:
         page = mmap.PAGESIZE
-        size = (12 << 20) // page * page  # larger than the tmpfs
-        fd, mapped = _sparse_slot(mnt / "slot.bin", size)
+        size = (12 << 20) // page * page
+        fd = os.open(mnt / "slot.bin", os.O_RDWR | os.O_CREAT, 0o600)
         try:
+            os.ftruncate(fd, size)
+            mapped = torch.from_file(f"/proc/self/fd/{fd}", shared=True, size=size, dtype=torch.uint8)
             with ThreadPoolExecutor(2) as pool, pytest.raises(OSError) as raised:
-                reserve_pages(fd, mapped.data_ptr(), size, pool.submit, chunk_bytes=1 << 20)
+                reserve_pages(fd, mapped.data_ptr(), size, pool.submit, 2, piece=2 << 20, chunk_bytes=1 << 20)
             assert raised.value.errno == errno.ENOSPC
-            assert os.fstat(fd).st_blocks * 512 <= 8 << 20
-        finally:
             del mapped
+        finally:
             os.close(fd)
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -70,6 +70,16 @@ COPY_THREADS = 8
 #: Bytes one madvise(MADV_POPULATE_WRITE) call of the copier makes present: each holds the copier's
 #: mmap lock, which a request mapping a new slot meanwhile waits for.
 COPIER_POPULATE_BYTES = 64 << 20
+#: Bytes of a slot file reserved (posix_fallocate) at a time while other threads make the pieces
+#: reserved before present: tmpfs reserves a file's pages under its inode lock, one thread at a
+#: time, while making them present goes on in parallel. Done one after the other on one thread, a
+#: 2 GB file took 0.21 s and 0.56 s on the 2-core CI machine, and 13.7 GB about 3.3 s to make present
+#: on an H100 host; pieced and spread, a 13.7 GB slot was ready in 3.06-3.27 s there
+#: (bench/slot_prepare.py). Write faults alone, several threads on one file, do not scale past
+#: that: on an H100 host 13.7 GB took 2.27 s on 4 threads and 2.98 s on 8, and a ring of three
+#: prepared one slot after the other 7.2-8.5 s, against 3.0-3.6 s for this, the files side by side
+#: (one run each, 2026-12-07).
+RESERVE_PIECE_BYTES = 512 << 20
 #: The largest request or reply (JSON), and the most descriptors one request passes.
 MAX_MESSAGE = 4096
 MAX_FDS = 16
@@ -115,29 +125,29 @@ def reserve_pages(
     addr: int,
     size: int,
     submit: Callable[..., Future[int]],
+    threads: int,
+    piece: int = RESERVE_PIECE_BYTES,
     chunk_bytes: int = COPIER_POPULATE_BYTES,
 ) -> int:
-    """Reserve the first `size` bytes of the file open as `fd`, mapped at `addr`, and make its pages
-    present: write faults (`populate_pages`), one task of `submit` (an executor's) per `chunk_bytes`,
-    which allocate a sparse tmpfs file's pages side by side. posix_fallocate reserves a file's pages
-    one thread at a time (tmpfs holds the inode's lock): about 4.5 GB/s on an H100 host, where a
-    13.7 GB slot reserved piece by piece while other threads made it present was ready in
-    3.06-3.27 s (bench/slot_prepare.py). Where the kernel refused a fault (a full /dev/shm, where a
-    write would raise SIGBUS; a kernel before 5.14), posix_fallocate reserves the rest: a full
-    /dev/shm is an OSError (ENOSPC) here, never a SIGBUS inside a later copy. How many leading bytes
-    were made present (fewer where the kernel refused: the rest come in with the first copy, or the
-    caller writes them)."""
-    tasks: list[tuple[int, int, Future[int]]] = []
+    """Reserve the first `size` bytes of the file open as `fd` (posix_fallocate: a full /dev/shm is
+    an OSError here, never a SIGBUS inside a later copy) a piece at a time, and make each piece's
+    pages, mapped at `addr`, present (`populate_pages`, `chunk_bytes` per call) on `threads` tasks
+    of `submit` (an executor's) while the next piece is reserved. How many leading bytes were made
+    present (fewer where the kernel refused: the rest come in with the first copy, or the caller
+    writes them)."""
+    page = mmap.PAGESIZE
+    part = max(page, -(-piece // max(1, threads) // page) * page)
+    pieces: list[tuple[int, int, Future[int]]] = []
     try:
-        for at in range(0, size, chunk_bytes):
-            n = min(chunk_bytes, size - at)
-            tasks.append((at, n, submit(populate_pages, addr + at, n, n)))
+        for start in range(0, size, piece):
+            end = min(start + piece, size)
+            os.posix_fallocate(fd, start, end - start)
+            for at in range(start, end, part):
+                n = min(part, end - at)
+                pieces.append((at, n, submit(populate_pages, addr + at, n, chunk_bytes)))
     finally:  # nothing of this call still runs once it returns or raises
-        done = [(at, n, f.result()) for at, n, f in tasks]
-    present = next((at + d for at, n, d in done if d < n), size)
-    if present < size:
-        os.posix_fallocate(fd, present, size - present)
-    return present
+        present = [(at, n, f.result()) for at, n, f in pieces]
+    return next((at + done for at, n, done in present if done < n), size)
 
 
 def _map(fd: int, size: int) -> int:
@@ -350,7 +360,7 @@ class SlotCopier:
             slot = self.maps.acquire(fd)
             try:
                 # Pages the kernel refused to make present come in with the first copy.
-                reserve_pages(slot.fd, slot.addr, slot.size, self._reserve_pool.submit)
+                reserve_pages(slot.fd, slot.addr, slot.size, self._reserve_pool.submit, self.threads)
             finally:
                 self.maps.release(slot)
             return {"ok": True}

@@ -64,8 +64,8 @@ PAGE = mmap.PAGESIZE
 #: beside a 3 GB populate on the 2-core machine (`bench/populate_lock.py`), 1.2 s for one call.
 POPULATE_CHUNK_BYTES = 16 << 20
 #: Threads making a slot's pages present in the rank (no slot copier: tests, the pinned path, a plain
-#: launch) while training runs its first steps; their write faults reserve the slot's pages too
-#: (`slot_copier.reserve_pages`).
+#: launch), per slot, while training runs its first steps: reserving the slot's pages, one thread
+#: per file, is the slower half (`slot_copier.RESERVE_PIECE_BYTES`).
 PREPARE_THREADS = max(1, min(4, usable_cpus() // 4))
 
 
@@ -83,7 +83,7 @@ def layout(specs: Sequence[torch.Tensor]) -> tuple[list[TensorEntry], int]:
 def populate(whole: torch.Tensor, chunk_bytes: int = POPULATE_CHUNK_BYTES) -> None:
     """Map every page of a shared file mapping writable now, not page by page inside the first copy
     into it: madvise(MADV_POPULATE_WRITE) (Linux 5.14) over `chunk_bytes` at a time (`prepare`
-    does the same on several threads, `reserve_pages`); where the kernel refuses it, `touch_from`."""
+    does the same a piece at a time, `reserve_pages`); where the kernel refuses it, `touch_from`."""
     touch_from(whole, populate_pages(whole.data_ptr(), whole.numel(), chunk_bytes))
 
 
@@ -196,28 +196,39 @@ class SnapshotRing:
 
     def prepare(self, specs: Sequence[torch.Tensor], pin: Sequence[bool], drained: bool = False) -> None:
         """Prepare the slots a coming snapshot may reuse, adding spare slots while the tier holds
-        fewer than `keep`, so that no save maps, reserves or pins in the training thread: one slot
-        after the other in the order claims take them, each reserved and its pages made present by
-        several threads' write faults (`reserve_pages`), and each counted ready (`next_slot_ready`)
-        as it is done: the first snapshot waits for its own slot only. Snapshots `drained` through
-        the pod's slot copier have their slots reserved and their pages made present by the copier,
-        not here: the rank then never holds them (`rtj_trainer.slot_copier`)."""
+        fewer than `keep`, so that no save maps, reserves or pins in the training thread: all slots
+        at once, each reserved piece by piece while other threads make its reserved pieces present
+        (`reserve_pages`), and counted ready (`next_slot_ready`) in the order claims take them: the
+        first snapshot waits for its own slot only. Snapshots `drained` through the pod's slot
+        copier have their slots reserved and their pages made present by the copier, not here:
+        the rank then never holds them (`rtj_trainer.slot_copier`)."""
         with self._lock:
             generation = self._generation
         _entries, size = layout(specs)
         files = self._tier.ring_files(size)
-        copier = self.copier() if drained and self.copier is not None else None
+        done = [False] * len(files)
+
+        def one(k: int) -> None:
+            copier = self.copier() if drained and self.copier is not None else None
+            try:
+                self._prepare_slot(files[k], size, copier)
+            finally:
+                if copier is not None:
+                    copier.close()
+                with self._lock:
+                    done[k] = True
+                    if self._generation == generation:
+                        self._ready = next((i for i, d in enumerate(done) if not d), len(done))
+
         try:
             if any(pin):  # a save needs its pinned buffers as much as its slot
                 self.fallback.prepare(specs, pin)
-            for k, path in enumerate(files):
-                self._prepare_slot(path, size, copier)
-                with self._lock:
-                    if self._generation == generation:
-                        self._ready = k + 1
+            # One thread per file: tmpfs reserves a file's pages one thread at a time (its inode
+            # lock), so the files are reserved side by side.
+            with ThreadPoolExecutor(max(1, len(files)), "rtj-ckpt-slots") as pool:
+                for f in [pool.submit(one, k) for k in range(len(files))]:
+                    f.result()
         finally:
-            if copier is not None:
-                copier.close()
             with self._lock:
                 if self._generation == generation:
                     self._preparing = False
@@ -240,7 +251,8 @@ class SnapshotRing:
                     os.posix_fallocate(fd, 0, size)
                 return
             with ThreadPoolExecutor(PREPARE_THREADS, "rtj-ckpt-slot") as pool:
-                present = reserve_pages(fd, whole.data_ptr(), size, pool.submit, POPULATE_CHUNK_BYTES)
+                present = reserve_pages(fd, whole.data_ptr(), size, pool.submit, PREPARE_THREADS,
+                                        chunk_bytes=POPULATE_CHUNK_BYTES)  # fmt: skip
             touch_from(whole, present)
         except OSError as e:
             log.warning("memory-tier slot %s not prepared: %r", path, e)
