@@ -75,10 +75,11 @@ COPIER_POPULATE_BYTES = 64 << 20
 #: time, while making them present goes on in parallel. Done one after the other on one thread, a
 #: 2 GB file took 0.21 s and 0.56 s on the 2-core CI machine, and 13.7 GB about 3.3 s to make present
 #: on an H100 host; pieced and spread, a 13.7 GB slot was ready in 3.06-3.27 s there
-#: (bench/slot_prepare.py). Write faults alone, several threads on one file, do not scale past
-#: that: on an H100 host 13.7 GB took 2.27 s on 4 threads and 2.98 s on 8, and a ring of three
-#: prepared one slot after the other 7.2-8.5 s, against 3.0-3.6 s for this, the files side by side
-#: (one run each, 2026-12-07).
+#: (bench/slot_prepare.py). Write faults alone (no posix_fallocate, several threads on one file)
+#: made a 13.7 GB slot ready in 2.27 s on 4 threads and 2.98 s on 8 on another H100 host, against
+#: 2.88 s and 3.34 s this way in the same call, but the faults on one file did not scale with
+#: threads: the ring of three, one slot after the other, took 7.2-8.5 s against 3.0-3.6 s for the
+#: files side by side (2026-12-07).
 RESERVE_PIECE_BYTES = 512 << 20
 #: The largest request or reply (JSON), and the most descriptors one request passes.
 MAX_MESSAGE = 4096
