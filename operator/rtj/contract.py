@@ -268,7 +268,8 @@ class FaultReason(StrEnum):
 
     #: In-process restart: the rank where the fault began.
     RANK_EXCEPTION = "RankException"
-    #: In-process restart: a rank whose collectives broke because another rank failed (collateral).
+    #: In-process restart: a rank whose collectives broke because another rank failed, or that the
+    #: job's restart stopped before they did (collateral).
     PEER_FAILURE = "PeerFailure"
     #: In-process restart: the rank made no progress within its hang budget (rtj_trainer.hang_timeouts).
     RANK_HANG = "RankHang"

@@ -352,6 +352,27 @@ def test_classify_exception() -> None:
     assert classify_exception(dist.DistNetworkError("store closed")) is FaultReason.PEER_FAILURE
 
 
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (RuntimeError("injected"), FaultReason.RANK_EXCEPTION),
+        (RuntimeError("[gloo/transport/tcp/pair.cc:545] Read error"), FaultReason.PEER_FAILURE),
+        # NVRx's monitor stopped the rank for another rank's fault before any collective of its own
+        # broke (RankShouldRestart with no cause): collateral, never a restart with no fault (CI).
+        (None, FaultReason.PEER_FAILURE),
+    ],
+    ids=["own-exception", "broken-collective", "stopped-by-the-jobs-restart"],
+)
+def test_every_in_process_restart_reports_why_the_rank_stopped(tmp_path, exc, reason) -> None:
+    from rtj_trainer.inprocess import record_restart
+
+    reporter = RankReporter(str(tmp_path), rank=1, local_rank=1)
+    record_restart(reporter, 1, exc, 1)
+    hb = Aggregator().update(read_rank_files(str(tmp_path)), lambda _pid: True)
+    assert hb.in_process_restarts == 1
+    assert hb.fault is not None and hb.fault.severity is FaultSeverity.SOFT and hb.fault.reason == reason
+
+
 # --- a rank that ended without a word -------------------------------------------------------------
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 EXCEPTION_AT_8 = {"severity": "Soft", "reason": "RankException", "message": "step 8", "time": T0.isoformat()}

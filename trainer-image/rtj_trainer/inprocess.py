@@ -200,24 +200,37 @@ def _run_once(train_fn: TrainFn, env: RankEnv, store: dist.Store, reporter: Rank
         _destroy_process_group()
 
 
+def record_restart(reporter: RankReporter, rank: int, exc: BaseException | None, next_iteration: int) -> None:
+    """Runs on every rank after an abort: record why it stopped (the fault) and the restart for the
+    heartbeat. Without an exception, either the rank's own hang deadline passed, or NVRx's monitor
+    stopped it for another rank's fault before any collective of its own broke (`RankShouldRestart`
+    with no cause): collateral, as a broken collective is."""
+    if exc is not None:
+        reporter.fault(FaultSeverity.SOFT, classify_exception(exc), f"{type(exc).__name__}: {exc}")
+    elif (hang := reporter.overdue()) is not None:  # aborted by its own deadline
+        section, budget = hang
+        reporter.fault(
+            FaultSeverity.SOFT, FaultReason.RANK_HANG, f"no progress in its {section} for {budget:.1f} s"
+        )
+        print(f"[rtj] rank {rank}: no progress in its {section} for its hang budget of "
+              f"{budget:.3f} s: restarting in-process", file=sys.stderr, flush=True)  # fmt: skip
+    else:
+        reporter.fault(
+            FaultSeverity.SOFT,
+            FaultReason.PEER_FAILURE,
+            "stopped by the job's in-process restart: another rank's fault",
+        )
+    reporter.in_process_restart(next_iteration)
+
+
 def _run_restartable(train_fn: TrainFn, env: RankEnv, store: dist.Store, reporter: RankReporter) -> Any:
     """`train_fn` under the NVRx Wrapper: one process group per restart iteration."""
 
     def _on_restart(exc: BaseException | None, next_iteration: int) -> None:
-        """Runs on every rank after an abort: record the fault and the restart for the heartbeat."""
         if _report_if_permanent(reporter, exc):
             # Deterministic: every in-process restart would fail alike; end the wrapper.
             raise nvrx_patches.StopRestarting(f"permanent error: {exc}")
-        if exc is not None:
-            reporter.fault(FaultSeverity.SOFT, classify_exception(exc), f"{type(exc).__name__}: {exc}")
-        elif (hang := reporter.overdue()) is not None:  # aborted by its own deadline: no exception
-            section, budget = hang
-            reporter.fault(
-                FaultSeverity.SOFT, FaultReason.RANK_HANG, f"no progress in its {section} for {budget:.1f} s"
-            )
-            print(f"[rtj] rank {env.rank}: no progress in its {section} for its hang budget of "
-                  f"{budget:.3f} s: restarting in-process", file=sys.stderr, flush=True)  # fmt: skip
-        reporter.in_process_restart(next_iteration)
+        record_restart(reporter, env.rank, exc, next_iteration)
 
     budgets = _hang_budgets(env)
 
