@@ -29,6 +29,7 @@ from rtj.contract import parse_rank_report, rank_file_name
 from rtj_trainer.checkpoint import CheckpointEvent, CheckpointManager, latest_committed
 from rtj_trainer.checkpoint_format import committed_name, committed_steps, stale_entries
 from rtj_trainer.report import RankReporter
+from tmpfs import mounted_tmpfs
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(600)]
 
@@ -63,13 +64,8 @@ def ram_fs(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs: fsync is free there, so a save takes milliseconds and the random kills spread
     over every phase of it (on this machine's shared disk one fsync can take 100+ ms). A SIGKILL
     does not lose the page cache, so the process-crash guarantees tested here are the same."""
-    mnt = tmp_path / "ram"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path / "ram", "64m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 @pytest.fixture
@@ -119,13 +115,8 @@ def test_sigkill_at_random_points_never_tears_a_checkpoint(ram_fs: Path, zygote:
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path / "tiny", "12m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_storage_full_is_reported_and_corrupts_nothing(tiny_fs: Path) -> None:

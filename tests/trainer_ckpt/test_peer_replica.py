@@ -35,6 +35,7 @@ from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint_format import latest_valid, local_rank_dir, local_snapshots, read_local_meta
 from rtj_trainer.peer_replica import replicas_root
 from test_snapshot_kills import PEER_LOST
+from tmpfs import mounted_tmpfs
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(1800)]
 
@@ -172,13 +173,8 @@ class Pods:
 @pytest.fixture
 def ram_fs(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs, like the pods' /dev/shm (and a fast persisted tier)."""
-    mnt = tmp_path / "ram"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m", "tmpfs", str(mnt)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path / "ram", "512m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 MEMORY_INTERVAL = 2

@@ -29,6 +29,7 @@ from rtj_trainer.checkpoint.shard_io import (
 )
 from rtj_trainer.checkpoint_copy import MODULE
 from rtj_trainer.checkpoint_format import CHUNK_BYTES, CheckpointError, shard_bin, shard_idx, write_local_meta
+from tmpfs import mounted_tmpfs
 
 pytestmark = pytest.mark.trainer
 
@@ -120,18 +121,13 @@ def test_the_snapshot_is_never_mapped_while_it_is_copied(tmp_path: Path) -> None
 @COPIES
 def test_a_full_disk_ends_the_copy_with_its_error_and_leaves_no_shard(tmp_path: Path, copy: Copy) -> None:
     src, _data = _snapshot(tmp_path, 4 * CHUNK_BYTES)
-    disk = tmp_path / "small"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(disk)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path / "small", "96m") as disk:
         partial = disk / "partial"
         partial.mkdir()
         with pytest.raises(OSError) as raised:
             copy(src, str(partial), 0, WriteControl(), threads=3)
         assert raised.value.errno == 28  # ENOSPC, from a writer thread (of the child: its errno kept)
         assert not (partial / shard_bin(0)).exists() and not (partial / shard_idx(0)).exists()
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def _copiers_of(parent: int) -> list[int]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +32,7 @@ from rtj_trainer.checkpoint.snapshot_ring import layout, populate
 from rtj_trainer.checkpoint.staging import Snapshot
 from rtj_trainer.checkpoint_format import LOCAL_META, CheckpointError, local_rank_dir, local_snapshots
 from rtj_trainer.slot_copier import reserve_pages
+from tmpfs import mounted_tmpfs
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(120)]
 
@@ -160,12 +160,9 @@ def test_reserve_pages_reserves_a_sparse_slot_piece_by_piece_and_makes_every_pag
 def test_reserve_pages_on_a_full_tmpfs_raises_enospc_rather_than_leave_a_hole(tmp_path: Path) -> None:
     """A slot larger than its tmpfs's free space is an OSError (ENOSPC) from `reserve_pages`, never
     a slot with holes a later copy would fault on (SIGBUS)."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], check=True)
-    try:
-        page = mmap.PAGESIZE
-        size = (12 << 20) // page * page
+    page = mmap.PAGESIZE
+    size = (12 << 20) // page * page
+    with mounted_tmpfs(tmp_path / "tiny", "8m") as mnt:
         fd = os.open(mnt / "slot.bin", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             os.ftruncate(fd, size)
@@ -176,8 +173,6 @@ def test_reserve_pages_on_a_full_tmpfs_raises_enospc_rather_than_leave_a_hole(tm
             del mapped
         finally:
             os.close(fd)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_a_claimed_slot_is_handed_out_as_flat_bytes_or_private_ones_when_none_can_be_had(

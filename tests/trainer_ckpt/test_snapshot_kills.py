@@ -39,6 +39,7 @@ from rtj_trainer.checkpoint_format import (
     read_local_meta,
 )
 from rtj_trainer.slot_copier import CopierProcess, socket_path
+from tmpfs import mounted_tmpfs
 
 pytestmark = [pytest.mark.trainer, pytest.mark.timeout(1800)]
 
@@ -86,13 +87,8 @@ class Zygote:
 @pytest.fixture
 def ram_fs(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs, like the pod's /dev/shm (and fast persistence, so kills spread over every phase)."""
-    mnt = tmp_path / "ram"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mnt)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path / "ram", "256m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def _newest_loadable(local_root: Path, persist_root: Path) -> tuple[int, bool]:
