@@ -473,6 +473,10 @@ class RankReport(BaseModel):
     checkpoints_skipped: RankCounter = Field(0, alias="checkpointsSkipped")
     fault: Fault | None = None
     updated: datetime | None = None
+    #: When the rank last sent ft_launcher's rank monitor a heartbeat (every heartbeat rewrites the
+    #: file). A rank NVRx killed as hung was silent for rankHangTimeoutSeconds since this, not since
+    #: `updated`: an event write (a memory snapshot) can come after the last heartbeat.
+    heartbeat: datetime | None = None
 
     @field_validator("*", mode="wrap")
     @classmethod

@@ -8,7 +8,8 @@ serves commands on stdin:
                 (memory tier + persistent root), exits 3 if what it loaded is not exactly its
                 state of the loaded step, exits 5 if the two ranks loaded different steps,
                 exits 6 when a collective fails because the other rank died, 4 on any other error; appends
-                {"n", "rank", "step", "source"} to <work_dir>/resumes.jsonl, then saves steps
+                {"n", "rank", "step", "source"} to <work_dir>/resumes.jsonl and, once ready to
+                save (its staging prepared), {"n", "rank"} to <work_dir>/ready.jsonl, then saves steps
                 resumed+1, +2, ... forever (memory every step, persist every 3rd, keep 2);
                 the state of (step, rank) is a deterministic function of both.
                 With RTJ_SNAPSHOT_DEVICE_STAGE=1 the ranks snapshot and load through the GPU
@@ -86,6 +87,7 @@ def _rank(rank: int, n: int, local_root: str, persist_root: str, work: str) -> N
             time.sleep(0.001)
         if stage.flat is None:  # not prepared in time, or no buffer kept: the case would test nothing
             os._exit(4)
+    append_record(work, "ready.jsonl", {"n": n, "rank": rank})
     by_copier = os.environ.get("RTJ_SNAPSHOT_COPIER") == "1"
     while True:
         step += 1
@@ -109,10 +111,15 @@ def resume_checked(mgr: CheckpointManager, state: State, rank: int, n: int, work
         os._exit(5)
     source = resumed.source if resumed else None
     rec = {"n": n, "rank": rank, "step": step, "source": source, "t": time.time()}
-    fd = os.open(os.path.join(work, "resumes.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    append_record(work, "resumes.jsonl", rec)
+    return step
+
+
+def append_record(work: str, name: str, rec: dict) -> None:
+    """One JSON line appended to <work>/<name> in one write (both ranks append to the same file)."""
+    fd = os.open(os.path.join(work, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     os.write(fd, (json.dumps(rec) + "\n").encode())
     os.close(fd)
-    return step
 
 
 def serve_forks(world: int, run_rank: Callable[[int, int], None]) -> None:

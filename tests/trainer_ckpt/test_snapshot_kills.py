@@ -3,6 +3,9 @@ every step and persist every third; one rank is SIGKILLed at a random moment, th
 milliseconds later (as ft_launcher stops the survivors), again and again. Every fourth kill is
 not left to chance: the victim is stopped while it has a snapshot half-written, so every run
 covers the torn write and ranks left at different snapshots, however fast the machine writes.
+Another fourth comes at a random moment from the fork (in the resume or the staging's preparation
+as often as not); the other half at a random moment once both ranks are ready to save, so the
+run makes progress however slowly a loaded machine resumes.
 
 After every kill, the next incarnation resumes: each rank checks that what it loaded is exactly
 its own state of the loaded step (never torn, never another step's or another save's), both ranks
@@ -47,6 +50,11 @@ KILLS = int(os.environ.get("RTJ_SNAPSHOT_KILLS", "30"))
 #: Every CAUGHT_EVERY-th kill waits for the victim to be stopped with a snapshot half-written
 #: (random kill times alone may miss the write window on a fast machine); the others are random.
 CAUGHT_EVERY = 4
+#: Of the random kills, these (n % CAUGHT_EVERY) count their moment from the fork; the others from
+#: both ranks being ready to save. Counted from the fork alone, a loaded CI machine's resumes and
+#: preparations (0.2-0.6 s on an idle one, with the slot copier) outlasted most kill times: 30
+#: incarnations reached step 2.
+FROM_FORK = {3}
 PEER_LOST = 6
 
 
@@ -149,7 +157,7 @@ def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(
             outcomes["a rank had a newer snapshot than the others"] += ranks_apart
             pids = zygote.ask(f"fork {n}")
             if n == KILLS:  # the last incarnation only resumes (and is checked), then stops
-                _wait_for_resume(work, n)
+                _wait_for_records(work, "resumes.jsonl", n, pids)
                 for pid in pids:
                     os.kill(pid, signal.SIGKILL)
                 zygote.ask("reap")
@@ -159,6 +167,8 @@ def test_sigkill_during_memory_snapshots_never_loads_a_torn_or_mixed_state(
             if caught:  # caught mid-write: the torn case, whatever the machine's speed
                 _stop_mid_write(pids, victim, local_root)
             else:
+                if n % CAUGHT_EVERY not in FROM_FORK:
+                    _wait_for_records(work, "ready.jsonl", n, pids)
                 time.sleep(rng.uniform(0.05, 1.5))
             os.kill(pids[victim], signal.SIGKILL)
             time.sleep(rng.uniform(0.0, 0.03))
@@ -212,9 +222,17 @@ def _partial_steps(local_root: Path, rank: int) -> set[int]:
     return {int(name[5:15]) for name in names if name.startswith("step-") and name.endswith(".partial")}
 
 
+def _state(pid: int) -> str | None:
+    """The process's state letter (/proc/<pid>/stat); None once it is reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
 def _stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    return _state(pid) == "T"
 
 
 def _stop_mid_write(pids: list[int], victim: int, local_root: Path, timeout: float = 30.0) -> None:
@@ -243,8 +261,15 @@ def _stop_mid_write(pids: list[int], victim: int, local_root: Path, timeout: flo
         time.sleep(0.001)
 
 
-def _wait_for_resume(work: Path, n: int, timeout: float = 60.0) -> None:
+def _wait_for_records(work: Path, name: str, n: int, pids: list[int], timeout: float = 60.0) -> None:
+    """Until both ranks of incarnation `n` appended their line to <work>/<name>, or one of them
+    ended (the reap reports how)."""
+    path = work / name
     deadline = time.monotonic() + timeout
-    while sum(r["n"] == n for r in _resumes(work)) < 2:
-        assert time.monotonic() < deadline, f"incarnation {n} did not resume within {timeout} s"
-        time.sleep(0.05)
+    while True:
+        lines = path.read_text().splitlines() if path.exists() else []
+        both = sum(json.loads(x)["n"] == n for x in lines) >= 2
+        if both or any(_state(pid) in ("Z", None) for pid in pids):
+            return
+        assert time.monotonic() < deadline, f"incarnation {n}: both ranks not in {name} within {timeout} s"
+        time.sleep(0.005)

@@ -206,6 +206,7 @@ def test_rank_file_keeps_its_camel_case_keys(tmp_path) -> None:
         "checkpointsSkipped",
         "fault",
         "updated",
+        "heartbeat",
     ]
     assert (raw["rank"], raw["localRank"], raw["inJobRestarts"], raw["state"]) == (3, 1, 2, "Starting")
     assert (raw["step"], raw["memorySnapshotStep"], raw["persistSeconds"]) == (None, None, None)
@@ -266,6 +267,26 @@ def test_event_writes_do_not_starve_the_nvrx_heartbeat(tmp_path) -> None:
         r.step(step)
         time.sleep(0.02)
     assert ft.beats >= 3, ft.beats
+
+
+def test_every_nvrx_heartbeat_rewrites_the_file_with_its_time_and_event_writes_keep_it(tmp_path) -> None:
+    """The agent measures a killed rank's silence from the heartbeat NVRx last heard, which an
+    event write (a memory snapshot between two heartbeats) must not move."""
+    ft = _BeatRecorder()
+    r = RankReporter(str(tmp_path), write_interval=0.2, ft_client=ft)
+    path = tmp_path / "rank-0.json"
+    before = datetime.now(UTC)
+    r.step(1)
+    beat = parse_rank_report(path.read_text()).heartbeat
+    assert ft.beats == 1 and beat is not None and beat >= before
+    r.memory_snapshot(1)  # an event write: the file changes, its heartbeat does not
+    written = parse_rank_report(path.read_text())
+    assert written.memory_snapshot_step == 1 and written.heartbeat == beat and written.updated > beat
+    r.step(2)  # within write_interval: no heartbeat
+    assert ft.beats == 1 and parse_rank_report(path.read_text()).heartbeat == beat
+    time.sleep(0.25)
+    r.keep_alive()  # outside the steps, as a rank waiting for its peers does
+    assert ft.beats == 2 and parse_rank_report(path.read_text()).heartbeat > beat
 
 
 def test_progress_file_is_written_by_local_rank_0_only(tmp_path) -> None:
@@ -505,3 +526,20 @@ def test_a_rank_silent_past_the_rank_hang_timeout_was_hung_whatever_ended_it(sig
     )
     expected = FaultReason.RANK_STOPPED if sig == signal.SIGTERM else FaultReason.RANK_EXITED
     assert hb.fault.reason == expected
+
+
+def test_a_hung_rank_is_timed_from_its_last_heartbeat_not_a_later_event_write() -> None:
+    """A rank wrote its memory snapshot's step 0.5 s after its last NVRx heartbeat, then hung; NVRx
+    killed it rankHangTimeoutSeconds after that heartbeat: hung, though under the timeout since the
+    write (CI: test_rank_hang_is_detected_and_restarted read "reporting no fault")."""
+    exits = {101: ended(101, sig=signal.SIGKILL, seconds=5.2)}
+    times = {"heartbeat": T0.isoformat(), "updated": (T0 + timedelta(seconds=0.5)).isoformat()}
+    hung = parse_rank_report(json.dumps({**raw_doc(1, 101, step=28), **times}))
+    hb = Aggregator(rank_hang_timeout_seconds=5).update(
+        [hung], lambda pid: pid != 101, lambda r: exits.get(r.pid)
+    )
+    assert hb.fault.reason == FaultReason.RANK_EXITED
+    assert hb.fault.message.endswith(
+        "killed by SIGKILL while training at step 28, 5s after its last heartbeat: "
+        "hung past rankHangTimeoutSeconds=5"
+    )

@@ -261,7 +261,8 @@ def exit_fault(
     """The fault a rank gone in `report.state` did not report itself (None: it did, or it was
     stopped gracefully with ExitCode.TERMINATED after the pod's SIGTERM). `rank_hang_timeout`: the
     rankHangTimeoutSeconds after which NVRx stops a silent rank; a rank that ended at least
-    that long after its last report was hung, whatever signal ended it."""
+    that long after its last heartbeat (its last report, where it sent none) was hung, whatever
+    signal ended it."""
     if report.state not in _UNEXPLAINED_END:
         return None
     if how is not None and how.code == ExitCode.TERMINATED:
@@ -272,14 +273,17 @@ def exit_fault(
         f" at step {report.step}" if report.step is not None else ""
     )
     who = f"local rank {report.local_rank} (rank {report.rank}, pid {report.pid})"
-    quiet = (when - report.updated).total_seconds() if report.updated is not None else None
+    heard, last = (
+        (report.heartbeat, "heartbeat") if report.heartbeat is not None else (report.updated, "report")
+    )
+    quiet = (when - heard).total_seconds() if heard is not None else None
     hung = rank_hang_timeout is not None and quiet is not None and quiet >= rank_hang_timeout
     if how is not None and how.signal == signal.SIGTERM and not hung:
         text = f"{who} {doing}: its launcher restarts the workers"
         return Fault(severity=FaultSeverity.SOFT, reason=FaultReason.RANK_STOPPED, message=text, time=when)
     text = f"{who} {doing}"
     if quiet is not None:
-        text += f", {quiet:.0f}s after its last report"
+        text += f", {quiet:.0f}s after its last {last}"
     text += f": hung past rankHangTimeoutSeconds={rank_hang_timeout:g}" if hung else ", reporting no fault"
     return Fault(severity=FaultSeverity.SOFT, reason=FaultReason.RANK_EXITED, message=text, time=when)
 

@@ -169,25 +169,34 @@ class RankReporter:
         if self._path is None and self._ft is None:
             return
         now = time.monotonic()
-        if now - self._last_write >= self._interval:
+        if not self.keep_alive(now) and now - self._last_write >= self._interval:
             self._write(now)
-        self.keep_alive(now)
 
-    def keep_alive(self, now: float | None = None) -> None:
+    def keep_alive(self, now: float | None = None) -> bool:
         """The NVRx heartbeat, at most every `write_interval` seconds: also for a rank that waits
-        outside its steps (ft_launcher's rank monitor kills a rank that has gone silent)."""
+        outside its steps (ft_launcher's rank monitor kills a rank that has gone silent). Each
+        heartbeat rewrites the file with its time, so the agent measures a killed rank's silence
+        as the rank monitor did. True if it sent one."""
         now = time.monotonic() if now is None else now
-        if self._ft is not None and now - self._last_beat >= self._interval:
-            self._last_beat = now
-            self._send_ft_heartbeat()
+        if self._ft is None or now - self._last_beat < self._interval:
+            return False
+        self._last_beat = now
+        sent_at = datetime.now(UTC)  # before sending: never later than the monitor's receipt
+        if not self._send_ft_heartbeat():
+            return False
+        self._report.heartbeat = sent_at
+        self._write(now)
+        return True
 
-    def _send_ft_heartbeat(self) -> None:
+    def _send_ft_heartbeat(self) -> bool:
         if self._ft is None:
-            return
+            return False
         try:
             self._ft.send_heartbeat()
         except Exception:  # the launcher is going away; its rank monitor handles the rest
             self._ft = None
+            return False
+        return True
 
     # --- hang budgets (in-process restart) ----------------------------------------------------
     def attach_deadline(self, set_deadline: Callable[[float], None], budgets: HangBudgets) -> None:
