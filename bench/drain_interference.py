@@ -18,9 +18,9 @@ thread.
 
 `--persist DIR` adds the persist's cost: the persisted copy (`checkpoint_copy.copy_shard`, a
 memory-tier snapshot of `--gib` into a partial under DIR, the persisted tier's disk) run in a thread
-of this process, as a rank persisted until 2026-12-07, and in a child process started by a thread
-of this process (`copy_shard_in_child`, the rank's path since), each beside the same small ops,
-alternating with the ops alone.
+of this process, as a rank persisted until 2026-12-07, in a child process started by a thread of
+this process (`copy_shard_in_child`) at the rank's priority, and in one PERSIST_NICE steps nicer
+(the rank's path), each beside the same small ops, alternating with the ops alone.
 """
 
 from __future__ import annotations
@@ -152,27 +152,37 @@ def alternate(
     }
 
 
-def persist_once(src: str, dst_root: str, in_child: bool) -> float:
-    """The persisted copy of the snapshot `src` into a new partial under `dst_root`: in this thread,
-    or as a rank makes it, in a child process."""
+#: Where the persist runs: in a thread of this process, in a child at the rank's priority, and in a
+#: child PERSIST_NICE steps nicer (the rank's path).
+PERSIST_PLACES = ("thread", "process", "niced process")
+
+
+def persist_once(src: str, dst_root: str, where: str) -> float:
+    """The persisted copy of the snapshot `src` into a new partial under `dst_root` (`where`: one
+    of PERSIST_PLACES)."""
     from rtj_trainer.checkpoint.shard_io import WriteControl, copy_shard, copy_shard_in_child
+    from rtj_trainer.checkpoint_copy import PERSIST_NICE
 
     partial = tempfile.mkdtemp(prefix="step.partial-", dir=dst_root)
     try:
         t0 = time.perf_counter()
-        (copy_shard_in_child if in_child else copy_shard)(src, partial, 0, WriteControl())
+        if where == "thread":
+            copy_shard(src, partial, 0, WriteControl())
+        else:
+            nice = PERSIST_NICE if where == "niced process" else 0
+            copy_shard_in_child(src, partial, 0, WriteControl(), nice=nice)
         return time.perf_counter() - t0  # the child's start included
     finally:
         shutil.rmtree(partial, ignore_errors=True)
 
 
 def persist_beside(device: torch.device, src: str, dst_root: str, where: str) -> dict[str, float]:
-    """The main thread's rate while one persist runs in a thread of ours or in a child process."""
+    """The main thread's rate while one persist runs where `where` says."""
     done = threading.Event()
     spent: dict[str, float] = {}
 
     def persist() -> None:
-        spent["persist_s"] = persist_once(src, dst_root, in_child=where == "process")
+        spent["persist_s"] = persist_once(src, dst_root, where)
         done.set()
 
     worker = threading.Thread(target=persist)
@@ -206,13 +216,13 @@ def persist_rows(device: torch.device, gib: float, src_dir: str, dst_dir: str, r
             "files": files,
         }
         write_local_meta(src, meta)
-        for where in ("thread", "process"):
+        for where in PERSIST_PLACES:
             row = alternate(
                 device, rounds, partial(persist_beside, device, src, dst_root, where), "persist_s"
             )
             rows[f"persist in a {where}"] = row
             print(
-                f"persist in a {where:7s}: main thread {row['median_relative']:.3f} of its rate alone "
+                f"persist in a {where:13s}: main thread {row['median_relative']:.3f} of its rate alone "
                 f"({row['main_rate_relative']}); persist {row['persist_s']} s",
                 flush=True,
             )

@@ -27,7 +27,7 @@ from rtj_trainer.checkpoint.shard_io import (
     copy_shard_in_child,
     write_shard,
 )
-from rtj_trainer.checkpoint_copy import MODULE
+from rtj_trainer.checkpoint_copy import MODULE, PERSIST_NICE
 from rtj_trainer.checkpoint_format import CHUNK_BYTES, CheckpointError, shard_bin, shard_idx, write_local_meta
 from tmpfs import mounted_tmpfs
 
@@ -171,6 +171,34 @@ def test_an_abort_mid_copy_kills_the_child_and_leaves_no_shard(tmp_path: Path) -
     assert time.monotonic() - t0 < 10
     assert _copiers_of(os.getpid()) == []
     assert not (partial / shard_bin(0)).exists() and not (partial / shard_idx(0)).exists()
+
+
+def test_the_child_copies_niced_below_the_rank(tmp_path: Path) -> None:
+    """A background persist yields cores to training: the child (and any copy thread it has
+    started) runs PERSIST_NICE steps nicer than the rank."""
+    src, data = _snapshot(tmp_path, 2 * CHUNK_BYTES)
+    partial = tmp_path / "persist" / "partial"
+    partial.mkdir(parents=True)
+    control = WriteControl(bytes_per_s=len(data) / 30)
+    writing = partial / f"{shard_bin(0)}.tmp"
+    seen: dict[str, list[int]] = {}
+
+    def look_then_abort() -> None:
+        wait_for(writing.exists, timeout=30, interval=0.02, message="the child's partial file")
+        [child] = _copiers_of(os.getpid())
+        seen["nice"] = [_nice(f"/proc/{child}/task/{tid}") for tid in os.listdir(f"/proc/{child}/task")]
+        control.abort.set()
+
+    threading.Thread(target=look_then_abort).start()
+    with pytest.raises(Aborted):
+        copy_shard_in_child(src, str(partial), 0, control)
+    mine = _nice(f"/proc/{os.getpid()}")
+    assert set(seen["nice"]) == {min(mine + PERSIST_NICE, 19)}, seen
+
+
+def _nice(proc_dir: str) -> int:
+    stat = Path(proc_dir, "stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[16])  # field 19: nice
 
 
 def test_the_child_dies_with_the_rank_that_started_it(tmp_path: Path) -> None:

@@ -56,6 +56,10 @@ FileSums = dict[str, dict[str, Any]]
 #: rank's other threads at its munmap), 9.8-10.3 s for the loop (2 runs). More than one is for
 #: stores that want several writes in flight (FSx for Lustre, NVMe).
 PERSIST_WRITE_THREADS = 4
+#: The niceness the persist's child process adds to its own: its reads, checksums and writes yield
+#: a core to the rank's training and drain threads where both want one. A background persist is
+#: never urgent (an emergency one is the pod entrypoint's, `checkpoint.handoff`, at full priority).
+PERSIST_NICE = 10
 
 
 class Aborted(Exception):
@@ -188,13 +192,19 @@ def _pread_full(fin: int, buf: bytearray, at: int, n: int) -> int:
 
 
 def copy_shard_in_child(
-    src: str, partial: str, rank: int, control: WriteControl, threads: int = PERSIST_WRITE_THREADS
+    src: str,
+    partial: str,
+    rank: int,
+    control: WriteControl,
+    threads: int = PERSIST_WRITE_THREADS,
+    nice: int = PERSIST_NICE,
 ) -> FileSums:
-    """`copy_shard` in a child process (`python -m rtj_trainer.checkpoint_copy`): the same files and
-    sums, the same errors (an OSError keeps its errno: a full store stays CHECKPOINT_STORAGE_FULL).
-    An abort kills the child and raises Aborted once it is gone."""
+    """`copy_shard` in a child process (`python -m rtj_trainer.checkpoint_copy`) running `nice`
+    steps nicer than the rank: the same files and sums, the same errors (an OSError keeps its
+    errno: a full store stays CHECKPOINT_STORAGE_FULL). An abort kills the child and raises Aborted
+    once it is gone."""
     cmd = [sys.executable, "-m", MODULE, src, partial, str(rank), "--threads", str(threads)]
-    cmd += ["--parent", str(os.getpid())]
+    cmd += ["--parent", str(os.getpid()), "--nice", str(nice)]
     if control.bytes_per_s:
         cmd += ["--bytes-per-s", str(control.bytes_per_s)]
     control.check()
@@ -238,9 +248,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=PERSIST_WRITE_THREADS)
     p.add_argument("--bytes-per-s", type=float, default=None)
     p.add_argument("--parent", type=int, default=None, help="exit at once unless this is still the parent")
+    p.add_argument("--nice", type=int, default=0, help="add this to the process's niceness first")
     a = p.parse_args(argv)
     if not die_with_parent(signal.SIGKILL, a.parent):
         sys.exit(1)
+    if a.nice:
+        os.nice(a.nice)  # every thread the copy starts inherits it
     try:
         files = copy_shard(a.src, a.partial, a.rank, WriteControl(a.bytes_per_s), threads=a.threads)
     except Exception as e:
