@@ -162,6 +162,13 @@ def nodes_schedulable(raw: RawApi, names: list[str]) -> bool:
 POD_RESOURCES = {"efaPerNode": 0, "cpu": "1", "memory": "2Gi", "sharedMemorySize": "256Mi"}
 
 
+#: Every job's ranks: one torch thread each. torchrun sets this only for several ranks per pod; a
+#: pod's one rank would take a thread per core of the host, which here is every node's 2 cores:
+#: two pods' ranks then spin on the same cores (torchtitan's CPU debug model: 85-116 tokens/s on
+#: two threads per rank against 2,100 on one, two ranks on this machine). A GPU node runs one pod.
+RANK_ENV = {"OMP_NUM_THREADS": "1"}
+
+
 def job_manifest(
     name: str,
     claim: str,
@@ -208,7 +215,7 @@ def job_manifest(
                 *("--log-dir", TRAIN_LOG_DIR),
                 *(("--fault-inject", faults) if faults else ()),
             ],
-            "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+            "env": [{"name": k, "value": v} for k, v in {**RANK_ENV, **(env or {})}.items()],
             "placement": {"nodeSelector": node_selector, **(placement or {})},
             "checkpoint": {
                 "pvc": {"claimName": claim},
