@@ -59,6 +59,9 @@ PERSIST_WRITE_THREADS = 4
 #: The niceness the persist's child process adds to its own: its reads, checksums and writes yield
 #: a core to the rank's training and drain threads where both want one. A background persist is
 #: never urgent (an emergency one is the pod entrypoint's, `checkpoint.handoff`, at full priority).
+#: On the 2-core machine the main thread kept 0.966 of its rate beside a 1 GiB persist niced, 0.896
+#: beside one at its own priority, the persist no slower (2.7-3.0 s; bench/drain_interference.py
+#: --persist, bench/results/persist_nice_cpu_2026-12-07/).
 PERSIST_NICE = 10
 
 
