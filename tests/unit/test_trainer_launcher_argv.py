@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from rtj.contract import ExitCode, RankReport, TrainerConfig, parse_rank_report
+from rtj.contract import ExitCode, FaultSeverity, RankReport, TrainerConfig, parse_rank_report
 from rtj_trainer.entrypoint import (
     ConfigError,
     build_launcher_argv,
@@ -17,6 +17,9 @@ from rtj_trainer.entrypoint import (
     monitor_interval_seconds,
     reported_permanent_fault,
 )
+from rtj_trainer.heartbeat import read_rank_files
+from rtj_trainer.launcher_supervision import permanent_fault_in
+from rtj_trainer.report import RankReporter
 from rtj_trainer.runtime_env import RankEnv, rank_env_vars
 
 pytestmark = pytest.mark.unit
@@ -223,6 +226,20 @@ def test_a_rank_file_with_a_permanent_fault_stops_the_pod() -> None:
 )
 def test_no_permanent_fault_in_rank_files(docs: list) -> None:
     assert reported_permanent_fault(_reports(docs)) is None
+
+
+def test_a_permanent_fault_is_seen_after_the_launchers_next_worker_rewrote_the_rank_file(tmp_path) -> None:
+    """CI (test_permanent_error_stops_every_pod_with_93_and_no_restart): ft_launcher's next worker
+    of the raising rank rewrote its rank file, with no fault, before the entrypoint's next poll
+    read it; the launcher was stopped only at the second occurrence, after a restart."""
+    RankReporter(str(tmp_path), rank=1, local_rank=0).fault(
+        FaultSeverity.PERMANENT, "WorldSizeMismatch", "checkpoint of 4 ranks"
+    )
+    RankReporter(str(tmp_path), rank=1, local_rank=0, in_job_restarts=1)  # the next worker
+    assert reported_permanent_fault(read_rank_files(str(tmp_path))) is None
+    fault = permanent_fault_in(str(tmp_path))
+    assert fault is not None and fault.reason == "WorldSizeMismatch", fault
+    assert permanent_fault_in(str(tmp_path / "none")) is None
 
 
 def test_the_launchers_monitor_interval_is_short_until_their_store_reads_would_load_the_host() -> None:

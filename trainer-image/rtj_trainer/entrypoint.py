@@ -96,6 +96,7 @@ from .runtime_env import (
     GRACEFUL_STOP_EXIT_MARGIN_S,
     GRACEFUL_STOP_FILE,
     HANDOFF_FILE_PREFIX,
+    PERMANENT_FILE_PREFIX,
     memory_tier_root,
     rank_env_vars,
     write_graceful_stop,
@@ -331,7 +332,7 @@ def _prepare_status_dir(pod: PodIdentity) -> str:
     status_dir = os.environ.get(ENV_STATUS_DIR) or os.path.join(status_dir_base(), f"rtj-status-{pod.name}")
     os.makedirs(status_dir, exist_ok=True)
     for name in os.listdir(status_dir):  # stale files of an earlier run in the same pod
-        if name.startswith((RANK_FILE_PREFIX, HANDOFF_FILE_PREFIX)) or name in (
+        if name.startswith((RANK_FILE_PREFIX, HANDOFF_FILE_PREFIX, PERMANENT_FILE_PREFIX)) or name in (
             PROGRESS_FILE_NAME,
             GRACEFUL_STOP_FILE,
         ):

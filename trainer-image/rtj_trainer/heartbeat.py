@@ -78,15 +78,16 @@ _STATE_SEVERITY = {
 }
 
 
-def read_rank_files(status_dir: str) -> list[RankReport]:
-    """Every readable rank file in `status_dir` (a file being replaced is simply read next time)."""
+def read_rank_files(status_dir: str, prefix: str = RANK_FILE_PREFIX) -> list[RankReport]:
+    """Every readable rank file in `status_dir` (a file being replaced is simply read next time);
+    `prefix`: files of another kind in a rank file's format (`runtime_env.PERMANENT_FILE_PREFIX`)."""
     reports = []
     try:
         names = os.listdir(status_dir)
     except OSError:
         return []
     for name in names:
-        if not (name.startswith(RANK_FILE_PREFIX) and name.endswith(RANK_FILE_SUFFIX)):
+        if not (name.startswith(prefix) and name.endswith(RANK_FILE_SUFFIX)):
             continue
         try:
             with open(os.path.join(status_dir, name), "rb") as f:

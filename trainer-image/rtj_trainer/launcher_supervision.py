@@ -17,6 +17,7 @@ import psutil
 from rtj.contract import Fault, FaultSeverity, Heartbeat, PodState, RankReport
 
 from .heartbeat import HeartbeatAgent, read_rank_files
+from .runtime_env import PERMANENT_FILE_PREFIX
 from .warm_launcher import GO
 
 log = logging.getLogger("rtj_trainer")
@@ -54,6 +55,14 @@ def reported_permanent_fault(reports: Iterable[RankReport]) -> Fault | None:
     )
 
 
+def permanent_fault_in(status_dir: str) -> Fault | None:
+    """A Permanent fault some rank of the pod reported: in its rank file, or in the copy kept for it
+    (PERMANENT_FILE_PREFIX) once ft_launcher's next worker of that rank rewrote the rank file: that
+    can happen between two polls (a restart from the warm forkserver takes a fraction of one)."""
+    kept = read_rank_files(status_dir, PERMANENT_FILE_PREFIX)
+    return reported_permanent_fault([*kept, *read_rank_files(status_dir)])
+
+
 def supervise(
     proc: subprocess.Popen[bytes],
     agent: HeartbeatAgent,
@@ -81,7 +90,7 @@ def supervise(
         if permanent is None and not terminate.is_set():
             # Read each poll, not at the heartbeat interval: ft_launcher restarts the workers within
             # a second or two, and every restart would meet the same error.
-            permanent = reported_permanent_fault(read_rank_files(status_dir))
+            permanent = permanent_fault_in(status_dir)
             if permanent is not None:
                 log.error(
                     "a rank reported a permanent error (%s: %s): stopping ft_launcher, no restart can fix it",

@@ -38,6 +38,7 @@ from typing import Any
 from rtj.contract import (
     ENV_STATUS_DIR,
     MAX_PERSIST_SECONDS,
+    RANK_FILE_SUFFIX,
     CheckpointRef,
     Fault,
     FaultSeverity,
@@ -47,7 +48,7 @@ from rtj.contract import (
 )
 
 from .hang_timeouts import HangBudgets, NestedSection, Section, SectionClock
-from .runtime_env import ENV_PROGRESS_FILE
+from .runtime_env import ENV_PROGRESS_FILE, PERMANENT_FILE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,11 @@ class RankReporter:
             _explicit_pid = os.getpid()
         self._ft = ft_client
         self._path = os.path.join(status_dir, rank_file_name(local_rank)) if status_dir else None
+        self._permanent_path = (
+            os.path.join(status_dir, f"{PERMANENT_FILE_PREFIX}{local_rank}{RANK_FILE_SUFFIX}")
+            if status_dir
+            else None
+        )
         self._progress_file = progress_file
         self._interval = write_interval
         self._last_write = 0.0
@@ -304,6 +310,9 @@ class RankReporter:
             severity=severity, reason=reason[:128], message=message[:1024], time=datetime.now(UTC)
         )
         self._write()
+        if severity is FaultSeverity.PERMANENT and self._permanent_path is not None:
+            with contextlib.suppress(OSError):  # the rank file has it too, until the next worker
+                write_atomic(self._permanent_path, self._report.to_file())
 
     def finished(self) -> None:
         self.state(PodState.FINISHED)

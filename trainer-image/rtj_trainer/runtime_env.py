@@ -65,6 +65,10 @@ GRACEFUL_STOP_FILE = "graceful-stop"
 #: A rank's record in the pod's status dir, `<prefix><rank>.json`: its emergency save's memory
 #: snapshot, for the entrypoint to persist after the rank exited (rtj_trainer.checkpoint.handoff).
 HANDOFF_FILE_PREFIX = "handoff-rank-"
+#: A rank's Permanent fault, `<prefix><rank>.json` in the pod's status dir (a rank file's format):
+#: kept when ft_launcher's next worker of that rank rewrites the rank file, so the entrypoint stops
+#: the launcher even if its poll came after that rewrite (`launcher_supervision.permanent_fault_in`).
+PERMANENT_FILE_PREFIX = "permanent-rank-"
 #: Seconds between the ranks' graceful-stop deadline and ft_launcher's SIGKILL of the ranks (its
 #: --term-timeout after the signal): the kernel's teardown of a rank that called os._exit by its
 #: deadline (its address space, pinned host memory, a CUDA context) before the launcher sees it
