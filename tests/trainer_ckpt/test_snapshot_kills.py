@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rtj_local.wait import wait_for
 from rtj_trainer.checkpoint_format import (
     committed_steps,
     latest_valid,
@@ -265,11 +266,11 @@ def _wait_for_records(work: Path, name: str, n: int, pids: list[int], timeout: f
     """Until both ranks of incarnation `n` appended their line to <work>/<name>, or one of them
     ended (the reap reports how)."""
     path = work / name
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def both_or_one_ended() -> bool:
         lines = path.read_text().splitlines() if path.exists() else []
         both = sum(json.loads(x)["n"] == n for x in lines) >= 2
-        if both or any(_state(pid) in ("Z", None) for pid in pids):
-            return
-        assert time.monotonic() < deadline, f"incarnation {n}: both ranks not in {name} within {timeout} s"
-        time.sleep(0.005)
+        return both or any(_state(pid) in ("Z", None) for pid in pids)
+
+    wait_for(both_or_one_ended, timeout=timeout, interval=0.005,
+             message=f"incarnation {n}: both ranks in {name}")  # fmt: skip

@@ -284,8 +284,7 @@ def test_every_nvrx_heartbeat_rewrites_the_file_with_its_time_and_event_writes_k
     assert written.memory_snapshot_step == 1 and written.heartbeat == beat and written.updated > beat
     r.step(2)  # within write_interval: no heartbeat
     assert ft.beats == 1 and parse_rank_report(path.read_text()).heartbeat == beat
-    time.sleep(0.25)
-    r.keep_alive()  # outside the steps, as a rank waiting for its peers does
+    r.keep_alive(time.monotonic() + 0.25)  # outside the steps, as a rank waiting for its peers does
     assert ft.beats == 2 and parse_rank_report(path.read_text()).heartbeat > beat
 
 
