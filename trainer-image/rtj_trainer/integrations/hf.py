@@ -11,11 +11,12 @@ the callback adds what the Trainer lacks, through its own hooks:
   checkpoint's extra data, the LR scheduler; `state.global_step` is set to it, so the Trainer stops
   at `max_steps` as if it had run through. The data loader starts again at the epoch's start (the
   Trainer skips batches only on its own `resume_from_checkpoint`).
-- `on_step_end`: an asynchronous checkpoint and/or memory snapshot when due (never waits on
-  storage), the step report (the pod heartbeat's step, NVRx's rank heartbeat: hang detection) and
-  the graceful stop: after the pod's SIGTERM the ranks agree on a step, `emergency_save` keeps it
-  (memory, peer replica, volume, as far as the pod's deadline allows) and the rank exits with
-  ExitCode.TERMINATED (`GracefulStop.save_and_exit`).
+- `on_step_end`: after the first step, the snapshot buffers (`CheckpointManager.prepare`; the
+  memory tier's slots were reserved at a fresh start, `reserve_ahead`); an asynchronous checkpoint
+  and/or memory snapshot when due (never waits on storage), the step report (the pod heartbeat's
+  step, NVRx's rank heartbeat: hang detection) and the graceful stop: after the pod's SIGTERM the
+  ranks agree on a step, `emergency_save` keeps it (memory, peer replica, volume, as far as the
+  pod's deadline allows) and the rank exits with ExitCode.TERMINATED (`GracefulStop.save_and_exit`).
 - `on_train_end`: the last save drains; the rank reports Finished.
 
 An exception or a lost rank restarts the workers in-job (ft_launcher), and they resume from the
@@ -57,6 +58,7 @@ class ResilienceCallback(TrainerCallback):
         self.log = StepLog(os.environ.get(ENV_TRAIN_LOG_DIR), self.env.rank)
         self._loss: float | None = None
         self._scheduler: Any = None
+        self._prepared = False
 
     def _manager(self) -> CheckpointManager:
         return CheckpointManager.from_config(CheckpointConfig.from_rank_env(self.env), reporter=self.reporter)
@@ -78,11 +80,12 @@ class ResilienceCallback(TrainerCallback):
             if sched is not None and self._scheduler is not None:
                 self._scheduler.load_state_dict(sched)
             state.global_step = resumed.step
+        ahead = resumed is None and ckpt.reserve_ahead(model, optim)
         self.log.write(
-            event="resume", step=start, source=source, restart=self.env.restart_count, t=time.time()
-        )
-        self.ckpt.prepare(model, optim)
-        self.reporter.ceiling_while(lambda: ckpt.preparing)
+            event="resume", step=start, source=source, restart=self.env.restart_count, t=time.time(),
+            slots_reserved_ahead=ahead,
+        )  # fmt: skip
+        self._prepared = False  # after the first step (`CheckpointManager.prepare`)
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
@@ -94,6 +97,11 @@ class ResilienceCallback(TrainerCallback):
         assert self.ckpt is not None and self.stop is not None
         step = state.global_step
         model, optim = kw["model"], inner_optimizer(kw["optimizer"])
+        if not self._prepared:
+            ckpt = self.ckpt
+            ckpt.prepare(model, optim)
+            self.reporter.ceiling_while(lambda: ckpt.preparing)
+            self._prepared = True
         extra = {"scheduler": self._scheduler.state_dict()} if self._scheduler is not None else {}
         outcome = self.ckpt.maybe_save(step, model, optim, extra=extra)
         self.reporter.step(step)

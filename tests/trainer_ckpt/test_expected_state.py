@@ -1,0 +1,150 @@
+"""The memory tier's slots are reserved before a fresh start's first step, sized by the state the
+optimizer will have (`expected_state.state_specs`, foreseen on a shadow over meta tensors): the same
+tensors as torch's own first step makes, the real optimizer untouched (no state, no step hooks, the
+parameters as they were), and the slots reserved ahead are the ones the snapshots then take. FSDP2
+on one gloo rank in this process (the example's model), real files."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from rtj_local.procs import free_port
+from rtj_trainer.checkpoint import CheckpointManager
+from rtj_trainer.checkpoint.expected_state import state_specs
+from rtj_trainer.checkpoint.snapshot_ring import layout
+from rtj_trainer.checkpoint.state_tree import flatten, state_of
+from rtj_trainer.checkpoint_format import local_rank_dir, local_snapshots
+from rtj_trainer.examples.fsdp_train import ModelConfig, build
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+pytestmark = [pytest.mark.trainer, pytest.mark.timeout(300)]
+
+CFG = ModelConfig(vocab=512, dim=64, layers=4, heads=4, seq=32)
+OPTIMIZERS: dict[str, Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]] = {
+    "Adam": lambda ps: torch.optim.Adam(ps, lr=1e-3),
+    "AdamW-fused": lambda ps: torch.optim.AdamW(ps, lr=1e-3, fused=True),  # the HF Trainer's default
+    "Adam-foreach": lambda ps: torch.optim.Adam(ps, lr=1e-3, foreach=True),
+    "AdamW-amsgrad-tensor-lr": lambda ps: torch.optim.AdamW(ps, lr=torch.tensor(1e-3), amsgrad=True),
+    "SGD-momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1),
+    "RMSprop": lambda ps: torch.optim.RMSprop(ps, momentum=0.5),
+    "NAdam": lambda ps: torch.optim.NAdam(ps),
+}
+
+
+@pytest.fixture(scope="module")
+def group() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as env:  # not left to the tests that run after these
+        pg_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "WORLD_SIZE": "1"}
+        for name, value in pg_env.items():
+            env.setenv(name, value)
+        dist.init_process_group("gloo")
+        yield
+        dist.destroy_process_group()
+
+
+def _fsdp(
+    make: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer],
+) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model, _ = build(CFG, torch.device("cpu"), lr=1e-2, seed=0, bf16=False)
+    model.head.weight.requires_grad_(False)  # a frozen parameter gets no state
+    return model, make(list(model.parameters()))
+
+
+def _step(model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
+    x = torch.randint(0, CFG.vocab, (2, CFG.seq), generator=torch.Generator().manual_seed(7))
+    model(x).float().pow(2).mean().backward()
+    optim.step()
+    optim.zero_grad(set_to_none=True)
+
+
+def _shapes(tensors: list[torch.Tensor]) -> Counter[tuple[tuple[int, ...], torch.dtype]]:
+    return Counter((tuple(t.shape), t.dtype) for t in tensors)
+
+
+def _params_hash(model: torch.nn.Module) -> str:
+    h = hashlib.sha256()
+    for p in model.parameters():
+        local = p.to_local() if hasattr(p, "to_local") else p
+        h.update(local.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_the_foreseen_state_is_the_first_steps_and_the_optimizer_is_left_untouched(
+    group: None, name: str
+) -> None:
+    model, optim = _fsdp(OPTIMIZERS[name])
+    before = _params_hash(model)
+    hooks: list[object] = []
+    handle = register_optimizer_step_pre_hook(lambda *a: hooks.append(a))
+    try:
+        specs = state_specs(model, optim)
+    finally:
+        handle.remove()
+    assert specs is not None and all(t.device.type == "meta" for t in specs)
+    assert not optim.state and not hooks and _params_hash(model) == before
+    _step(model, optim)
+    real: list[torch.Tensor] = []
+    flatten(state_of(model, optim), real)
+    assert _shapes(specs) == _shapes(real)
+    assert layout(specs)[1] == layout(real)[1]  # what a slot is sized by
+
+
+def test_an_optimizer_whose_step_cannot_run_on_meta_tensors_is_not_foreseen(group: None) -> None:
+    model, optim = _fsdp(lambda ps: torch.optim.Adafactor(ps))  # reads a value out of a tensor
+    assert state_specs(model, optim) is None and not optim.state
+
+
+def _manager(tmp_path: Path) -> CheckpointManager:
+    return CheckpointManager(
+        str(tmp_path / "persist"), rank=0, world_size=1, interval_steps=1000,
+        local_root=str(tmp_path / "shm"), local_interval_steps=1, local_keep=2,
+    )  # fmt: skip
+
+
+def test_slots_reserved_before_the_first_step_are_the_ones_the_snapshots_take(
+    group: None, tmp_path: Path
+) -> None:
+    model, optim = _fsdp(OPTIMIZERS["AdamW-amsgrad-tensor-lr"])
+    mgr = _manager(tmp_path)
+    assert mgr.reserve_ahead(model, optim)
+    reserver = mgr._p.staging.reserver
+    assert reserver is not None
+    reserver.join(60)
+    assert not optim.state  # nothing of the optimizer was made to reserve them
+    rank_dir = Path(local_rank_dir(str(tmp_path / "shm"), 0))
+    slots = {f.stat().st_ino: f.stat() for f in rank_dir.glob("*/rank-00000.bin")}
+    assert len(slots) == 3, sorted(p.name for p in rank_dir.iterdir())  # keep + 1
+
+    _step(model, optim)
+    real: list[torch.Tensor] = []
+    flatten(state_of(model, optim), real)
+    size = layout(real)[1]
+    for st in slots.values():  # sized for the real state, and its space reserved (not sparse)
+        assert st.st_size == size and st.st_blocks * 512 >= size, (st, size)
+    mgr.prepare(model, optim)
+    assert mgr.wait_local(timeout=60)
+    for step in range(1, 6):
+        assert mgr.maybe_save(step, model, optim) in ("snapshot", "saved")
+        assert mgr.wait(timeout=60)
+        assert {f.stat().st_ino for f in rank_dir.glob("*/rank-00000.bin")} <= set(slots)
+    assert [s for s, _n in local_snapshots(str(rank_dir))] == [5, 4]
+
+
+def test_prepare_before_the_first_step_gives_the_optimizer_no_state(group: None, tmp_path: Path) -> None:
+    """torch's `get_state_dict` would give a fresh optimizer its state by a step with zero
+    gradients: AdamW's first real step would then count as its second (another bias correction)."""
+    model, optim = _fsdp(OPTIMIZERS["Adam"])
+    mgr = _manager(tmp_path)
+    mgr.prepare(model, optim)
+    assert mgr.wait(timeout=60)
+    assert not optim.state
+    _step(model, optim)
+    assert {float(s["step"]) for s in optim.state.values()} == {1.0}
