@@ -1,8 +1,8 @@
-"""The memory tier's slots are reserved before a fresh start's first step, sized by the state the
-optimizer will have (`expected_state.state_specs`, foreseen on a shadow over meta tensors): the same
-tensors as torch's own first step makes, the real optimizer untouched (no state, no step hooks, the
-parameters as they were), and the slots reserved ahead are the ones the snapshots then take. FSDP2
-on one gloo rank in this process (the example's model), real files."""
+"""A fresh optimizer's state is foreseen without giving it one (`expected_state.state_specs`, on a
+shadow over meta tensors): the same tensors as torch's own first step makes, the real optimizer
+untouched (no state, no step hooks, the parameters as they were); so `prepare` before the first
+step leaves the optimizer's first real step its first. FSDP2 on one gloo rank in this process (the
+example's model)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from rtj_trainer.checkpoint import CheckpointManager
 from rtj_trainer.checkpoint.expected_state import state_specs
 from rtj_trainer.checkpoint.snapshot_ring import layout
 from rtj_trainer.checkpoint.state_tree import flatten, state_of
-from rtj_trainer.checkpoint_format import local_rank_dir, local_snapshots
 from rtj_trainer.examples.fsdp_train import ModelConfig, build
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -107,35 +106,6 @@ def _manager(tmp_path: Path) -> CheckpointManager:
         str(tmp_path / "persist"), rank=0, world_size=1, interval_steps=1000,
         local_root=str(tmp_path / "shm"), local_interval_steps=1, local_keep=2,
     )  # fmt: skip
-
-
-def test_slots_reserved_before_the_first_step_are_the_ones_the_snapshots_take(
-    group: None, tmp_path: Path
-) -> None:
-    model, optim = _fsdp(OPTIMIZERS["AdamW-amsgrad-tensor-lr"])
-    mgr = _manager(tmp_path)
-    assert mgr.reserve_ahead(model, optim)
-    reserver = mgr._p.staging.reserver
-    assert reserver is not None
-    reserver.join(60)
-    assert not optim.state  # nothing of the optimizer was made to reserve them
-    rank_dir = Path(local_rank_dir(str(tmp_path / "shm"), 0))
-    slots = {f.stat().st_ino: f.stat() for f in rank_dir.glob("*/rank-00000.bin")}
-    assert len(slots) == 3, sorted(p.name for p in rank_dir.iterdir())  # keep + 1
-
-    _step(model, optim)
-    real: list[torch.Tensor] = []
-    flatten(state_of(model, optim), real)
-    size = layout(real)[1]
-    for st in slots.values():  # sized for the real state, and its space reserved (not sparse)
-        assert st.st_size == size and st.st_blocks * 512 >= size, (st, size)
-    mgr.prepare(model, optim)
-    assert mgr.wait_local(timeout=60)
-    for step in range(1, 6):
-        assert mgr.maybe_save(step, model, optim) in ("snapshot", "saved")
-        assert mgr.wait(timeout=60)
-        assert {f.stat().st_ino for f in rank_dir.glob("*/rank-00000.bin")} <= set(slots)
-    assert [s for s, _n in local_snapshots(str(rank_dir))] == [5, 4]
 
 
 def test_prepare_before_the_first_step_gives_the_optimizer_no_state(group: None, tmp_path: Path) -> None:

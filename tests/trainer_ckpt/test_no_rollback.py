@@ -66,14 +66,6 @@ def faulted(tmp_path_factory: pytest.TempPathFactory) -> FsdpJob:
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_the_fresh_start_reserves_the_memory_tiers_slots_before_its_first_step(
-    faulted: FsdpJob, rank: int
-) -> None:
-    start = next(r for r in faulted.records(rank) if r.get("event") == "resume")
-    assert (start["source"], start.get("slots_reserved_ahead")) == ("init", True), start
-
-
-@pytest.mark.parametrize("rank", [0, 1])
 def test_exception_loses_no_step_and_the_loss_continues(
     faulted: FsdpJob, reference: FsdpJob, rank: int
 ) -> None:

@@ -1,18 +1,16 @@
 """The tensors a training state will hold once its optimizer has state, known before its first step.
 
-torch.optim makes an optimizer's state lazily, in its first step, and the memory tier's slots are
-sized by the whole state: a 13.7 GB slot takes about 3 s to reserve on an H100 host, while the tenth
-step comes 1.7 s after the first, so slots reserved only after the first step made the start's
-snapshots late. `state_specs` gives the state's tensors as meta tensors (shape and dtype, no data)
-before that step: the optimizer's own step is run once on a shadow of it, over meta tensors shaped
-like its parameters' local shards, with meta gradients. Nothing of the real optimizer is touched;
-torch's `get_state_dict` (`state_tree.state_of`) would instead run a step with zero gradients on
-it, and leave it with state (Adam's `step` at 1 before training's first step).
+torch.optim makes an optimizer's state lazily, in its first step, and torch's `get_state_dict`
+(`state_tree.state_of`) gives an optimizer with none its state by running a step with zero gradients
+on it: AdamW's first real step then counts as its second (another bias correction). So the snapshot
+buffers' layout is never taken that way: `state_specs` gives the state's tensors as meta tensors
+(shape and dtype, no data) where the optimizer has none yet, from the optimizer's own step run once
+on a shadow of it, over meta tensors shaped like its parameters' local shards, with meta gradients.
+Nothing of the real optimizer is touched.
 
 Only optimizers of torch.optim, and only where their step runs on meta tensors (Adam, AdamW,
 SGD, RMSprop, NAdam... do; Adafactor reads a value out of a tensor and does not): anything else
-gives None, and the slots are reserved after the first step, as before. A wrong guess costs time,
-never correctness: the slots are resized to the real state's layout when it exists.
+gives None.
 """
 
 from __future__ import annotations

@@ -308,14 +308,6 @@ class CheckpointManager:
         """
         self._p.staging.prepare(model, optimizer)
 
-    def reserve_ahead(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> bool:
-        """At a fresh start (the optimizer has no state yet), reserve the memory tier's slots for
-        the state it will have, in the background, before the first step: a 13.7 GB slot takes
-        about 3 s, the tenth step comes 1.7 s after the first. `prepare` after the first step then
-        finds them ready. True when it started (a memory tier, a state it could foresee:
-        `expected_state`)."""
-        return self._p.staging.reserve_ahead(model, optimizer)
-
     def stop_gpu_staging(self) -> bool:
         """Give the GPU staging buffer of memory snapshots (`device_stage`) back for good: training
         ran out of GPU memory, and the buffer is memory it needs. Snapshots take the pinned path from
@@ -368,7 +360,6 @@ class CheckpointManager:
         """Wait for the in-flight save (end of training, tests); True when none is left."""
         deadline = time.monotonic() + (timeout if timeout is not None else self.commit_timeout_s)
         threads: tuple[Callable[[], Any], ...] = (
-            lambda: self._p.staging.reserver,
             lambda: self._p.staging.preparer,
             lambda: self._p.writer.thread,
             lambda: self._p.persistent.persister,  # read after the writer ended: it may start one

@@ -153,7 +153,6 @@ class HostStaging:
         #: Staging on the GPU (`device_stage`), used while it holds a buffer of the state's layout.
         self.device = device
         self.preparer: threading.Thread | None = None  # allocating the pinned host buffers
-        self.reserver: threading.Thread | None = None  # the memory tier's slots, before the first step
         self._staged_ready = threading.Event()  # the GPU staging buffer decided (`prepare`)
         self._stream: Any = None
         self._fence_event: Any = None
@@ -167,27 +166,6 @@ class HostStaging:
         if self.preparer is None or not self.preparer.is_alive():
             return False
         return not (self._staged_ready.is_set() and self.buffers.next_slot_ready())
-
-    def reserve_ahead(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> bool:
-        """Reserve the memory tier's slots in a background thread now, for the state `optimizer` will
-        have after its first step (`expected_state`), so the start's snapshots find them ready; the
-        first save's `prepare` then finds them reserved. Through the pod's slot copier where the
-        state is on a GPU (the snapshots will be staged there and drained by it, as `prepare`
-        decides after the first step: where it decides otherwise, the rank maps the same pages). True
-        when it started: a memory tier, and a state it could foresee."""
-        flat = self._flat_buffers()
-        specs = state_specs(model, optimizer) if flat is not None else None
-        if flat is None or specs is None:
-            return False
-        self._join_reserver()
-        drained = self.device is not None and self._staged(_local_parameters(model))
-
-        def reserve() -> None:
-            flat.prepare(specs, [False] * len(specs), drained=drained)
-
-        self.reserver = threading.Thread(target=reserve, name="rtj-ckpt-reserve", daemon=True)
-        self.reserver.start()
-        return True
 
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         """Allocate the host buffers in a background thread (see `CheckpointManager.prepare`). An
@@ -213,15 +191,10 @@ class HostStaging:
                 if stage.prepare(flat.layout(specs)[1], device):
                     pin, drained = [False] * len(specs), True  # through the stage's pinned chunks
             staged_ready.set()
-            self._join_reserver()  # its slots, reserved: this finds them ready
             self.buffers.prepare(specs, pin, drained=drained)
 
         self.preparer = threading.Thread(target=allocate, name="rtj-ckpt-prepare", daemon=True)
         self.preparer.start()
-
-    def _join_reserver(self) -> None:
-        if self.reserver is not None:
-            self.reserver.join()
 
     def _flat_buffers(self) -> FlatHostBuffers | None:
         return self.buffers if hasattr(self.buffers, "flat") else None  # type: ignore[return-value]

@@ -11,8 +11,8 @@ the callback adds what the Trainer lacks, through its own hooks:
   checkpoint's extra data, the LR scheduler; `state.global_step` is set to it, so the Trainer stops
   at `max_steps` as if it had run through. The data loader starts again at the epoch's start (the
   Trainer skips batches only on its own `resume_from_checkpoint`).
-- `on_step_end`: after the first step, the snapshot buffers (`CheckpointManager.prepare`; the
-  memory tier's slots were reserved at a fresh start, `reserve_ahead`); an asynchronous checkpoint
+- `on_step_end`: after the first step, the snapshot buffers (`CheckpointManager.prepare`: the GPU
+  staging buffer is sized against what training reserved by then); an asynchronous checkpoint
   and/or memory snapshot when due (never waits on storage), the step report (the pod heartbeat's
   step, NVRx's rank heartbeat: hang detection) and the graceful stop: after the pod's SIGTERM the
   ranks agree on a step, `emergency_save` keeps it (memory, peer replica, volume, as far as the
@@ -80,12 +80,10 @@ class ResilienceCallback(TrainerCallback):
             if sched is not None and self._scheduler is not None:
                 self._scheduler.load_state_dict(sched)
             state.global_step = resumed.step
-        ahead = resumed is None and ckpt.reserve_ahead(model, optim)
         self.log.write(
-            event="resume", step=start, source=source, restart=self.env.restart_count, t=time.time(),
-            slots_reserved_ahead=ahead,
-        )  # fmt: skip
-        self._prepared = False  # after the first step (`CheckpointManager.prepare`)
+            event="resume", step=start, source=source, restart=self.env.restart_count, t=time.time()
+        )
+        self._prepared = False  # after the first step: `CheckpointManager.prepare`
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any

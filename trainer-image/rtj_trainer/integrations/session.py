@@ -252,8 +252,6 @@ class Attempt:
             log = {"load": resumed.seconds, **log}
         else:
             start, source = 0, "init"
-            if res.ckpt is not None and res.ckpt.reserve_ahead(model, optimizer):
-                log = {"slots_reserved_ahead": True, **log}
         res.kept.hold(model, optimizer, start)
         if res.ckpt is not None and (prefetch := res.ckpt.prefetch_report()) is not None:
             log = {"prefetch": prefetch, **log}

@@ -146,11 +146,9 @@ class RtjCheckpointer:
         self.reporter.state(PodState.TRAINING)
         resumed = self.ckpt.load_latest(self.model, self.optimizer)
         if resumed is None:
-            ahead = self.ckpt.reserve_ahead(self.model, self.optimizer)
             self.log.write(
-                event="resume", step=0, source="init", restart=self.env.restart_count, t=time.time(),
-                slots_reserved_ahead=ahead,
-            )  # fmt: skip
+                event="resume", step=0, source="init", restart=self.env.restart_count, t=time.time()
+            )
             return False
         extra = _decode_bytes(resumed.extra)
         for key, state in self.states.items():
