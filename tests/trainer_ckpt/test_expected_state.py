@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-from rtj_local.procs import free_port
 from rtj_trainer.checkpoint import CheckpointManager
 from rtj_trainer.checkpoint.expected_state import state_specs
 from rtj_trainer.checkpoint.snapshot_ring import layout
@@ -35,17 +33,6 @@ OPTIMIZERS: dict[str, Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer
     "RMSprop": lambda ps: torch.optim.RMSprop(ps, momentum=0.5),
     "NAdam": lambda ps: torch.optim.NAdam(ps),
 }
-
-
-@pytest.fixture(scope="module")
-def group() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as env:  # not left to the tests that run after these
-        pg_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "WORLD_SIZE": "1"}
-        for name, value in pg_env.items():
-            env.setenv(name, value)
-        dist.init_process_group("gloo")
-        yield
-        dist.destroy_process_group()
 
 
 def _fsdp(
@@ -77,7 +64,7 @@ def _params_hash(model: torch.nn.Module) -> str:
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_the_foreseen_state_is_the_first_steps_and_the_optimizer_is_left_untouched(
-    group: None, name: str
+    one_gloo_rank: None, name: str
 ) -> None:
     model, optim = _fsdp(OPTIMIZERS[name])
     before = _params_hash(model)
@@ -96,7 +83,7 @@ def test_the_foreseen_state_is_the_first_steps_and_the_optimizer_is_left_untouch
     assert layout(specs)[1] == layout(real)[1]  # what a slot is sized by
 
 
-def test_an_optimizer_whose_step_cannot_run_on_meta_tensors_is_not_foreseen(group: None) -> None:
+def test_an_optimizer_whose_step_cannot_run_on_meta_tensors_is_not_foreseen(one_gloo_rank: None) -> None:
     model, optim = _fsdp(lambda ps: torch.optim.Adafactor(ps))  # reads a value out of a tensor
     assert state_specs(model, optim) is None and not optim.state
 
@@ -108,7 +95,9 @@ def _manager(tmp_path: Path) -> CheckpointManager:
     )  # fmt: skip
 
 
-def test_prepare_before_the_first_step_gives_the_optimizer_no_state(group: None, tmp_path: Path) -> None:
+def test_prepare_before_the_first_step_gives_the_optimizer_no_state(
+    one_gloo_rank: None, tmp_path: Path
+) -> None:
     """torch's `get_state_dict` would give a fresh optimizer its state by a step with zero
     gradients: AdamW's first real step would then count as its second (another bias correction)."""
     model, optim = _fsdp(OPTIMIZERS["Adam"])

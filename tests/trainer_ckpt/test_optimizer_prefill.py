@@ -8,12 +8,9 @@ tensors."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import torch
-import torch.distributed as dist
-from rtj_local.procs import free_port
 from rtj_trainer.checkpoint.optimizer_state import prefill, warm
 from rtj_trainer.checkpoint.state_tree import flatten, load_state, state_of, unflatten
 from rtj_trainer.examples.fsdp_train import ModelConfig, build
@@ -22,17 +19,6 @@ from torch.distributed.checkpoint.state_dict import set_state_dict
 pytestmark = pytest.mark.trainer
 
 CFG = ModelConfig(vocab=512, dim=64, layers=4, heads=4, seq=32)
-
-
-@pytest.fixture(scope="module")
-def group() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as env:  # not left to the tests that run after these
-        pg_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0", "WORLD_SIZE": "1"}
-        for name, value in pg_env.items():
-            env.setenv(name, value)
-        dist.init_process_group("gloo")
-        yield
-        dist.destroy_process_group()
 
 
 def _trained(seed: int = 0, steps: int = 2) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -65,7 +51,7 @@ def _layout(optim: torch.optim.Optimizer) -> list[tuple[str, str, torch.dtype, t
     return out
 
 
-def test_the_prefilled_state_is_laid_out_as_torchs_own_first_step_makes_it(group: None) -> None:
+def test_the_prefilled_state_is_laid_out_as_torchs_own_first_step_makes_it(one_gloo_rank: None) -> None:
     model, optim = _trained()
     skeleton, loaded = _snapshot(model, optim)
     fresh_model, fresh = build(CFG, torch.device("cpu"), lr=1e-2, seed=1, bf16=False, init_weights=False)
@@ -73,7 +59,7 @@ def test_the_prefilled_state_is_laid_out_as_torchs_own_first_step_makes_it(group
     assert _layout(fresh) == _layout(optim)  # fails if torch.optim moves where it keeps its state
 
 
-def test_a_load_through_the_prefill_equals_torchs_and_trains_the_same(group: None) -> None:
+def test_a_load_through_the_prefill_equals_torchs_and_trains_the_same(one_gloo_rank: None) -> None:
     model, optim = _trained()
     skeleton, loaded = _snapshot(model, optim)
     results, seconds = [], []
@@ -101,7 +87,7 @@ def test_a_load_through_the_prefill_equals_torchs_and_trains_the_same(group: Non
     print(f"load: torch's path {seconds[0]:.3f} s, prefilled {seconds[1]:.3f} s")
 
 
-def test_a_saved_state_it_cannot_place_leaves_the_optimizer_to_torch(group: None) -> None:
+def test_a_saved_state_it_cannot_place_leaves_the_optimizer_to_torch(one_gloo_rank: None) -> None:
     model, optim = _trained()
     skeleton, loaded = _snapshot(model, optim)
     renamed = {**skeleton["optim"], "state": {f"other.{k}": v for k, v in skeleton["optim"]["state"].items()}}
@@ -112,7 +98,9 @@ def test_a_saved_state_it_cannot_place_leaves_the_optimizer_to_torch(group: None
     assert not prefill(fresh_model, fresh, skeleton["optim"], loaded)  # state already there
 
 
-def test_an_optimizer_whose_state_is_not_shaped_like_its_parameters_is_left_to_torch(group: None) -> None:
+def test_an_optimizer_whose_state_is_not_shaped_like_its_parameters_is_left_to_torch(
+    one_gloo_rank: None,
+) -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 6)
     optim = torch.optim.Adafactor(model.parameters(), lr=1e-2)  # row and column factors per matrix
@@ -126,7 +114,7 @@ def test_an_optimizer_whose_state_is_not_shaped_like_its_parameters_is_left_to_t
     assert all(torch.equal(a, b) for a, b in zip(_snapshot(fresh_model, fresh)[1], loaded, strict=True))
 
 
-def test_warm_makes_the_state_by_torchs_zero_step_and_leaves_the_parameters(group: None) -> None:
+def test_warm_makes_the_state_by_torchs_zero_step_and_leaves_the_parameters(one_gloo_rank: None) -> None:
     from torch.distributed.checkpoint.state_dict import _init_optim_state  # noqa: F401  fails when torch moves it
 
     model, optim = _trained()
@@ -152,7 +140,7 @@ def test_warm_makes_the_state_by_torchs_zero_step_and_leaves_the_parameters(grou
     )
 
 
-def test_warm_leaves_an_optimizer_with_gradients_or_not_of_torch_optim_alone(group: None) -> None:
+def test_warm_leaves_an_optimizer_with_gradients_or_not_of_torch_optim_alone(one_gloo_rank: None) -> None:
     model = torch.nn.Linear(4, 4)
     optim = torch.optim.AdamW(model.parameters())
     model(torch.ones(1, 4)).sum().backward()
