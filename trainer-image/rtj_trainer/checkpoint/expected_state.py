@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .state_tree import flatten, state_of
+from .state_tree import flatten, local_shard, state_of
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def _expected_optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.
     for group in optimizer.param_groups:
         params = []
         for p in group["params"]:
-            local = p.to_local() if hasattr(p, "to_local") else p
+            local = local_shard(p)
             shadow = torch.empty(local.shape, dtype=local.dtype, device="meta", requires_grad=p.requires_grad)
             if p.requires_grad:  # torch's step makes state only for a parameter with a gradient
                 shadow.grad = torch.empty_like(shadow)

@@ -26,6 +26,7 @@ import torch
 from ..checkpoint_format import TensorEntry
 from .device_stage import DeviceStage
 from .expected_state import state_specs
+from .state_tree import local_shard
 
 log = logging.getLogger("rtj_trainer")
 
@@ -140,10 +141,6 @@ class PinnedBuffers:
         return False  # every buffer at once, when `prepare` is done
 
 
-def _local_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
-    return [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
-
-
 class HostStaging:
     """The device-to-host copy of a snapshot, the fence that keeps it consistent, and the
     background allocation of the buffers (`prepare`)."""
@@ -176,7 +173,7 @@ class HostStaging:
         if specs is None:
             log.info("the first save allocates the snapshot buffers: the optimizer has no state yet")
             return
-        params = _local_parameters(model)
+        params = [local_shard(p) for p in model.parameters()]
         cuda = any(t.is_cuda for t in params)
         stage, flat = self.device, self._flat_buffers()
         device = stage.ops.current_device() if stage is not None and self._staged(params) else None

@@ -16,11 +16,15 @@ from ..checkpoint_format import CheckpointError, ref_index, tensor_ref
 from .optimizer_state import prefill
 
 
+def local_shard(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard; a plain tensor as it is."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
 def flatten(obj: Any, out: list[torch.Tensor], path: str = "") -> Any:
     """The skeleton of a state tree, appending its tensors (local shards of DTensors) to `out`."""
     if isinstance(obj, torch.Tensor):
-        local = obj.to_local() if hasattr(obj, "to_local") else obj
-        out.append(local.detach())
+        out.append(local_shard(obj).detach())
         return tensor_ref(len(out) - 1)
     if isinstance(obj, dict):
         return {k: flatten(v, out, f"{path}.{k}") for k, v in obj.items()}
@@ -45,7 +49,7 @@ def unflatten(skel: Any, current: Any, loaded: list[torch.Tensor], mapped: bool 
     if idx is not None:
         saved = loaded[idx]
         if isinstance(current, torch.Tensor):
-            local = current.to_local() if hasattr(current, "to_local") else current
+            local = local_shard(current)
             if tuple(local.shape) != tuple(saved.shape) or local.dtype != saved.dtype:
                 raise CheckpointError(
                     f"saved tensor {tuple(saved.shape)}/{saved.dtype} does not fit the model's "
