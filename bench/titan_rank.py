@@ -65,11 +65,11 @@ def torchtitan_args(args: argparse.Namespace) -> list[str]:
         # CPU lacks bf16 instructions: on an AVX2-only core a debug-model step took 6.0 s against
         # 0.34 s in float32. The self-test checks recovery, not numerics: float32.
         tt += ["--training.mixed_precision_param", "float32"]
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if args.cpu and world > 1:
-        # FSDP2's reduce-scatter takes PREMUL_SUM, which gloo lacks: on CPU the ranks replicate (DDP).
-        tt += ["--parallelism.data_parallel_replicate_degree", str(world),
-               "--parallelism.data_parallel_shard_degree", "1"]  # fmt: skip
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world > 1:
+            # FSDP2's reduce-scatter takes PREMUL_SUM, which gloo lacks: on CPU the ranks replicate (DDP).
+            tt += ["--parallelism.data_parallel_replicate_degree", str(world),
+                   "--parallelism.data_parallel_shard_degree", "1"]  # fmt: skip
     return tt
 
 
